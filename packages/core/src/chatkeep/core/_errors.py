@@ -1,0 +1,121 @@
+"""The error hierarchy: one base class, and every message says what was wrong and what to do next."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "AgentConfigurationError",
+    "BackendConflictError",
+    "ChatkeepError",
+    "ConcurrencyConflictError",
+    "HistoryModeConflictError",
+    "IncompatiblePluginError",
+    "InvalidSessionKeyError",
+    "MessageFormatError",
+    "MessageTooLargeError",
+    "MissingExtraError",
+    "ModelError",
+    "SessionFormatError",
+    "SessionIntegrityError",
+    "SessionOwnershipError",
+    "StoreClosedError",
+    "StoreLoopError",
+    "StoreUnavailableError",
+    "ToolError",
+    "UnknownBackendError",
+    "redact_url",
+]
+
+
+class ChatkeepError(Exception):
+    """Base class of every error chatkeep raises on purpose."""
+
+
+class AgentConfigurationError(ChatkeepError, ValueError):
+    """An agent was built with settings that cannot work together."""
+
+
+class HistoryModeConflictError(AgentConfigurationError):
+    """A run mixes service-managed history with locally stored history."""
+
+
+class SessionFormatError(ChatkeepError, ValueError):
+    """A dict handed to ``AgentSession.from_dict`` is not a serialized session."""
+
+
+class SessionOwnershipError(ChatkeepError, PermissionError):
+    """A session belongs to another tenant or owner than the caller's."""
+
+
+class SessionIntegrityError(ChatkeepError, ValueError):
+    """A signed session payload failed verification."""
+
+
+class MessageFormatError(ChatkeepError, ValueError):
+    """A stored message record cannot be read by this version of chatkeep."""
+
+
+class MessageTooLargeError(ChatkeepError, ValueError):
+    """A message is larger than the store's configured limit."""
+
+
+class InvalidSessionKeyError(ChatkeepError, ValueError):
+    """A tenant or session id is empty, too long or not valid unicode."""
+
+
+class ConcurrencyConflictError(ChatkeepError):
+    """A versioned write found a newer version than the one it expected."""
+
+
+class StoreUnavailableError(ChatkeepError, ConnectionError):
+    """The storage server could not be reached or failed; the driver's error is chained as the cause."""
+
+
+class StoreClosedError(ChatkeepError, RuntimeError):
+    """A store was used after ``close()``."""
+
+
+class StoreLoopError(ChatkeepError, RuntimeError):
+    """A store was used from another event loop than the one it was opened on."""
+
+
+class UnknownBackendError(ChatkeepError, LookupError):
+    """No installed plugin handles a backend name or URL scheme."""
+
+
+class BackendConflictError(ChatkeepError):
+    """Two installed plugins claim the same backend name or URL scheme."""
+
+
+class IncompatiblePluginError(ChatkeepError):
+    """A plugin was built for a chatkeep-core version other than the one installed."""
+
+
+class MissingExtraError(ChatkeepError, ImportError):
+    """An optional dependency is not installed; the message names the command that installs it."""
+
+
+class ModelError(ChatkeepError):
+    """The model service failed or answered with something chatkeep cannot use."""
+
+
+class ToolError(ChatkeepError):
+    """A tool loop could not finish (for example, it exceeded its iteration limit)."""
+
+
+_PASSWORD_IN_URL = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*:)(?P<secret>[^@/?#\s]*)(?P<at>@)")
+_SECRET_PARAM = re.compile(r"(?P<head>[?&](?:password|passwd|pwd|secret|token|key|sas|sig|account_key)=)[^&#\s]*", re.I)
+
+
+def redact_url(text: str) -> str:
+    """Hide passwords and secret query parameters in any URL inside ``text``.
+
+    Args:
+        text: a URL, or a message that contains URLs.
+
+    Returns:
+        The same text with secrets replaced by ``***``.
+    """
+    text = _PASSWORD_IN_URL.sub(r"\g<head>***\g<at>", text)
+    return _SECRET_PARAM.sub(r"\g<head>***", text)

@@ -1,0 +1,295 @@
+"""Messages, their contents, and the versioned JSON record every store keeps.
+
+A stored record is the message's JSON with a leading version field: ``{"v":1,"message_id":...}``.
+It holds no module paths and no pickled objects, so any later release (or another language)
+can read it. Golden files in the tests pin the format.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, TypeAdapter, ValidationError
+
+from chatkeep.core._errors import MessageFormatError, MessageTooLargeError
+
+__all__ = [
+    "RECORD_VERSION",
+    "Content",
+    "DataContent",
+    "FunctionCallContent",
+    "FunctionResultContent",
+    "Message",
+    "Role",
+    "TextContent",
+    "UriContent",
+    "Usage",
+    "UsageContent",
+    "decode_records",
+    "encode_records",
+    "new_message_id",
+]
+
+RECORD_VERSION = 1
+_RECORD_PREFIX = '{"v":1,'
+_RECORD_PREFIX_BYTES = _RECORD_PREFIX.encode()
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class _Content(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TextContent(_Content):
+    """Plain text."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class FunctionCallContent(_Content):
+    """The model asks for a tool to be called; ``arguments`` is the JSON text the model produced."""
+
+    type: Literal["function_call"] = "function_call"
+    call_id: str
+    name: str
+    arguments: str = "{}"
+
+    def parse_arguments(self) -> dict[str, Any]:
+        """Decode ``arguments`` into a dict (an empty string means no arguments)."""
+        if not self.arguments.strip():
+            return {}
+        value = json.loads(self.arguments)
+        if not isinstance(value, dict):
+            raise ValueError(f"tool arguments must be a JSON object, got {type(value).__name__}")
+        return value
+
+
+class FunctionResultContent(_Content):
+    """The result of a tool call, answering the ``FunctionCallContent`` with the same ``call_id``."""
+
+    type: Literal["function_result"] = "function_result"
+    call_id: str
+    result: JsonValue = None
+    is_error: bool = False
+
+
+class DataContent(_Content):
+    """Inline binary data, base64-encoded, with its media type."""
+
+    type: Literal["data"] = "data"
+    data: str
+    media_type: str
+
+
+class UriContent(_Content):
+    """A reference to content by URI (an image URL, a file id...)."""
+
+    type: Literal["uri"] = "uri"
+    uri: str
+    media_type: str | None = None
+
+
+class Usage(BaseModel):
+    """Token counts reported by a model service."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+class UsageContent(_Content):
+    """Usage attached to the message that a model call produced."""
+
+    type: Literal["usage"] = "usage"
+    usage: Usage
+
+
+Content = Annotated[
+    TextContent | FunctionCallContent | FunctionResultContent | DataContent | UriContent | UsageContent,
+    Field(discriminator="type"),
+]
+
+_id_lock = threading.Lock()
+_last_ms = 0
+_counter = 0
+
+
+def new_message_id() -> str:
+    """Return a new time-ordered id (a UUIDv7 string): ids made later in this process sort after earlier ones."""
+    global _last_ms, _counter
+    with _id_lock:
+        ms = time.time_ns() // 1_000_000
+        if ms <= _last_ms:
+            # Same (or a stepped-back) millisecond: keep order with the 12-bit counter, borrowing the next ms on overflow.
+            _counter += 1
+            if _counter > 0xFFF:
+                _last_ms += 1
+                _counter = 0
+            ms = _last_ms
+        else:
+            _last_ms = ms
+            _counter = int.from_bytes(os.urandom(2), "big") & 0x3FF
+        counter = _counter
+    rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | rand_b
+    return str(uuid.UUID(int=value))
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Message(BaseModel):
+    """One message of a conversation.
+
+    Example:
+        ``Message(role="user", text="hi")`` makes a user message with one text content.
+
+    Attributes:
+        message_id: time-ordered unique id, assigned on creation; stores deduplicate appends by it.
+        role: ``system``, ``user``, ``assistant`` or ``tool``.
+        contents: text, function calls, function results, data, URIs and usage.
+        author_name: optional name of the author (an agent's name, a user's display name).
+        created_at: when the message was made (UTC).
+        additional_properties: JSON-safe values of your own, stored with the message.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    message_id: str = Field(default_factory=new_message_id, min_length=1)
+    role: Role
+    contents: list[Content] = Field(default_factory=list)
+    author_name: str | None = None
+    created_at: datetime = Field(default_factory=_utcnow)
+    additional_properties: dict[str, JsonValue] = Field(default_factory=dict)
+
+    # Where a message came from in the current run (set by the pipeline on loaded history).
+    # A private attribute: it never reaches a stored record nor a request to a model.
+    _source: str | None = PrivateAttr(default=None)
+
+    def __init__(self, text: str | None = None, **data: Any) -> None:
+        if text is not None:
+            if data.get("contents"):
+                raise ValueError("give either text= or contents=, not both")
+            data["contents"] = [TextContent(text=text)]
+        super().__init__(**data)
+
+    @property
+    def text(self) -> str:
+        """The message's text contents joined by a space-free concatenation of their texts."""
+        return "".join(c.text for c in self.contents if isinstance(c, TextContent))
+
+    @property
+    def function_calls(self) -> list[FunctionCallContent]:
+        """The tool calls this message asks for."""
+        return [c for c in self.contents if isinstance(c, FunctionCallContent)]
+
+    @property
+    def function_results(self) -> list[FunctionResultContent]:
+        """The tool results this message carries."""
+        return [c for c in self.contents if isinstance(c, FunctionResultContent)]
+
+    @property
+    def source(self) -> str | None:
+        """The ``source_id`` of the provider that loaded this message in the current run, else ``None``."""
+        return self._source
+
+    def with_source(self, source_id: str | None) -> Message:
+        """Stamp this message (in memory only) as coming from ``source_id``; returns ``self``."""
+        self._source = source_id
+        return self
+
+    def to_record(self) -> str:
+        """Encode as a versioned JSON record (``{"v":1,...}``)."""
+        return _RECORD_PREFIX + self.model_dump_json()[1:]
+
+    @classmethod
+    def from_record(cls, record: str | bytes) -> Message:
+        """Decode one record made by :meth:`to_record` (of this or an earlier format version)."""
+        return decode_records([record])[0]
+
+
+_MESSAGES = TypeAdapter(list[Message])
+
+
+def encode_records(messages: Iterable[Message], *, max_bytes: int | None = None) -> list[str]:
+    """Encode messages as records, refusing any record larger than ``max_bytes`` (UTF-8).
+
+    Raises:
+        MessageTooLargeError: a message's record exceeds the limit.
+    """
+    records = []
+    for message in messages:
+        record = message.to_record()
+        # A str's length is a lower bound of its UTF-8 size; encode only when that bound is close to the limit.
+        if max_bytes is not None and len(record) * 4 > max_bytes and len(record.encode("utf-8", "surrogatepass")) > max_bytes:
+            raise MessageTooLargeError(
+                f"message {message.message_id} is {len(record.encode('utf-8', 'surrogatepass')):,} bytes as stored, "
+                f"over this store's limit of {max_bytes:,} bytes; split the content, store large data elsewhere "
+                "and keep a URI in the message, or open the store with a larger max_message_bytes"
+            )
+        records.append(record)
+    return records
+
+
+def decode_records(records: Sequence[str | bytes]) -> list[Message]:
+    """Decode stored records into messages, in the given order.
+
+    Raises:
+        MessageFormatError: a record is not a message record this version understands.
+    """
+    if not records:
+        return []
+    fast = all(
+        (r.startswith(_RECORD_PREFIX_BYTES) if isinstance(r, bytes) else r.startswith(_RECORD_PREFIX)) for r in records
+    )
+    if fast:
+        # One validation call for the whole batch: strip each record's version field and join them as a JSON array.
+        n = len(_RECORD_PREFIX)
+        joined: str | bytes
+        if all(isinstance(r, bytes) for r in records):
+            joined = b"[{" + b",{".join([r[n:] for r in records]) + b"]"  # type: ignore[misc]
+        else:
+            joined = "[{" + ",{".join([(r.decode() if isinstance(r, bytes) else r)[n:] for r in records]) + "]"
+        try:
+            return _MESSAGES.validate_json(joined)
+        except ValidationError:
+            pass  # find the culprit record below, to name it in the error
+    return [_decode_one(r) for r in records]
+
+
+def _decode_one(record: str | bytes) -> Message:
+    try:
+        data = json.loads(record)
+    except ValueError as exc:
+        raise MessageFormatError(f"a stored message is not valid JSON ({exc}); the record may be corrupted") from exc
+    if not isinstance(data, dict):
+        raise MessageFormatError("a stored message is not a JSON object; the record may be corrupted")
+    version = data.pop("v", None)
+    if version != RECORD_VERSION:
+        raise MessageFormatError(
+            f"a stored message has record version {version!r}, and this chatkeep-core reads version {RECORD_VERSION}; "
+            "upgrade chatkeep-core to read records written by a newer release"
+        )
+    try:
+        return Message.model_validate(data)
+    except ValidationError as exc:
+        raise MessageFormatError(f"a stored message record is malformed: {exc}") from exc
