@@ -1,5 +1,6 @@
 """chatkeep core: message and session contracts, history providers, the store contract, the agent pipeline."""
 
+from chatkeep.core._agent import Agent, AgentInput, AgentResponse, AgentResponseUpdate, BaseChatClient
 from chatkeep.core._chat import ChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
 from chatkeep.core._errors import *  # noqa: F403
 from chatkeep.core._errors import __all__ as _errors_all
@@ -18,6 +19,21 @@ from chatkeep.core._messages import (
     encode_records,
     new_message_id,
 )
+from chatkeep.core._providers import (
+    ContextProvider,
+    HistoryProvider,
+    InMemoryHistoryProvider,
+    MessageFilter,
+    SessionContext,
+    StoreHistoryProvider,
+)
+from chatkeep.core._reducers import (
+    MessageCountingReducer,
+    Reducer,
+    SummarizingReducer,
+    TokenBudgetReducer,
+    approximate_token_count,
+)
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession, ProviderSessionState
 from chatkeep.core._store import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -28,5 +44,21 @@ from chatkeep.core._store import (
     StoredSession,
 )
 from chatkeep.core._tools import FunctionTool, tool
+from chatkeep.core.plugins import BackendSpec, history_provider, installed_backends, open_store, register_plugin
 
 __version__ = "0.1.0"
+
+__all__ = [  # noqa: RUF022 - grouped by concept
+    *_errors_all,
+    "Agent", "AgentInput", "AgentResponse", "AgentResponseUpdate", "BaseChatClient",
+    "ChatClient", "ChatOptions", "ChatResponse", "ChatResponseUpdate",
+    "Content", "DataContent", "FunctionCallContent", "FunctionResultContent", "Message", "Role", "TextContent",
+    "UriContent", "Usage", "UsageContent", "decode_records", "encode_records", "new_message_id",
+    "ContextProvider", "HistoryProvider", "InMemoryHistoryProvider", "MessageFilter", "SessionContext",
+    "StoreHistoryProvider",
+    "MessageCountingReducer", "Reducer", "SummarizingReducer", "TokenBudgetReducer", "approximate_token_count",
+    "DEFAULT_TENANT", "AgentSession", "ProviderSessionState",
+    "DEFAULT_MAX_MESSAGE_BYTES", "HistoryStore", "SessionInfo", "SessionKey", "SessionPage", "StoredSession",
+    "FunctionTool", "tool",
+    "BackendSpec", "history_provider", "installed_backends", "open_store", "register_plugin",
+]

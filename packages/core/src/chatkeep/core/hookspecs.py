@@ -1,0 +1,32 @@
+"""The hooks a chatkeep plugin may implement.
+
+A plugin is a module (or object) registered under the ``chatkeep`` entry-point group::
+
+    [project.entry-points.chatkeep]
+    redis = "chatkeep.redis._plugin"
+
+whose functions are marked with :data:`chatkeep.core.plugins.hookimpl`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from chatkeep.core.plugins import BackendSpec
+
+__all__ = ["chatkeep_register_backends", "hookspec"]
+
+hookspec = pluggy.HookspecMarker("chatkeep")
+
+
+@hookspec
+def chatkeep_register_backends(register: Callable[[BackendSpec], None]) -> None:  # type: ignore[empty-body]
+    """Register storage backends by calling ``register(BackendSpec(...))`` once per backend.
+
+    The host validates what is registered (duplicate names and schemes, core compatibility), so a
+    plugin only describes its backends here and imports its driver lazily in ``BackendSpec.open``.
+    """
