@@ -1,8 +1,8 @@
 """Developer and CI sessions. Run through ./scripts/dev, which installs uv and nox first.
 
-    nox -s tests                 every backend of the matrix
-    nox -s "tests(backend='memory')"
-    nox -s lint typecheck docs
+nox -s tests                 every backend of the matrix
+nox -s "tests(backend='memory')"
+nox -s lint typecheck docs
 """
 
 from __future__ import annotations

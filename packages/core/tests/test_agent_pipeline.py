@@ -34,7 +34,9 @@ class DictHistoryProvider(HistoryProvider):
         self.data: dict[str, list[Message]] = {}
         self.saves: list[list[Message]] = []
 
-    async def get_messages(self, session_id: str, *, state: dict[str, Any] | None = None, **kwargs: Any) -> list[Message]:
+    async def get_messages(
+        self, session_id: str, *, state: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Message]:
         return [m.model_copy() for m in self.data.get(session_id, [])]
 
     async def save_messages(
@@ -45,7 +47,9 @@ class DictHistoryProvider(HistoryProvider):
 
 
 class RagProvider(ContextProvider):
-    async def before_run(self, *, agent: Agent, session: AgentSession, context: SessionContext, state: dict[str, Any]) -> None:
+    async def before_run(
+        self, *, agent: Agent, session: AgentSession, context: SessionContext, state: dict[str, Any]
+    ) -> None:
         context.extend_messages(self, [Message(role="user", text="[fact] the sky is blue")])
         context.extend_instructions(self, "Use the facts given.")
 
@@ -75,7 +79,11 @@ async def test_session_resumes_after_serialization_in_a_new_agent() -> None:
     second = Agent(client)
     resumed = AgentSession.from_dict(payload, tenant="acme")
     await second.run("What do I like?", session=resumed)
-    assert client.requests[0].texts == ["user: I like Italian food.", "assistant: echo: I like Italian food.", "user: What do I like?"]
+    assert client.requests[0].texts == [
+        "user: I like Italian food.",
+        "assistant: echo: I like Italian food.",
+        "user: What do I like?",
+    ]
 
 
 async def test_failed_run_stores_nothing_and_the_next_run_works() -> None:
@@ -106,7 +114,15 @@ async def test_loaded_history_is_stamped_in_memory_only_and_never_stored_again()
     for batch in provider.saves:
         for message in batch:
             record = json.loads(message.to_record())
-            assert set(record) == {"v", "message_id", "role", "contents", "author_name", "created_at", "additional_properties"}
+            assert set(record) == {
+                "v",
+                "message_id",
+                "role",
+                "contents",
+                "author_name",
+                "created_at",
+                "additional_properties",
+            }
 
 
 async def test_two_loading_providers_are_refused_at_construction() -> None:
@@ -317,7 +333,9 @@ async def test_per_call_persistence_keeps_completed_calls_when_a_later_tool_fail
         return client
 
     with_flag = DictHistoryProvider()
-    agent = Agent(script(), tools=[step], context_providers=[with_flag], require_per_service_call_history_persistence=True)
+    agent = Agent(
+        script(), tools=[step], context_providers=[with_flag], require_per_service_call_history_persistence=True
+    )
     session = agent.create_session()
     with pytest.raises(RuntimeError):
         await agent.run("go", session=session)
@@ -340,9 +358,25 @@ async def test_per_call_persistence_stores_a_successful_three_call_loop_once() -
     client.reply_tool_calls(("c2", "get_weather", '{"city": "B"}'))
     client.reply_text("done")
     provider = DictHistoryProvider()
-    agent = Agent(client, tools=[get_weather], context_providers=[provider], require_per_service_call_history_persistence=True)
+    agent = Agent(
+        client, tools=[get_weather], context_providers=[provider], require_per_service_call_history_persistence=True
+    )
     session = agent.create_session()
     await agent.run("go", session=session)
-    assert [m.role for m in provider.data[session.session_id]] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m.role for m in provider.data[session.session_id]] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     await agent.run("next", session=session)
-    assert [m.role for m in client.requests[-1].messages][:6] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m.role for m in client.requests[-1].messages][:6] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]

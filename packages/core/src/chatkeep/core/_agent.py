@@ -233,9 +233,12 @@ class Agent:
             raise HistoryModeConflictError(
                 "this run names a service conversation (options.conversation_id) and the agent has a history provider "
                 "that loads messages, so the model would see the history twice; drop the conversation_id to keep "
-                "history locally, or remove the loading provider (or set load_messages=False) to let the service keep it"
+                "history locally, or remove the loading provider (or set load_messages=False) to let the service "
+                "keep it"
             )
-        service = explicit or session.service_session_id is not None or bool(getattr(self.client, "keeps_history", False))
+        service = (
+            explicit or session.service_session_id is not None or bool(getattr(self.client, "keeps_history", False))
+        )
         if service and self.require_per_service_call_history_persistence:
             raise HistoryModeConflictError(
                 "require_per_service_call_history_persistence=True needs locally kept history, but this session's "
@@ -261,7 +264,9 @@ class Agent:
         providers = self._providers_for(service_mode)
         context = SessionContext(_to_messages(input))
         for provider in providers:
-            await provider.before_run(agent=self, session=session, context=context, state=self._state(session, provider))
+            await provider.before_run(
+                agent=self, session=session, context=context, state=self._state(session, provider)
+            )
         instructions = "\n\n".join(t for t in (self.instructions, *context.instructions.values()) if t) or None
         chat_options = dataclasses.replace(
             options,
@@ -446,5 +451,5 @@ class BaseChatClient:
     """Mixin for chat clients: ``client.as_agent(...)`` builds an :class:`Agent` on this client."""
 
     def as_agent(self, **kwargs: Any) -> Agent:
-        """An agent using this client; takes the :class:`Agent` keywords (``name``, ``instructions``, ``history``...)."""
+        """An agent using this client; takes the :class:`Agent` keywords (``name``, ``instructions``...)."""
         return Agent(self, **kwargs)  # type: ignore[arg-type]

@@ -138,7 +138,7 @@ def new_message_id() -> str:
     with _id_lock:
         ms = time.time_ns() // 1_000_000
         if ms <= _last_ms:
-            # Same (or a stepped-back) millisecond: keep order with the 12-bit counter, borrowing the next ms on overflow.
+            # Same (or a stepped-back) millisecond: keep order with the 12-bit counter; borrow the next ms on overflow.
             _counter += 1
             if _counter > 0xFFF:
                 _last_ms += 1
@@ -240,7 +240,11 @@ def encode_records(messages: Iterable[Message], *, max_bytes: int | None = None)
     for message in messages:
         record = message.to_record()
         # A str's length is a lower bound of its UTF-8 size; encode only when that bound is close to the limit.
-        if max_bytes is not None and len(record) * 4 > max_bytes and len(record.encode("utf-8", "surrogatepass")) > max_bytes:
+        if (
+            max_bytes is not None
+            and len(record) * 4 > max_bytes
+            and len(record.encode("utf-8", "surrogatepass")) > max_bytes
+        ):
             raise MessageTooLargeError(
                 f"message {message.message_id} is {len(record.encode('utf-8', 'surrogatepass')):,} bytes as stored, "
                 f"over this store's limit of {max_bytes:,} bytes; split the content, store large data elsewhere "
@@ -270,9 +274,13 @@ def decode_records(records: Sequence[str | bytes]) -> list[Message]:
         else:
             joined = "[{" + ",{".join([(r.decode() if isinstance(r, bytes) else r)[n:] for r in records]) + "]"
         try:
-            return _MESSAGES.validate_json(joined)
+            messages = _MESSAGES.validate_json(joined)
         except ValidationError:
             pass  # find the culprit record below, to name it in the error
+        else:
+            # A corrupt record holding "},{" would otherwise pass as two messages.
+            if len(messages) == len(records):
+                return messages
     return [_decode_one(r) for r in records]
 
 

@@ -145,7 +145,9 @@ class HistoryProvider(ContextProvider):
         self.provide_filter = provide_filter
         self.store_filter = store_filter
 
-    async def get_messages(self, session_id: str, *, state: dict[str, Any] | None = None, **kwargs: Any) -> list[Message]:
+    async def get_messages(
+        self, session_id: str, *, state: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Message]:
         """Return the stored history of ``session_id`` in order (``kwargs`` carries ``session`` and ``agent``)."""
         raise NotImplementedError(f"{type(self).__name__} must override get_messages (or before_run)")
 
@@ -210,7 +212,9 @@ class InMemoryHistoryProvider(HistoryProvider):
     def __init__(self, source_id: str = "in_memory", **options: Any) -> None:
         super().__init__(source_id, **options)
 
-    async def get_messages(self, session_id: str, *, state: dict[str, Any] | None = None, **kwargs: Any) -> list[Message]:
+    async def get_messages(
+        self, session_id: str, *, state: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Message]:
         """The messages kept in this provider's slice of the session state."""
         records = (state or {}).get("messages", [])
         return decode_records(records)
@@ -229,7 +233,7 @@ class InMemoryHistoryProvider(HistoryProvider):
 
 
 class StoreHistoryProvider(HistoryProvider):
-    """Turns any :class:`HistoryStore` into a history provider keyed by ``SessionKey(session.tenant, session.session_id)``.
+    """Turns any :class:`HistoryStore` into a history provider, keyed by the session's tenant and id.
 
     It loads a bounded window of the newest ``max_messages`` (a ``MessageCountingReducer(n)`` sets
     the window to ``n``); a window never starts with a tool result whose call fell outside it.
@@ -266,7 +270,9 @@ class StoreHistoryProvider(HistoryProvider):
         tenant = session.tenant if isinstance(session, AgentSession) else kwargs.get("tenant", "default")
         return SessionKey(tenant, session_id)
 
-    async def get_messages(self, session_id: str, *, state: dict[str, Any] | None = None, **kwargs: Any) -> list[Message]:
+    async def get_messages(
+        self, session_id: str, *, state: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Message]:
         """The newest ``max_messages`` of the session, never starting with an orphaned tool result."""
         messages = await self.store.load(self._key(session_id, kwargs), last=self.max_messages)
         return drop_orphan_tool_results(messages)

@@ -51,7 +51,9 @@ def _json_safe_copy(state: Any, what: str) -> Any:
     try:
         return json.loads(json.dumps(state, allow_nan=False))
     except (TypeError, ValueError) as exc:
-        raise SessionFormatError(f"{what} must hold only JSON values (dict, list, str, int, float, bool, None): {exc}") from exc
+        raise SessionFormatError(
+            f"{what} must hold only JSON values (dict, list, str, int, float, bool, None): {exc}"
+        ) from exc
 
 
 class AgentSession:
@@ -200,7 +202,9 @@ class ProviderSessionState(Generic[T]):
         try:
             return self._adapter.validate_python(session.state[self.state_key])
         except ValidationError as exc:
-            raise SessionFormatError(f"session.state[{self.state_key!r}] does not hold the expected value: {exc}") from exc
+            raise SessionFormatError(
+                f"session.state[{self.state_key!r}] does not hold the expected value: {exc}"
+            ) from exc
 
     def save(self, session: AgentSession, value: T) -> None:
         """Write this provider's value into the session (as JSON-safe data)."""

@@ -68,7 +68,7 @@ class SessionInfo:
 
 @dataclass(frozen=True, slots=True)
 class SessionPage:
-    """One page of ``list_sessions``: newest first; pass ``next_cursor`` back for the next page (``None`` at the end)."""
+    """One page of ``list_sessions``, newest first; pass ``next_cursor`` back for the next (``None`` at the end)."""
 
     items: list[SessionInfo]
     next_cursor: str | None = None
@@ -96,7 +96,9 @@ def cutoff_time(older_than: timedelta | datetime) -> datetime:
     if isinstance(older_than, timedelta):
         return datetime.now(timezone.utc) - older_than
     if older_than.tzinfo is None:
-        raise ValueError("older_than must be timezone-aware (for example datetime.now(timezone.utc) - timedelta(days=30))")
+        raise ValueError(
+            "older_than must be timezone-aware (for example datetime.now(timezone.utc) - timedelta(days=30))"
+        )
     return older_than.astimezone(timezone.utc)
 
 
@@ -239,7 +241,9 @@ class HistoryStore(abc.ABC):
 
     @abc.abstractmethod
     async def load_session(self, key: SessionKey, *, owner: str | None = None) -> StoredSession | None:
-        """Read a session document and its version; ``None`` when the key has none (another tenant's key is simply not found).
+        """Read a session document and its version; ``None`` when there is none.
+
+        Another tenant's key is simply not found.
 
         Raises:
             SessionOwnershipError: ``owner`` is given and the document is bound to another owner.

@@ -85,9 +85,7 @@ class FunctionTool:
         }
 
 
-def tool(
-    func: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None
-) -> Any:
+def tool(func: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None) -> Any:
     """Decorator that turns a function into a :class:`FunctionTool` (usable bare or with arguments)."""
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:

@@ -45,31 +45,45 @@ def _print(text: str = "") -> None:
 # -- demo ----------------------------------------------------------------------------------------
 
 
-async def _demo_turn(step: int, session_file: Path, store_url: str | None) -> int:
+async def _demo_turn(step: int, saved: dict[str, Any] | None, store_url: str | None) -> dict[str, Any] | None:
+    """One process of the demo: returns the session to save, or ``None`` when the check failed."""
     client, _ = _client()
     history = store_url if store_url else InMemoryHistoryProvider()
     async with Agent(client, name="DemoAgent", instructions=DEMO_INSTRUCTIONS, history=history) as agent:
         if step == 1:
             session = agent.create_session()
         else:
-            session = AgentSession.from_dict(json.loads(session_file.read_text(encoding="utf-8")))
+            session = AgentSession.from_dict(saved or {})
             provider = agent.history_provider
-            stored = await provider.get_messages(
-                session.session_id, state=session.state.get(provider.source_id), session=session
-            ) if provider else []
+            stored = (
+                await provider.get_messages(
+                    session.session_id, state=session.state.get(provider.source_id), session=session
+                )
+                if provider
+                else []
+            )
             _print(f"loaded session {session.session_id} with {len(stored)} stored messages")
             if not any(m.text == DEMO_TURNS[0] for m in stored):
                 _print("error: the first process's message is not in the stored history")
-                return 1
+                return None
         prompt = DEMO_TURNS[step - 1]
         _print(f"you:   {prompt}")
         print("agent: ", end="", flush=True)
         async for update in agent.run_stream(prompt, session=session):
             print(update.text, end="", flush=True)
         _print()
-        session_file.write_text(json.dumps(session.to_dict(), ensure_ascii=False, indent=2), encoding="utf-8")
-        if step == 1:
-            _print(f"saved session {session.session_id} to {session_file}")
+        return session.to_dict()
+
+
+def _demo_process(args: argparse.Namespace) -> int:
+    session_file: Path = args.session_file
+    saved = json.loads(session_file.read_text(encoding="utf-8")) if args.step == 2 else None
+    session = asyncio.run(_demo_turn(args.step, saved, args.store))
+    if session is None:
+        return 1
+    session_file.write_text(json.dumps(session, ensure_ascii=False, indent=2), encoding="utf-8")
+    if args.step == 1:
+        _print(f"saved session {session['session_id']} to {session_file}")
     return 0
 
 
@@ -78,7 +92,9 @@ def _demo(args: argparse.Namespace) -> int:
     state_dir.mkdir(parents=True, exist_ok=True)
     session_file = state_dir / "session.json"
     _, model = _client()
-    where = f"the {redact_url(args.store)} store" if args.store else f"the session itself, saved as JSON to {session_file}"
+    where = (
+        f"the {redact_url(args.store)} store" if args.store else f"the session itself, saved as JSON to {session_file}"
+    )
     _print("chatkeep demo: one conversation, kept across two separate processes")
     _print(f"  model:   {model}")
     _print(f"  history: {where}")
@@ -139,8 +155,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chatkeep", description="Store and resume AI-agent conversations.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = commands.add_parser("demo", help="show a conversation kept across two processes")
-    demo.add_argument("--store", help="keep history in this backend URL instead of in the session (e.g. memory:// won't survive)")
-    demo.add_argument("--state-dir", default=".chatkeep-demo", help="where the demo saves the session (default: %(default)s)")
+    demo.add_argument(
+        "--store", help="keep history in this backend URL instead of in the session (e.g. memory:// won't survive)"
+    )
+    demo.add_argument(
+        "--state-dir", default=".chatkeep-demo", help="where the demo saves the session (default: %(default)s)"
+    )
     demo.set_defaults(run=_demo)
     backends = commands.add_parser("backends", help="list installed storage backends")
     backends.set_defaults(run=_backends)
@@ -159,7 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     turn.add_argument("step", type=int, choices=(1, 2))
     turn.add_argument("session_file", type=Path)
     turn.add_argument("--store")
-    turn.set_defaults(run_async=lambda a: _demo_turn(a.step, a.session_file, a.store))
+    turn.set_defaults(run=_demo_process)
     return parser
 
 

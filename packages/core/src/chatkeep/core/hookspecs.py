@@ -24,7 +24,7 @@ hookspec = pluggy.HookspecMarker("chatkeep")
 
 
 @hookspec
-def chatkeep_register_backends(register: Callable[[BackendSpec], None]) -> None:  # type: ignore[empty-body]
+def chatkeep_register_backends(register: Callable[[BackendSpec], None]) -> None:
     """Register storage backends by calling ``register(BackendSpec(...))`` once per backend.
 
     The host validates what is registered (duplicate names and schemes, core compatibility), so a

@@ -42,7 +42,9 @@ class OfflineChatClient(BaseChatClient):
         output_tokens = approximate_token_count(text)
         return ChatResponse(
             messages=[Message(role="assistant", text=text)],
-            usage=Usage(input_tokens=prompt_tokens, output_tokens=output_tokens, total_tokens=prompt_tokens + output_tokens),
+            usage=Usage(
+                input_tokens=prompt_tokens, output_tokens=output_tokens, total_tokens=prompt_tokens + output_tokens
+            ),
             response_id=f"offline-{new_message_id()}",
             finish_reason="stop",
         )

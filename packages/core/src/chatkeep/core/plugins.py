@@ -28,7 +28,6 @@ from packaging.version import InvalidVersion, Version
 from chatkeep.core import hookspecs
 from chatkeep.core._errors import (
     BackendConflictError,
-    IncompatiblePluginError,
     UnknownBackendError,
     redact_url,
 )
@@ -231,10 +230,19 @@ class PluginRegistry:
         plugin = self._pm.get_plugin(plugin_name)
         distribution, version = self._sources[plugin_name]
         impls = [i for i in self._pm.hook.chatkeep_register_backends.get_hookimpls() if i.plugin is plugin]
-        try:
-            self._pm.check_pending()
-        except pluggy.PluginValidationError as exc:
-            self._failures[plugin_name] = f"it implements a hook chatkeep does not define ({exc})"
+        # Check only this plugin's hooks (pm.check_pending() would blame it for another plugin's unknown hook).
+        unknown = sorted(
+            name
+            for name, caller in vars(self._pm.hook).items()
+            if isinstance(caller, pluggy.HookCaller)
+            and not caller.has_spec()
+            and any(i.plugin is plugin and not i.optionalhook for i in caller.get_hookimpls())
+        )
+        if unknown:
+            self._failures[plugin_name] = (
+                f"it implements hooks chatkeep does not define: {', '.join(unknown)} "
+                "(check their names against chatkeep.core.hookspecs)"
+            )
             self._pm.unregister(plugin)
             return
 
@@ -245,7 +253,9 @@ class PluginRegistry:
             try:
                 impl.function(register=register)
             except Exception as exc:
-                self._failures[plugin_name] = f"its chatkeep_register_backends hook failed ({type(exc).__name__}: {exc})"
+                self._failures[plugin_name] = (
+                    f"its chatkeep_register_backends hook failed ({type(exc).__name__}: {exc})"
+                )
                 log.warning("chatkeep plugin %r is unusable: %s", plugin_name, self._failures[plugin_name])
                 log.debug("chatkeep plugin %r failed to register its backends", plugin_name, exc_info=True)
 
@@ -255,7 +265,9 @@ class PluginRegistry:
         label = f"{distribution} {version}".strip()
         existing = self._backends.get(spec.name)
         if existing is not None and existing.distribution != distribution:
-            self._conflicts.setdefault(f"backend {spec.name!r}", [f"{existing.distribution} {existing.version}".strip()])
+            self._conflicts.setdefault(
+                f"backend {spec.name!r}", [f"{existing.distribution} {existing.version}".strip()]
+            )
             self._conflicts[f"backend {spec.name!r}"].append(label)
             return
         for scheme in spec.schemes:
@@ -314,7 +326,9 @@ class PluginRegistry:
 
     def _unknown_message(self, url_or_name: str, schemes: list[str] | None) -> str:
         shown = redact_url(url_or_name)
-        installed = ", ".join(f"{b.name} ({', '.join(s + '://' for s in b.schemes)})" for b in self.backends()) or "none"
+        installed = (
+            ", ".join(f"{b.name} ({', '.join(s + '://' for s in b.schemes)})" for b in self.backends()) or "none"
+        )
         if schemes is None:
             head = f"no installed chatkeep backend is named {shown!r}"
             known = next(((b, e, w) for b, e, w in KNOWN_SCHEMES.values() if b == url_or_name), None)
@@ -324,7 +338,9 @@ class PluginRegistry:
         parts = [f"{head}. Installed backends: {installed}."]
         if known is not None:
             backend, extra, what = known
-            parts.append(f'{what} is handled by the {backend!r} backend; install it with: pip install "chatkeep-core[{extra}]"')
+            parts.append(
+                f'{what} is handled by the {backend!r} backend; install it with: pip install "chatkeep-core[{extra}]"'
+            )
         else:
             known_list = ", ".join(sorted(f"{s}://" for s in KNOWN_SCHEMES))
             parts.append(f"Check the spelling; the schemes chatkeep knows are {known_list}.")
