@@ -194,7 +194,7 @@ class Message(BaseModel):
 
     @property
     def text(self) -> str:
-        """The message's text contents joined by a space-free concatenation of their texts."""
+        """The texts of the message's text contents, concatenated."""
         return "".join(c.text for c in self.contents if isinstance(c, TextContent))
 
     @property

@@ -338,14 +338,18 @@ class PluginRegistry:
         parts = [f"{head}. Installed backends: {installed}."]
         if known is not None:
             backend, extra, what = known
-            parts.append(
-                f'{what} is handled by the {backend!r} backend; install it with: pip install "chatkeep-core[{extra}]"'
-            )
+            if backend in self._failures:
+                parts.append(f"The {backend!r} plugin for {what} is installed but unusable: {self._failures[backend]}.")
+            else:
+                parts.append(
+                    f'{what} needs the {backend!r} backend; install it with: pip install "chatkeep-core[{extra}]"'
+                )
         else:
             known_list = ", ".join(sorted(f"{s}://" for s in KNOWN_SCHEMES))
             parts.append(f"Check the spelling; the schemes chatkeep knows are {known_list}.")
         for plugin, reason in sorted(self._failures.items()):
-            parts.append(f"Plugin {plugin!r} is installed but unusable: {reason}.")
+            if known is None or plugin != known[0]:
+                parts.append(f"Plugin {plugin!r} is installed but unusable: {reason}.")
         return " ".join(parts)
 
     def open_store(self, url: str, **options: Any) -> HistoryStore:

@@ -1,0 +1,16 @@
+"""Model clients for OpenAI and OpenAI-compatible servers (install with ``pip install "chatkeep-core[openai]"``)."""
+
+from chatkeep.core._errors import MissingExtraError
+
+try:
+    import openai as _openai  # noqa: F401 - only checks that the extra is installed
+except ModuleNotFoundError as exc:
+    if exc.name != "openai":
+        raise  # the openai package is there but broken: show its own error
+    raise MissingExtraError(
+        'chatkeep.core.openai needs the openai package; install it with: pip install "chatkeep-core[openai]"'
+    ) from exc
+
+from chatkeep.core.openai._chat_client import OpenAIChatClient
+
+__all__ = ["OpenAIChatClient"]

@@ -1,0 +1,515 @@
+"""``OpenAIChatClient``: the Chat Completions API of OpenAI or of any OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
+
+import openai
+from openai import AsyncOpenAI, omit
+
+from chatkeep.core._chat import ChatOptions, ChatResponse, ChatResponseUpdate
+from chatkeep.core._errors import AgentConfigurationError, ModelError, redact_url
+from chatkeep.core._messages import (
+    Content,
+    DataContent,
+    FunctionCallContent,
+    FunctionResultContent,
+    Message,
+    TextContent,
+    UriContent,
+    Usage,
+    UsageContent,
+)
+
+if TYPE_CHECKING:
+    from openai.types import CompletionUsage
+    from openai.types.chat import (
+        ChatCompletion,
+        ChatCompletionChunk,
+        ChatCompletionMessageParam,
+        ChatCompletionToolParam,
+    )
+
+    from chatkeep.core._agent import Agent
+
+__all__ = ["OpenAIChatClient"]
+
+# The API key sent to a server on this machine when none is configured: local servers (Ollama, vLLM,
+# llama.cpp) ignore it, and the openai package refuses to start without one.
+_LOCAL_API_KEY = "not-needed"
+# What OpenAI accepts as a message's ``name``; an author name outside it is not sent (it would fail the call).
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# Request fields the client sets itself, so they cannot be defaults.
+_RESERVED_OPTIONS = frozenset(
+    {"messages", "model", "stream", "stream_options", "tools", "conversation_id", "additional"}
+)
+_AUDIO_FORMATS = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+}
+
+
+def _env(*names: str) -> str | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class OpenAIChatClient:
+    """A :class:`~chatkeep.core.ChatClient` for the Chat Completions API (OpenAI or any compatible server).
+
+    The service keeps no history (``keeps_history`` is ``False``): every call sends the instructions as a
+    leading system message, then the whole conversation it is given.
+
+    Example:
+        ```python
+        async with OpenAIChatClient("gpt-4o-mini") as client:
+            agent = client.as_agent(name="Helper", instructions="Be brief.")
+        ```
+
+    Args:
+        model: the model name; defaults to ``OPENAI_MODEL``, then ``OPENAI_CHAT_MODEL_ID``.
+        base_url: the API's base URL (ending with ``/v1``); defaults to ``OPENAI_BASE_URL``, then OpenAI's.
+        api_key: defaults to ``OPENAI_API_KEY``. When neither is set and ``base_url`` is a loopback address
+            (``localhost``, ``127.0.0.1``, ``::1``), the placeholder ``"not-needed"`` is sent, since local servers
+            need no key; any other server needs one.
+        client: an ``AsyncOpenAI`` to use as it is (its own base URL, key, retries and timeouts);
+            ``base_url`` and ``api_key`` are then ignored, and :meth:`close` leaves it open.
+        **default_options: defaults for every call: ``instructions``, ``temperature`` and ``max_tokens``
+            (used when a call's :class:`~chatkeep.core.ChatOptions` leaves them unset), and any other
+            Chat Completions request field (``top_p``, ``seed``, ``reasoning_effort``...), sent as given
+            unless the call's ``options.additional`` overrides it.
+
+    Raises:
+        AgentConfigurationError: no model or no API key is configured, or a default option is one the
+            client sets itself (``messages``, ``tools``, ``stream``...).
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        client: AsyncOpenAI | None = None,
+        **default_options: Any,
+    ) -> None:
+        resolved_model = model or _env("OPENAI_MODEL", "OPENAI_CHAT_MODEL_ID")
+        if not resolved_model:
+            raise AgentConfigurationError(
+                "OpenAIChatClient needs a model: pass model='...' or set the OPENAI_MODEL environment variable "
+                "(OPENAI_CHAT_MODEL_ID is also read)"
+            )
+        reserved = sorted(_RESERVED_OPTIONS.intersection(default_options))
+        if reserved:
+            raise AgentConfigurationError(
+                f"OpenAIChatClient sets {', '.join(reserved)} itself, so it cannot be a default option; "
+                "give tools to the agent (Agent(tools=...)) and per-call fields in ChatOptions"
+            )
+        self.model: str = resolved_model
+        self._default_instructions: str | None = default_options.pop("instructions", None)
+        self._default_temperature: float | None = default_options.pop("temperature", None)
+        self._default_max_tokens: int | None = default_options.pop("max_tokens", None)
+        self._default_body: dict[str, Any] = default_options
+        self._owns_client = client is None
+        if client is None:
+            url = base_url or _env("OPENAI_BASE_URL")
+            key = api_key or _env("OPENAI_API_KEY")
+            if not key:
+                if url is None or not _is_loopback(url):
+                    raise AgentConfigurationError(
+                        "OpenAIChatClient needs an API key: pass api_key='...' or set the OPENAI_API_KEY "
+                        "environment variable (a server on localhost needs none)"
+                    )
+                key = _LOCAL_API_KEY
+            client = AsyncOpenAI(base_url=url, api_key=key)
+        self._client = client
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatClient(model={self.model!r}, base_url={redact_url(str(self._client.base_url))!r})"
+
+    @property
+    def client(self) -> AsyncOpenAI:
+        """The underlying ``openai.AsyncOpenAI``."""
+        return self._client
+
+    @property
+    def keeps_history(self) -> bool:
+        """Always ``False``: Chat Completions keeps no conversation, so the caller sends the history."""
+        return False
+
+    # -- calls ------------------------------------------------------------------------------------------
+
+    async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
+        """Make one Chat Completions call.
+
+        Args:
+            messages: the conversation to send, oldest first.
+            options: instructions, tools and sampling settings for this call.
+
+        Returns:
+            The response: one assistant message with its text, tool calls and usage.
+
+        Raises:
+            ModelError: the service could not be reached or refused the call (the ``openai`` error is the cause).
+            AgentConfigurationError: ``options.conversation_id`` is set (Chat Completions keeps no conversations).
+        """
+        request = self._request(messages, options)
+        try:
+            completion = await self._client.chat.completions.create(**request.kwargs())
+        except openai.OpenAIError as exc:
+            raise self._model_error(exc, request.model) from exc
+        return _response_from_completion(completion, request.model)
+
+    async def get_streaming_response(
+        self, messages: Sequence[Message], *, options: ChatOptions
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        """Make one streamed Chat Completions call.
+
+        Yields an update per text delta, then a last update (with empty text) whose ``response`` holds the
+        whole response: the text, the tool calls with their arguments reassembled, the usage.
+
+        Args:
+            messages: the conversation to send, oldest first.
+            options: instructions, tools and sampling settings for this call.
+
+        Raises:
+            ModelError: the service could not be reached, refused the call, or broke off the stream.
+            AgentConfigurationError: ``options.conversation_id`` is set (Chat Completions keeps no conversations).
+        """
+        request = self._request(messages, options)
+        assembler = _StreamAssembler()
+        try:
+            stream = await self._client.chat.completions.create(
+                **request.kwargs(), stream=True, stream_options={"include_usage": True}
+            )
+            async with stream:
+                async for chunk in stream:
+                    text = assembler.add(chunk)
+                    if text:
+                        yield ChatResponseUpdate(text=text)
+        except openai.OpenAIError as exc:
+            raise self._model_error(exc, request.model) from exc
+        yield ChatResponseUpdate(response=assembler.response(request.model))
+
+    def _request(self, messages: Sequence[Message], options: ChatOptions) -> _Request:
+        if options.conversation_id is not None:
+            raise AgentConfigurationError(
+                f"OpenAIChatClient cannot continue the service-side conversation {options.conversation_id!r}: "
+                "Chat Completions keeps no conversations; use OpenAIResponsesClient, or a session without "
+                "a service_session_id"
+            )
+        instructions = options.instructions if options.instructions is not None else self._default_instructions
+        wire: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
+        for message in messages:
+            wire.extend(to_chat_messages(message))
+        temperature = options.temperature if options.temperature is not None else self._default_temperature
+        max_tokens = options.max_tokens if options.max_tokens is not None else self._default_max_tokens
+        return _Request(
+            model=options.model or self.model,
+            messages=wire,
+            tools=[t.to_openai() for t in options.tools],
+            temperature=temperature,
+            max_tokens=max_tokens,
+            extra_body={**self._default_body, **options.additional},
+        )
+
+    def _model_error(self, exc: openai.OpenAIError, model: str) -> ModelError:
+        where = redact_url(str(self._client.base_url))
+        if isinstance(exc, openai.APITimeoutError):
+            hint = f"the request to {where} timed out; check that the server is up and not overloaded"
+        elif isinstance(exc, openai.APIConnectionError):
+            hint = (
+                f"could not connect to {where}; check that the server is running and that base_url "
+                "(or OPENAI_BASE_URL) is right"
+            )
+        elif isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+            hint = f"{where} refused the API key; check api_key (or OPENAI_API_KEY)"
+        elif isinstance(exc, openai.NotFoundError):
+            hint = (
+                f"{where} has no model {model!r} or no Chat Completions endpoint; check the model name and that "
+                "base_url ends with /v1"
+            )
+        elif isinstance(exc, openai.RateLimitError):
+            hint = f"{where} is rate limiting the requests; wait and retry, or raise the account's limits"
+        elif isinstance(exc, openai.BadRequestError):
+            hint = f"{where} refused the request; check that model {model!r} supports the options and tools sent"
+        elif isinstance(exc, openai.APIStatusError):
+            hint = f"{where} failed with HTTP {exc.status_code}; check the server's logs, base_url and model"
+        else:
+            hint = f"the call to {where} failed; check base_url, api key and model {model!r}"
+        return ModelError(f"Chat Completions call failed: {hint} ({type(exc).__name__}: {exc})")
+
+    # -- life cycle -------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the ``AsyncOpenAI`` this client created (one given with ``client=`` stays open); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> OpenAIChatClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def as_agent(self, **kwargs: Any) -> Agent:
+        """Build an :class:`~chatkeep.core.Agent` on this client; takes the Agent's keyword arguments."""
+        from chatkeep.core._agent import Agent
+
+        return Agent(self, **kwargs)
+
+
+class _Request:
+    """One call's request fields, before they become ``create()`` keyword arguments."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        temperature: float | None,
+        max_tokens: int | None,
+        extra_body: dict[str, Any],
+    ) -> None:
+        self.model = model
+        self.messages = messages
+        self.tools = tools
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.extra_body = extra_body
+
+    def kwargs(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "messages": cast("list[ChatCompletionMessageParam]", self.messages),
+            "tools": cast("list[ChatCompletionToolParam]", self.tools) if self.tools else omit,
+            "temperature": self.temperature if self.temperature is not None else omit,
+            # max_completion_tokens is what current OpenAI models accept; max_tokens is refused by reasoning models.
+            "max_completion_tokens": self.max_tokens if self.max_tokens is not None else omit,
+            "extra_body": self.extra_body or None,
+        }
+
+
+# -- chatkeep messages -> Chat Completions messages ---------------------------------------------------------
+
+
+def to_chat_messages(message: Message) -> list[dict[str, Any]]:
+    """Map one chatkeep message to the Chat Completions messages that carry it.
+
+    Only ``role``, ``content``, ``tool_calls``, ``tool_call_id`` and ``name`` are sent: never the message id,
+    timestamps, additional properties or the in-memory source stamp. ``name`` is the author name when it fits
+    OpenAI's pattern (letters, digits, ``_``, ``-``; up to 64), else it is left out. Each function result becomes
+    its own ``tool`` message; usage contents are not sent. A message with nothing to send maps to no message.
+
+    Raises:
+        ModelError: the message holds content Chat Completions cannot take (for example a video).
+    """
+    results = [_tool_message(r) for r in message.function_results]
+    rest = [c for c in message.contents if not isinstance(c, (FunctionResultContent, UsageContent))]
+    name = message.author_name if message.author_name and _NAME.match(message.author_name) else None
+    own: dict[str, Any] | None = None
+    if message.role == "assistant":
+        calls = [c for c in rest if isinstance(c, FunctionCallContent)]
+        texts = [c for c in rest if isinstance(c, TextContent)]
+        _refuse_other(message, [c for c in rest if not isinstance(c, (FunctionCallContent, TextContent))])
+        if calls or texts:
+            own = {"role": "assistant", "content": "".join(t.text for t in texts) if texts else None}
+            if name:
+                own["name"] = name
+            if calls:
+                own["tool_calls"] = [
+                    {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in calls
+                ]
+        # The results of an assistant's own calls answer them, so they follow it.
+        return ([own] if own else []) + results
+    if message.role == "tool":
+        _refuse_other(message, rest)
+        return results
+    if rest:
+        own = {"role": message.role, "content": _content(message, rest)}
+        if name:
+            own["name"] = name
+    # In a user or system message, results answer an earlier assistant's calls: they come before its text.
+    return results + ([own] if own else [])
+
+
+def _refuse_other(message: Message, contents: Sequence[Content]) -> None:
+    if contents:
+        kinds = ", ".join(sorted({c.type for c in contents}))
+        raise ModelError(
+            f"message {message.message_id} ({message.role}) holds {kinds} content, which Chat Completions cannot "
+            f"take in a {message.role} message; move it to a user message"
+        )
+
+
+def _content(message: Message, contents: Sequence[Content]) -> str | list[dict[str, Any]]:
+    if all(isinstance(c, TextContent) for c in contents):
+        return "".join(cast(TextContent, c).text for c in contents)
+    if message.role != "user":
+        _refuse_other(message, [c for c in contents if not isinstance(c, TextContent)])
+    parts: list[dict[str, Any]] = []
+    for c in contents:
+        if isinstance(c, TextContent):
+            parts.append({"type": "text", "text": c.text})
+        elif isinstance(c, (DataContent, UriContent)):
+            parts.append(_media_part(message, c))
+        else:
+            _refuse_other(message, [c])
+    return parts
+
+
+def _media_part(message: Message, content: DataContent | UriContent) -> dict[str, Any]:
+    media_type = content.media_type or ""
+    if isinstance(content, DataContent):
+        data_url = f"data:{media_type};base64,{content.data}"
+        if media_type.startswith("image/"):
+            return {"type": "image_url", "image_url": {"url": data_url}}
+        if media_type in _AUDIO_FORMATS:
+            return {"type": "input_audio", "input_audio": {"data": content.data, "format": _AUDIO_FORMATS[media_type]}}
+        if media_type == "application/pdf":
+            return {"type": "file", "file": {"file_data": data_url, "filename": "document.pdf"}}
+    elif not media_type or media_type.startswith("image/"):
+        # A URL part in Chat Completions is always an image.
+        return {"type": "image_url", "image_url": {"url": content.uri}}
+    raise ModelError(
+        f"message {message.message_id} holds {content.type} content of media type {media_type or 'unknown'!r}; "
+        "Chat Completions takes images, WAV or MP3 audio and PDF files (and images only by URL)"
+    )
+
+
+def _tool_message(result: FunctionResultContent) -> dict[str, Any]:
+    value = result.result
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if result.is_error:
+        # Chat Completions has no error flag on a tool result: say it in the text the model reads.
+        text = f"Error: {text}"
+    return {"role": "tool", "tool_call_id": result.call_id, "content": text}
+
+
+# -- Chat Completions responses -> chatkeep -------------------------------------------------------------------
+
+
+def _usage(usage: CompletionUsage | None) -> Usage | None:
+    if usage is None:
+        return None
+    return Usage(
+        input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens, total_tokens=usage.total_tokens
+    )
+
+
+def _assistant_message(text: str, calls: list[FunctionCallContent], usage: Usage | None) -> Message:
+    contents: list[Content] = [TextContent(text=text)] if text else []
+    contents.extend(calls)
+    if usage is not None:
+        # Kept on the message too, so a stored history still says what each model call cost.
+        contents.append(UsageContent(usage=usage))
+    return Message(role="assistant", contents=contents)
+
+
+def _response_from_completion(completion: ChatCompletion, model: str) -> ChatResponse:
+    if not completion.choices:
+        raise ModelError(
+            f"the Chat Completions response {completion.id!r} has no choices; check that model {model!r} "
+            "serves chat completions"
+        )
+    choice = completion.choices[0]
+    message = choice.message
+    text = (message.content or "") + (message.refusal or "")
+    calls = [
+        FunctionCallContent(call_id=c.id, name=c.function.name, arguments=c.function.arguments)
+        for c in message.tool_calls or []
+        if c.type == "function"
+    ]
+    usage = _usage(completion.usage)
+    return ChatResponse(
+        messages=[_assistant_message(text, calls, usage)],
+        usage=usage,
+        response_id=completion.id,
+        finish_reason=choice.finish_reason,
+    )
+
+
+class _StreamAssembler:
+    """Builds the whole response from streamed chunks; tool calls are keyed by their ``index``."""
+
+    def __init__(self) -> None:
+        self.response_id: str | None = None
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+
+    def add(self, chunk: ChatCompletionChunk) -> str:
+        """Take one chunk; return its text delta."""
+        self.response_id = self.response_id or chunk.id
+        if chunk.usage is not None:
+            self.usage = _usage(chunk.usage)
+        delta_text = ""
+        for choice in chunk.choices:
+            if choice.index != 0:
+                continue  # only the first choice is used, as in get_response
+            delta = choice.delta
+            delta_text += (delta.content or "") + (delta.refusal or "")
+            for position, call in enumerate(delta.tool_calls or []):
+                index = call.index if isinstance(getattr(call, "index", None), int) else position
+                entry = self.calls.setdefault(index, {"id": None, "name": None, "arguments": []})
+                entry["id"] = entry["id"] or call.id
+                if call.function is not None:
+                    entry["name"] = entry["name"] or call.function.name
+                    if call.function.arguments:
+                        entry["arguments"].append(call.function.arguments)
+            if choice.finish_reason is not None:
+                self.finish_reason = choice.finish_reason
+        self.text.append(delta_text)
+        return delta_text
+
+    def response(self, model: str) -> ChatResponse:
+        """The assembled response."""
+        calls = []
+        for index in sorted(self.calls):
+            entry = self.calls[index]
+            if not entry["id"] or not entry["name"]:
+                raise ModelError(
+                    f"the stream from model {model!r} sent tool call #{index} without an id or a name; "
+                    "the server's streaming is not Chat Completions compatible"
+                )
+            calls.append(
+                FunctionCallContent(call_id=entry["id"], name=entry["name"], arguments="".join(entry["arguments"]))
+            )
+        return ChatResponse(
+            messages=[_assistant_message("".join(self.text), calls, self.usage)],
+            usage=self.usage,
+            response_id=self.response_id,
+            finish_reason=self.finish_reason,
+        )

@@ -1,0 +1,80 @@
+"""The ``chatkeep`` command as a person runs it: real processes, real output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    return subprocess.run(
+        [sys.executable, "-m", "chatkeep.core.cli", *args],
+        cwd=cwd,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_demo_keeps_a_conversation_across_two_processes(tmp_path: Path) -> None:
+    result = run_cli("demo", "--state-dir", str(tmp_path / "state"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "offline demo model" in out  # it says plainly that it is not a real model
+    first, second = out.split("-- process 2")
+    assert "Remember that I like Italian food." in first
+    assert "loaded session" in second
+    assert "with 2 stored messages" in second
+    assert "Earlier you told me: \u201cRemember that I like Italian food.\u201d" in second
+    saved = json.loads((tmp_path / "state" / "session.json").read_text(encoding="utf-8"))
+    assert saved["type"] == "session"
+    assert len(saved["state"]["in_memory"]["messages"]) == 4
+
+
+def test_demo_with_a_store_that_does_not_survive_the_process_fails_plainly(tmp_path: Path) -> None:
+    result = run_cli("demo", "--state-dir", str(tmp_path), "--store", "memory://", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "not in the stored history" in result.stdout
+    assert "the demo failed in process 2" in result.stdout
+
+
+def test_backends_lists_the_installed_memory_backend(tmp_path: Path) -> None:
+    result = run_cli("backends", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert any(line.startswith("memory") and "memory://" in line for line in result.stdout.splitlines())
+    assert "chatkeep-memory" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("url", "extra"),
+    [("postgresql://bob:hunter2@db.example/app", "sql"), ("redis+cluster://:hunter2@cache:7000", "redis")],
+)
+def test_unknown_backend_says_what_to_install_and_hides_the_password(tmp_path: Path, url: str, extra: str) -> None:
+    result = run_cli("sessions", "--store", url, cwd=tmp_path)
+    assert result.returncode == 1
+    assert f'pip install "chatkeep-core[{extra}]"' in result.stderr
+    assert "hunter2" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_sessions_and_history_on_an_empty_store(tmp_path: Path) -> None:
+    sessions = run_cli("sessions", "--store", "memory://cli", cwd=tmp_path)
+    assert sessions.returncode == 0, sessions.stderr
+    assert "no sessions for tenant 'default'" in sessions.stdout
+    history = run_cli("history", "abc", "--store", "memory://cli", cwd=tmp_path)
+    assert history.returncode == 0, history.stderr
+    assert "has no stored messages" in history.stdout
+
+
+def test_no_command_prints_help(tmp_path: Path) -> None:
+    result = run_cli(cwd=tmp_path)
+    assert result.returncode == 2
+    assert "demo" in result.stdout
