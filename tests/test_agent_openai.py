@@ -77,12 +77,14 @@ async def test_streamed_tool_loop_is_stored_and_replayed_to_the_model(server: Fa
     server.reply_tool_calls([("call_7", "lookup_order", '{"order_id": "A-17"}')], arguments_chunk_size=3)
     server.reply_text("Order A-17 has shipped.")
     server.reply_text("It was A-17.")
-    async with OpenAIChatClient("fake-model", base_url=server.base_url) as client:
-        async with client.as_agent(tools=[lookup_order], history=store_url) as agent:
-            session = agent.create_session()
-            updates = [u async for u in agent.run_stream("Where is order A-17?", session=session)]
-            assert "".join(u.text for u in updates) == "Order A-17 has shipped."
-            await agent.run("Which order was it?", session=session)
+    async with (
+        OpenAIChatClient("fake-model", base_url=server.base_url) as client,
+        client.as_agent(tools=[lookup_order], history=store_url) as agent,
+    ):
+        session = agent.create_session()
+        updates = [u async for u in agent.run_stream("Where is order A-17?", session=session)]
+        assert "".join(u.text for u in updates) == "Order A-17 has shipped."
+        await agent.run("Which order was it?", session=session)
 
     assert server.requests[0]["stream"] is True
     assert server.requests[0]["tools"][0]["function"]["name"] == "lookup_order"
@@ -104,10 +106,12 @@ async def test_a_failed_model_call_stores_nothing(server: FakeOpenAIServer) -> N
 
     store_url = f"memory://e2e-{uuid.uuid4().hex}"
     server.fail(500, times=None)
-    async with OpenAIChatClient("fake-model", base_url=server.base_url) as client:
-        async with client.as_agent(history=store_url) as agent:
-            session = agent.create_session()
-            with pytest.raises(ModelError):
-                await agent.run("hello?", session=session)
+    async with (
+        OpenAIChatClient("fake-model", base_url=server.base_url) as client,
+        client.as_agent(history=store_url) as agent,
+    ):
+        session = agent.create_session()
+        with pytest.raises(ModelError):
+            await agent.run("hello?", session=session)
     async with open_store(store_url) as store:
         assert await store.count(SessionKey("default", session.session_id)) == 0

@@ -67,16 +67,26 @@ def drop_orphan_tool_results(messages: Sequence[Message]) -> list[Message]:
     return list(messages[start:])
 
 
+def _in_original_order(
+    messages: Sequence[Message], system: list[Message], groups: list[list[Message]]
+) -> list[Message]:
+    # Keep each message where it was: a system message in the middle of the history stays there.
+    keep = {id(m) for m in system} | {id(m) for group in groups for m in group}
+    return [m for m in messages if id(m) in keep]
+
+
 def _keep_newest_groups(
-    system: list[Message], groups: list[list[Message]], fits: Callable[[list[Message]], bool]
+    messages: Sequence[Message],
+    system: list[Message],
+    groups: list[list[Message]],
+    fits: Callable[[list[Message]], bool],
 ) -> list[Message]:
     kept: list[list[Message]] = []
     for group in reversed(groups):
         if not fits(group):
             break
         kept.append(group)
-    kept.reverse()
-    return system + [m for group in kept for m in group]
+    return _in_original_order(messages, system, kept)
 
 
 class MessageCountingReducer:
@@ -104,7 +114,7 @@ class MessageCountingReducer:
             budget[0] -= len(group)
             return True
 
-        return _keep_newest_groups(system, groups, fits)
+        return _keep_newest_groups(messages, system, groups, fits)
 
 
 _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
@@ -164,7 +174,7 @@ class TokenBudgetReducer:
             budget[0] -= cost
             return True
 
-        return _keep_newest_groups(system, groups, fits)
+        return _keep_newest_groups(messages, system, groups, fits)
 
 
 _SUMMARY_PROMPT = (
@@ -204,7 +214,17 @@ class SummarizingReducer:
         system, groups = _groups(messages)
         total = sum(len(g) for g in groups)
         if total <= self.summarize_after:
-            return system + [m for g in groups for m in g]
+            return _in_original_order(messages, system, groups)
+        # Reuse the newest cached summary while the messages after it are few enough to send as they are.
+        after = 0
+        for index in range(len(groups) - 1, 0, -1):
+            after += len(groups[index])
+            if after > self.summarize_after:
+                break
+            cached = self._cache.get(groups[index - 1][-1].message_id)
+            if cached is not None:
+                self._cache.move_to_end(groups[index - 1][-1].message_id)
+                return [*system, self._summary_message(cached), *(m for g in groups[index:] for m in g)]
         kept: list[list[Message]] = []
         count = 0
         for group in reversed(groups):
@@ -215,8 +235,11 @@ class SummarizingReducer:
         kept.reverse()
         older = [m for g in groups[: len(groups) - len(kept)] for m in g]
         summary = await self._summary(older)
-        summary_message = Message(role="system", text=f"Summary of the earlier conversation:\n{summary}")
-        return [*system, summary_message, *(m for g in kept for m in g)]
+        return [*system, self._summary_message(summary), *(m for g in kept for m in g)]
+
+    @staticmethod
+    def _summary_message(summary: str) -> Message:
+        return Message(role="system", text=f"Summary of the earlier conversation:\n{summary}")
 
     async def _summary(self, older: list[Message]) -> str:
         cache_key = older[-1].message_id
