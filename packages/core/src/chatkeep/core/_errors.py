@@ -104,8 +104,12 @@ class ToolError(ChatkeepError):
     """A tool loop could not finish (for example, it exceeded its iteration limit)."""
 
 
-_PASSWORD_IN_URL = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*:)(?P<secret>[^@/?#\s]*)(?P<at>@)")
-_SECRET_PARAM = re.compile(r"(?P<head>[?&](?:password|passwd|pwd|secret|token|key|sas|sig|account_key)=)[^&#\s]*", re.I)
+# The userinfo password runs to the last "@" before the host, so a password holding "@" is hidden whole.
+_PASSWORD_IN_URL = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*:)(?P<secret>[^/?#\s]*)(?P<at>@)")
+_SECRET_PARAM = re.compile(
+    r"(?P<head>(?:[?&;]|^)[\w.\-]*(?:password|passwd|pwd|secret|token|key|sas|sig|credential)[\w.\-]*=)[^&;#\s]*",
+    re.I,
+)
 
 
 def redact_url(text: str) -> str:

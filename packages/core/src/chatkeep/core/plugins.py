@@ -223,8 +223,8 @@ class PluginRegistry:
             for backend in [b for b in self._backends.values() if b.distribution == distribution]:
                 del self._backends[backend.name]
                 for scheme in backend.schemes:
-                    if self._schemes.get(scheme) == backend.name:
-                        del self._schemes[scheme]
+                    if self._schemes.get(scheme.lower()) == backend.name:
+                        del self._schemes[scheme.lower()]
 
     def _collect(self, plugin_name: str) -> None:
         plugin = self._pm.get_plugin(plugin_name)
