@@ -380,3 +380,31 @@ async def test_per_call_persistence_stores_a_successful_three_call_loop_once() -
         "tool",
         "assistant",
     ]
+
+
+async def test_provider_state_slices_are_created_only_when_used() -> None:
+    from pydantic import BaseModel
+
+    from chatkeep.core import ProviderSessionState
+
+    class Counter(BaseModel):
+        runs: int
+
+    class CountingProvider(ContextProvider):
+        def __init__(self) -> None:
+            super().__init__("counter")
+            self.helper = ProviderSessionState(Counter, state_key="counter", initializer=lambda _s: Counter(runs=0))
+
+        async def after_run(
+            self, *, agent: Agent, session: AgentSession, context: SessionContext, state: dict[str, Any]
+        ) -> None:
+            counter = self.helper.get_or_initialize(session)
+            counter.runs += 1
+            self.helper.save(session, counter)
+
+    agent = Agent(ScriptedChatClient(), context_providers=[CountingProvider(), RagProvider("rag")])
+    session = agent.create_session()
+    await agent.run("a", session=session)
+    await agent.run("b", session=session)
+    assert session.to_dict()["state"]["counter"] == {"runs": 2}
+    assert "rag" not in session.state  # a provider that keeps no state leaves no trace in the session

@@ -104,7 +104,7 @@ def tiny_spec(name: str = "tiny", schemes: tuple[str, ...] = ("tiny", "tiny+driv
 def registry(monkeypatch: pytest.MonkeyPatch) -> PluginRegistry:
     """A fresh registry that loads no entry points (only what a test registers in-process)."""
     monkeypatch.setenv("CHATKEEP_DISABLE_PLUGIN_AUTOLOAD", "1")
-    return PluginRegistry()
+    return PluginRegistry(released_extras={"memory", "sql", "redis", "blob", "openai"})
 
 
 # -- registering and resolving --------------------------------------------------------------------
@@ -221,6 +221,16 @@ def test_known_but_missing_backend_gives_the_install_command(registry: PluginReg
         registry.resolve(url)
 
     assert f'pip install "chatkeep-core[{extra}]"' in str(caught.value)
+
+
+def test_a_backend_not_released_yet_is_not_offered_as_an_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHATKEEP_DISABLE_PLUGIN_AUTOLOAD", "1")
+    registry = PluginRegistry(released_extras={"memory"})
+    with pytest.raises(UnknownBackendError) as caught:
+        registry.resolve("azblob://account/container")
+    message = str(caught.value)
+    assert "pip install" not in message
+    assert "'blob' backend, which is not released yet" in message
 
 
 @pytest.mark.parametrize(

@@ -264,9 +264,7 @@ class Agent:
         providers = self._providers_for(service_mode)
         context = SessionContext(_to_messages(input))
         for provider in providers:
-            await provider.before_run(
-                agent=self, session=session, context=context, state=self._state(session, provider)
-            )
+            await _call_hook(provider.before_run, provider, self, session, context)
         instructions = "\n\n".join(t for t in (self.instructions, *context.instructions.values()) if t) or None
         chat_options = dataclasses.replace(
             options,
@@ -294,13 +292,6 @@ class Agent:
         await self._after_run(providers, session, context, failed=False, skip_history=per_call)
         yield AgentResponseUpdate(response=response)
 
-    @staticmethod
-    def _state(session: AgentSession, provider: ContextProvider) -> dict[str, Any]:
-        state = session.state.get(provider.source_id)
-        if not isinstance(state, dict):
-            state = session.state[provider.source_id] = {}
-        return state
-
     async def _after_run(
         self,
         providers: list[ContextProvider],
@@ -313,14 +304,13 @@ class Agent:
         for provider in providers:
             if skip_history and isinstance(provider, HistoryProvider):
                 continue  # per-call persistence already stored each completed step
-            state = self._state(session, provider)
             if failed:
                 try:
-                    await provider.after_run(agent=self, session=session, context=context, state=state)
+                    await _call_hook(provider.after_run, provider, self, session, context)
                 except Exception:  # the run's own error is the one to raise
                     log.exception("%r failed in after_run while handling a failed run", provider)
             else:
-                await provider.after_run(agent=self, session=session, context=context, state=state)
+                await _call_hook(provider.after_run, provider, self, session, context)
 
     async def _tool_loop(
         self,
@@ -422,6 +412,19 @@ class Agent:
         await self.close()
 
 
+async def _call_hook(
+    hook: Any, provider: ContextProvider, agent: Agent, session: AgentSession, context: SessionContext
+) -> None:
+    """Call a provider hook with its slice of ``session.state`` (attached to the session once it holds something)."""
+    state = session.state.get(provider.source_id)
+    attach = not isinstance(state, dict)
+    if attach:
+        state = {}
+    await hook(agent=agent, session=session, context=context, state=state)
+    if attach and state:
+        session.state[provider.source_id] = state
+
+
 class _PerCallStore:
     """Stores each completed model call with its tool results, for per-call persistence."""
 
@@ -441,9 +444,7 @@ class _PerCallStore:
             partial.history_sources = self.context.history_sources
         partial.response = AgentResponse(messages=step)
         for provider in self.providers:
-            await provider.after_run(
-                agent=self.agent, session=self.session, context=partial, state=Agent._state(self.session, provider)
-            )
+            await _call_hook(provider.after_run, provider, self.agent, self.session, partial)
         self.first = False
 
 

@@ -130,13 +130,13 @@ def _backends(_args: argparse.Namespace) -> int:
 
 async def _sessions(args: argparse.Namespace) -> int:
     async with open_store(args.store) as store:
-        page = await store.list_sessions(args.tenant, limit=args.limit)
+        page = await store.list_sessions(args.tenant, limit=args.limit, cursor=args.cursor)
         if not page.items:
             _print(f"no sessions for tenant {args.tenant!r} in {redact_url(args.store)}")
         for info in page.items:
             _print(f"{info.session_id}  {info.message_count:>6} messages  updated {info.updated_at:%Y-%m-%d %H:%M:%S}")
         if page.next_cursor:
-            _print(f"(more sessions exist; showing the {args.limit} most recently updated)")
+            _print(f"more sessions: chatkeep sessions --store ... --cursor {page.next_cursor}")
     return 0
 
 
@@ -167,7 +167,8 @@ def _parser() -> argparse.ArgumentParser:
     sessions = commands.add_parser("sessions", help="list a tenant's stored sessions, newest first")
     sessions.add_argument("--store", required=True, help="backend URL")
     sessions.add_argument("--tenant", default=DEFAULT_TENANT)
-    sessions.add_argument("--limit", type=int, default=20)
+    sessions.add_argument("--limit", type=int, default=20, help="sessions per page (default: %(default)s)")
+    sessions.add_argument("--cursor", help="the cursor the previous page printed, for the next page")
     sessions.set_defaults(run_async=_sessions)
     history = commands.add_parser("history", help="print a session's stored messages")
     history.add_argument("session_id")

@@ -28,6 +28,7 @@ from packaging.version import InvalidVersion, Version
 from chatkeep.core import hookspecs
 from chatkeep.core._errors import (
     BackendConflictError,
+    IncompatiblePluginError,
     UnknownBackendError,
     redact_url,
 )
@@ -124,6 +125,14 @@ def _core_version() -> str:
         return __version__
 
 
+def _core_extras() -> set[str]:
+    """The extras this chatkeep-core declares (a backend's extra exists once its distribution is released)."""
+    try:
+        return set(metadata.metadata(CORE_DISTRIBUTION).get_all("Provides-Extra") or [])
+    except metadata.PackageNotFoundError:
+        return set()
+
+
 def _incompatibility(dist: metadata.Distribution | None, core_version: str) -> str | None:
     """Why ``dist`` cannot run with this core (its ``chatkeep-core`` requirement), or ``None``."""
     if dist is None:
@@ -153,8 +162,10 @@ def _incompatibility(dist: metadata.Distribution | None, core_version: str) -> s
 class PluginRegistry:
     """Finds backend plugins and opens stores by URL. Most code uses the module functions instead."""
 
-    def __init__(self, group: str = ENTRY_POINT_GROUP) -> None:
+    def __init__(self, group: str = ENTRY_POINT_GROUP, *, released_extras: set[str] | None = None) -> None:
         self.group = group
+        # The chatkeep-core extras that exist, so an install hint never names one that pip would not find.
+        self.released_extras = released_extras if released_extras is not None else _core_extras()
         self._pm = pluggy.PluginManager("chatkeep")
         self._pm.add_hookspecs(hookspecs)
         self._lock = threading.RLock()
@@ -163,6 +174,7 @@ class PluginRegistry:
         self._schemes: dict[str, str] = {}
         self._conflicts: dict[str, list[str]] = {}
         self._failures: dict[str, str] = {}
+        self._incompatible: dict[str, str] = {}  # entry-point name -> why it was refused
         self._sources: dict[str, tuple[str, str]] = {}  # plugin name -> (distribution, version)
 
     # -- discovery -------------------------------------------------------------------------------
@@ -193,6 +205,7 @@ class PluginRegistry:
             reason = _incompatibility(dist, core_version)
             if reason is not None:
                 self._failures[ep.name] = reason
+                self._incompatible[ep.name] = reason
                 log.warning("chatkeep plugin %r refused: %s", ep.name, reason)
                 continue
             try:
@@ -309,12 +322,21 @@ class PluginRegistry:
                 if name is not None:
                     self._raise_if_conflicting(f"backend {name!r}")
                     return self._backends[name].spec
+            known = next((KNOWN_SCHEMES[c][0] for c in candidates if c in KNOWN_SCHEMES), None)
+            self._raise_if_incompatible(known)
             raise UnknownBackendError(self._unknown_message(url_or_name, candidates))
         self._raise_if_conflicting(f"backend {url_or_name!r}")
         info = self._backends.get(url_or_name)
         if info is None:
+            self._raise_if_incompatible(url_or_name)
             raise UnknownBackendError(self._unknown_message(url_or_name, None))
         return info.spec
+
+    def _raise_if_incompatible(self, backend: str | None) -> None:
+        if backend is not None and backend in self._incompatible:
+            raise IncompatiblePluginError(
+                f"the {backend!r} backend is installed but refused: {self._incompatible[backend]}"
+            )
 
     def _raise_if_conflicting(self, what: str) -> None:
         claimants = self._conflicts.get(what)
@@ -340,6 +362,11 @@ class PluginRegistry:
             backend, extra, what = known
             if backend in self._failures:
                 parts.append(f"The {backend!r} plugin for {what} is installed but unusable: {self._failures[backend]}.")
+            elif extra not in self.released_extras:
+                parts.append(
+                    f"{what} needs the {backend!r} backend, which is not released yet for this chatkeep-core; "
+                    "use an installed backend for now"
+                )
             else:
                 parts.append(
                     f'{what} needs the {backend!r} backend; install it with: pip install "chatkeep-core[{extra}]"'
