@@ -34,7 +34,7 @@ from chatkeep.core._reducers import (
     TokenBudgetReducer,
     approximate_token_count,
 )
-from chatkeep.core._session import DEFAULT_TENANT, AgentSession, ProviderSessionState
+from chatkeep.core._session import DEFAULT_TENANT, MAX_ID_LENGTH, AgentSession, ProviderSessionState, validate_id
 from chatkeep.core._store import (
     DEFAULT_MAX_MESSAGE_BYTES,
     HistoryStore,
@@ -42,6 +42,8 @@ from chatkeep.core._store import (
     SessionKey,
     SessionPage,
     StoredSession,
+    cutoff_time,
+    ttl_seconds,
 )
 from chatkeep.core._tools import FunctionTool, tool
 from chatkeep.core.plugins import BackendSpec, history_provider, installed_backends, open_store, register_plugin
@@ -84,6 +86,10 @@ __all__ = [
     "TokenBudgetReducer",
     "approximate_token_count",
     "DEFAULT_TENANT",
+    "MAX_ID_LENGTH",
+    "validate_id",
+    "cutoff_time",
+    "ttl_seconds",
     "AgentSession",
     "ProviderSessionState",
     "DEFAULT_MAX_MESSAGE_BYTES",

@@ -20,6 +20,7 @@ __all__ = [
     "SessionIntegrityError",
     "SessionOwnershipError",
     "StoreClosedError",
+    "StoreConfigurationError",
     "StoreLoopError",
     "StoreUnavailableError",
     "ToolError",
@@ -70,6 +71,10 @@ class ConcurrencyConflictError(ChatkeepError):
 
 class StoreUnavailableError(ChatkeepError, ConnectionError):
     """The storage server could not be reached or failed; the driver's error is chained as the cause."""
+
+
+class StoreConfigurationError(ChatkeepError, ValueError):
+    """A store URL or option is malformed or unknown; the message names the one to fix."""
 
 
 class StoreClosedError(ChatkeepError, RuntimeError):

@@ -118,8 +118,16 @@ class HistoryStore(abc.ABC):
     * ``iter_messages`` pages through the whole history in constant memory.
     * ``count``, ``delete``, ``trim`` are exact; ``delete`` removes everything the key owned.
     * ``list_sessions`` lists one tenant's sessions, newest first, by pages.
-    * ``save_session``/``load_session`` keep whole-session documents with opaque versions.
+    * ``save_session``/``load_session`` keep whole-session documents with opaque versions. A version is
+      never reused for a key, even after a delete, so a stale writer cannot overwrite a newer document.
+      Saving a session under a key of another tenant raises :class:`SessionOwnershipError`.
     * ``prune`` and ``delete_tenant`` remove old sessions and whole tenants.
+    * Tenant-wide calls (``list_sessions``, ``prune(tenant=...)``, ``delete_tenant``) validate the tenant
+      like a :class:`SessionKey` does (an empty tenant raises :class:`InvalidSessionKeyError`).
+    * With a TTL, a session (messages and document) expires as a whole; every write restarts its TTL,
+      and an expired session is invisible to every call, ``list_sessions`` included.
+    * ``owner=None`` asserts nothing: a document bound to an owner still loads without one.
+    * Driver errors are raised as :class:`StoreUnavailableError` with the driver's exception as the cause.
     """
 
     #: Each stored message record may be at most this many bytes (UTF-8).
@@ -158,6 +166,11 @@ class HistoryStore(abc.ABC):
         if self._closed:
             return
         self._closed = True
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not loop and self._loop.is_closed():
+            # Connections of a loop that is gone cannot be closed gracefully: drop them, then release the rest.
+            self._loop = loop
+            self._on_loop_change()
         await self._aclose()
 
     @property
@@ -169,6 +182,8 @@ class HistoryStore(abc.ABC):
         """Release the backend's resources (called once by :meth:`close`)."""
 
     async def __aenter__(self) -> Self:
+        if self._closed:
+            raise StoreClosedError(f"{type(self).__name__} is closed; open a new store to use it in async with")
         return self
 
     async def __aexit__(

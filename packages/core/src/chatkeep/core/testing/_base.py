@@ -1,0 +1,190 @@
+"""What every conformance mixin shares: the subclass contract, the store tracker, the override guard, helpers."""
+
+from __future__ import annotations
+
+import abc
+import inspect
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from typing import Any, ClassVar, Protocol
+
+import pytest
+import pytest_asyncio
+
+from chatkeep.core._messages import Message
+from chatkeep.core._store import HistoryStore, SessionKey
+
+__all__ = [
+    "WINDOW_SLACK",
+    "ConformanceBase",
+    "StoreFactory",
+    "StoreKit",
+    "make_messages",
+    "message_ids",
+    "texts",
+]
+
+#: How many records beyond the requested window a backend may read (a page boundary, a look-ahead row).
+WINDOW_SLACK = 10
+
+_KIT_PACKAGE = "chatkeep.core.testing"
+
+
+class StoreFactory(Protocol):
+    """The callable the ``make_store`` fixture returns.
+
+    It opens a new store instance on the same backing data every time it is called, with the given
+    options (``ttl=``, ``max_message_bytes=``); it may return the store or an awaitable of it.
+    """
+
+    def __call__(self, **options: Any) -> HistoryStore | Awaitable[HistoryStore]: ...
+
+
+class StoreKit:
+    """Opens stores through the subclass's factory, hands out unique tenants, and cleans up after a test.
+
+    Every tenant a test uses comes from :meth:`tenant`, so tests never meet data left by other tests or
+    runs on a shared server; at the end those tenants are deleted and every store opened here is closed.
+    """
+
+    def __init__(self, factory: StoreFactory) -> None:
+        self.factory = factory
+        self._stores: list[HistoryStore] = []
+        self._tenants: list[str] = []
+        self._run = uuid.uuid4().hex[:10]
+
+    async def open(self, **options: Any) -> HistoryStore:
+        """A new store instance on the test's backing data (closed by the kit at the end of the test)."""
+        store = await open_from(self.factory, **options)
+        self._stores.append(store)
+        return store
+
+    def tenant(self, label: str = "t") -> str:
+        """A tenant name no other test or run uses; the kit deletes it at the end of the test."""
+        tenant = f"ck-{self._run}-{len(self._tenants)}-{label}"
+        self._tenants.append(tenant)
+        return tenant
+
+    def key(self, session_id: str | None = None, *, tenant: str | None = None) -> SessionKey:
+        """A key in a fresh tenant (or in ``tenant``), with a random session id unless given."""
+        return SessionKey(tenant or self.tenant(), session_id or f"s-{uuid.uuid4().hex[:12]}")
+
+    def remember_tenant(self, tenant: str) -> None:
+        """Have the kit delete ``tenant`` at the end (for tenants built by the test itself)."""
+        self._tenants.append(tenant)
+
+    async def aclose(self) -> None:
+        """Delete the test's tenants through a fresh store, then close every store the test opened."""
+        try:
+            if self._tenants:
+                cleaner = await self.open()
+                for tenant in dict.fromkeys(self._tenants):
+                    await cleaner.delete_tenant(tenant)
+        finally:
+            for store in self._stores:
+                await store.close()
+
+
+async def open_from(factory: StoreFactory, **options: Any) -> HistoryStore:
+    """Call ``factory`` and await its result when it is awaitable."""
+    made = factory(**options)
+    store = await made if inspect.isawaitable(made) else made
+    if not isinstance(store, HistoryStore):
+        raise TypeError(f"make_store must return a HistoryStore (or an awaitable of one), got {type(store).__name__}")
+    return store
+
+
+def make_messages(n: int, label: str = "m") -> list[Message]:
+    """``n`` small messages alternating user and assistant, with texts ``"{label}-0"``, ``"{label}-1"``..."""
+    return [Message(role="user" if i % 2 == 0 else "assistant", text=f"{label}-{i}") for i in range(n)]
+
+
+def texts(messages: Sequence[Message]) -> list[str]:
+    """The texts of ``messages``, in order."""
+    return [m.text for m in messages]
+
+
+def message_ids(messages: Sequence[Message]) -> list[str]:
+    """The ids of ``messages``, in order."""
+    return [m.message_id for m in messages]
+
+
+def _is_strict_xfail_with_reason(test: object) -> bool:
+    marks = getattr(test, "pytestmark", [])
+    if any(mark.name in ("skip", "skipif") for mark in marks):
+        return False
+    return any(
+        mark.name == "xfail" and mark.kwargs.get("reason") and mark.kwargs.get("strict") is True for mark in marks
+    )
+
+
+class ConformanceBase(abc.ABC):
+    """The subclass contract shared by every conformance mixin.
+
+    A subclass provides:
+
+    * the ``make_store`` fixture, returning a :class:`StoreFactory` (new instance, same backing data);
+    * :meth:`messages_read`, the read probe;
+    * ``store_url`` (a class attribute or a fixture) when ``multi_process`` is true;
+    * the capability flags ``native_ttl`` and ``multi_process``.
+
+    Anything else a backend cannot do is declared by overriding that one test with
+    ``@pytest.mark.xfail(strict=True, reason="...")`` and calling ``super()``; any other override, a skip
+    mark, or a removed test makes the subclass fail at import with the names of the tests concerned.
+    """
+
+    #: The backend expires sessions by itself (``ttl=`` option, refreshed on every write).
+    native_ttl: ClassVar[bool] = False
+    #: Several OS processes can share the backing data through ``store_url``.
+    multi_process: ClassVar[bool] = False
+    # ``store_url`` (a class attribute or a fixture, not declared here so either type-checks in a subclass):
+    # a URL that ``chatkeep.core.open_store`` in a child process opens on the same backing data.
+
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.asyncio(loop_scope="function")]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.startswith(_KIT_PACKAGE):
+            return
+        standard: dict[str, object] = {}
+        for klass in reversed(cls.__mro__):
+            if klass.__module__.startswith(_KIT_PACKAGE):
+                standard.update({name: value for name, value in vars(klass).items() if name.startswith("test_")})
+        wrong = sorted(
+            name
+            for name, kit_test in standard.items()
+            if getattr(cls, name, None) is not kit_test and not _is_strict_xfail_with_reason(getattr(cls, name, None))
+        )
+        wrong += sorted(name for name, kit_test in standard.items() if getattr(kit_test, "pytestmark", None))
+        if wrong:
+            raise TypeError(
+                f"{cls.__qualname__} overrides, skips or removes the standard conformance tests {', '.join(wrong)}. "
+                "A backend may only declare what it cannot do: override the test with "
+                '@pytest.mark.xfail(strict=True, reason="why the backend cannot") and call super() in its body.'
+            )
+
+    @pytest.fixture
+    def make_store(self) -> StoreFactory:
+        """Override: return a callable opening a new store instance on the test's backing data."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must override the make_store fixture: return a callable that, given options "
+            "such as ttl= and max_message_bytes=, opens a new store instance on the same backing data"
+        )
+
+    @abc.abstractmethod
+    async def messages_read(self, store: HistoryStore) -> int:
+        """Override: how many message records ``store`` has read from its backing so far (rows, decoded records)."""
+
+    @pytest_asyncio.fixture(loop_scope="function")
+    async def kit(self, make_store: StoreFactory) -> AsyncIterator[StoreKit]:
+        """A :class:`StoreKit` over ``make_store`` that cleans up when the test ends."""
+        kit = StoreKit(make_store)
+        try:
+            yield kit
+        finally:
+            await kit.aclose()
+
+    @pytest_asyncio.fixture(loop_scope="function")
+    async def store(self, kit: StoreKit) -> HistoryStore:
+        """One store instance for tests that need just one."""
+        return await kit.open()

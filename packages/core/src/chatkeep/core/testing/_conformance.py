@@ -1,0 +1,32 @@
+"""The one-stop conformance class every backend subclasses: :class:`HistoryStoreConformance`."""
+
+from __future__ import annotations
+
+from chatkeep.core.testing._concurrency import ConcurrencyConformance
+from chatkeep.core.testing._history import AppendConformance, ContentConformance, ReadConformance
+from chatkeep.core.testing._keys import KeyConformance, TenantIsolationConformance
+from chatkeep.core.testing._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
+from chatkeep.core.testing._sessions import ListingConformance, SessionDocumentConformance
+
+__all__ = ["HistoryStoreConformance"]
+
+
+class HistoryStoreConformance(
+    AppendConformance,
+    ReadConformance,
+    ContentConformance,
+    ConcurrencyConformance,
+    KeyConformance,
+    TenantIsolationConformance,
+    SessionDocumentConformance,
+    ListingConformance,
+    RetentionConformance,
+    TTLConformance,
+    LifecycleConformance,
+):
+    """Every rule of the :class:`~chatkeep.core.HistoryStore` contract, as tests a backend inherits.
+
+    Subclass it once per backend (or per engine of a backend) in a ``Test*`` class, provide the
+    ``make_store`` fixture and :meth:`messages_read`, set ``native_ttl`` and ``multi_process``, and
+    ``store_url`` when ``multi_process`` is true. See :mod:`chatkeep.core.testing` for an example.
+    """

@@ -1,0 +1,385 @@
+"""The process-local store: every store opened on one namespace shares its data, guarded by one lock.
+
+The critical sections never await, so every call is atomic even when its task is cancelled, and the
+lock (a ``threading.Lock``) also serializes stores used from other threads' event loops.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from chatkeep.core import (
+    DEFAULT_TENANT,
+    AgentSession,
+    ConcurrencyConflictError,
+    HistoryStore,
+    Message,
+    SessionInfo,
+    SessionKey,
+    SessionOwnershipError,
+    SessionPage,
+    StoredSession,
+    decode_records,
+    encode_records,
+)
+from chatkeep.core._store import cutoff_time, ttl_seconds
+from chatkeep.memory._config import DEFAULT_NAMESPACE, parse_url
+
+__all__ = ["MemoryHistoryStore", "open_store"]
+
+
+@dataclass(eq=False)
+class _Session:
+    """One session's data. ``records[i]`` has sequence number ``first_seq + i``; trims advance ``first_seq``."""
+
+    created_at: datetime
+    updated_at: datetime
+    records: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    id_set: set[str] = field(default_factory=set)
+    first_seq: int = 0
+    expires_at: float | None = None  # time.monotonic() deadline
+    document: str | None = None
+    version: str | None = None
+    owner: str | None = None
+
+
+class _Namespace:
+    """The data every store opened on one name shares: tenant -> session id -> session."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tenants: dict[str, dict[str, _Session]] = {}
+        self._last_stamp = datetime.min.replace(tzinfo=timezone.utc)
+
+    def stamp(self) -> datetime:
+        """The current UTC time, strictly after every earlier stamp (so writes order even within a microsecond)."""
+        now = datetime.now(timezone.utc)
+        if now <= self._last_stamp:
+            now = self._last_stamp + timedelta(microseconds=1)
+        self._last_stamp = now
+        return now
+
+    def get(self, key: SessionKey) -> _Session | None:
+        """The live session at ``key``; an expired one is removed on the way."""
+        sessions = self.tenants.get(key.tenant)
+        session = None if sessions is None else sessions.get(key.session_id)
+        if session is not None and _expired(session, time.monotonic()):
+            self.remove(key.tenant, key.session_id)
+            return None
+        return session
+
+    def live(self, tenant: str) -> Iterator[tuple[str, _Session]]:
+        """The live sessions of ``tenant``, purging expired ones."""
+        now = time.monotonic()
+        sessions = self.tenants.get(tenant, {})
+        for session_id in [sid for sid, s in sessions.items() if _expired(s, now)]:
+            self.remove(tenant, session_id)
+        yield from list(self.tenants.get(tenant, {}).items())
+
+    def remove(self, tenant: str, session_id: str) -> None:
+        sessions = self.tenants[tenant]
+        del sessions[session_id]
+        if not sessions:
+            del self.tenants[tenant]
+
+
+def _expired(session: _Session, now: float) -> bool:
+    return session.expires_at is not None and session.expires_at <= now
+
+
+_namespaces: dict[str, _Namespace] = {}
+_namespaces_lock = threading.Lock()
+
+
+def _namespace(name: str) -> _Namespace:
+    with _namespaces_lock:
+        return _namespaces.setdefault(name, _Namespace())
+
+
+def _check_tenant(tenant: str) -> None:
+    SessionKey(tenant, "-")  # validates the tenant exactly as a key would (InvalidSessionKeyError)
+
+
+def _encode_cursor(updated_at: datetime, session_id: str) -> str:
+    raw = json.dumps([updated_at.isoformat(), session_id], ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        stamp, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        return datetime.fromisoformat(stamp), str(session_id)
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise ValueError(
+            f"{cursor!r} is not a list_sessions cursor; pass the next_cursor of the previous page"
+        ) from exc
+
+
+class MemoryHistoryStore(HistoryStore):
+    """A :class:`~chatkeep.core.HistoryStore` in this process's memory, for tests, demos and single-process apps.
+
+    Stores opened with the same ``namespace`` share their data (within the process), so several
+    instances behave like several connections to one server. Messages are kept as the same versioned
+    records other backends store, so the size limit and the record format are exercised here too.
+
+    Args:
+        namespace: the name of the shared data; ``memory://NAME`` opens ``NAME``.
+        ttl: seconds (or a ``timedelta``) an idle session lives; each write by this store restarts it.
+        max_message_bytes: the largest message record accepted, in UTF-8 bytes.
+    """
+
+    def __init__(
+        self,
+        namespace: str = DEFAULT_NAMESPACE,
+        *,
+        ttl: float | timedelta | None = None,
+        max_message_bytes: int | None = None,
+    ) -> None:
+        config = parse_url("memory://", ttl=ttl, max_message_bytes=max_message_bytes)
+        super().__init__(max_message_bytes=config.max_message_bytes)
+        self.namespace = namespace
+        self.ttl = ttl_seconds(config.ttl)
+        self._data = _namespace(namespace)
+        self._messages_read = 0
+
+    @property
+    def messages_read(self) -> int:
+        """How many message records this instance has read (the conformance kit's read probe)."""
+        return self._messages_read
+
+    def describe(self) -> dict[str, Any]:
+        """What this store is, for logs and the CLI."""
+        return {"type": type(self).__name__, "namespace": self.namespace, "ttl": self.ttl}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} namespace={self.namespace!r}{' closed' if self.closed else ''}>"
+
+    def _touch(self, session: _Session, now: datetime) -> None:
+        session.updated_at = now
+        if self.ttl is not None:
+            session.expires_at = time.monotonic() + self.ttl
+
+    def _decode(self, records: Sequence[str]) -> list[Message]:
+        self._messages_read += len(records)
+        return decode_records(records)
+
+    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
+        """Append messages atomically, skipping those whose ``message_id`` is stored; returns how many were new."""
+        self._check_usable()
+        records = encode_records(messages, max_bytes=self.max_message_bytes)
+        data = self._data
+        with data.lock:
+            session = data.get(key)
+            new: list[tuple[str, str]] = []
+            in_batch: set[str] = set()
+            for message, record in zip(messages, records, strict=True):
+                message_id = message.message_id
+                if message_id in in_batch or (session is not None and message_id in session.id_set):
+                    continue
+                in_batch.add(message_id)
+                new.append((message_id, record))
+            if not new:
+                return 0
+            now = data.stamp()
+            if session is None:
+                session = data.tenants.setdefault(key.tenant, {})[key.session_id] = _Session(now, now)
+            for message_id, record in new:
+                session.ids.append(message_id)
+                session.records.append(record)
+                session.id_set.add(message_id)
+            self._touch(session, now)
+            return len(new)
+
+    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
+        """The history in append order; with ``last=k`` only the k newest, reading only those."""
+        self._check_usable()
+        if last is not None and last < 0:
+            raise ValueError(f"last must be 0 or more, got {last}")
+        with self._data.lock:
+            session = self._data.get(key)
+            if session is None or last == 0:
+                return []
+            records = session.records[-last:] if last is not None else list(session.records)
+        return self._decode(records)
+
+    async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
+        """Iterate over the history in append order, ``batch`` records per read."""
+        self._check_usable()
+        if batch < 1:
+            raise ValueError(f"batch must be 1 or more, got {batch}")
+        origin: _Session | None = None
+        seq: int | None = None
+        while True:
+            with self._data.lock:
+                session = self._data.get(key)
+                if session is None or (origin is not None and session is not origin):
+                    return  # deleted (and maybe re-created) while we read
+                origin = session
+                start = 0 if seq is None else max(seq - session.first_seq, 0)
+                records = session.records[start : start + batch]
+                seq = session.first_seq + start + len(records)
+            if not records:
+                return
+            for message in self._decode(records):
+                yield message
+            self._check_usable()
+
+    async def count(self, key: SessionKey) -> int:
+        """How many messages the session holds."""
+        self._check_usable()
+        with self._data.lock:
+            session = self._data.get(key)
+            return 0 if session is None else len(session.records)
+
+    async def delete(self, key: SessionKey) -> bool:
+        """Delete the session's messages and document; ``True`` if anything was there."""
+        self._check_usable()
+        with self._data.lock:
+            if self._data.get(key) is None:
+                return False
+            self._data.remove(key.tenant, key.session_id)
+            return True
+
+    async def trim(self, key: SessionKey, keep_last: int) -> int:
+        """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
+        self._check_usable()
+        if keep_last < 0:
+            raise ValueError(f"keep_last must be 0 or more, got {keep_last}")
+        with self._data.lock:
+            session = self._data.get(key)
+            if session is None:
+                return 0
+            removed = max(len(session.records) - keep_last, 0)
+            if removed:
+                session.id_set.difference_update(session.ids[:removed])
+                del session.ids[:removed], session.records[:removed]
+                session.first_seq += removed
+            return removed
+
+    async def list_sessions(
+        self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
+    ) -> SessionPage:
+        """One tenant's sessions, most recently updated first, ``limit`` per page."""
+        self._check_usable()
+        _check_tenant(tenant)
+        if limit < 1:
+            raise ValueError(f"limit must be 1 or more, got {limit}")
+        after = _decode_cursor(cursor) if cursor is not None else None
+        with self._data.lock:
+            rows = [
+                (s.updated_at, session_id, len(s.records), s.created_at) for session_id, s in self._data.live(tenant)
+            ]
+        # Keyset pagination on (updated_at, session_id): stable while sessions are added between pages.
+        rows.sort(reverse=True)
+        if after is not None:
+            rows = [row for row in rows if (row[0], row[1]) < after]
+        page = [
+            SessionInfo(session_id, tenant, count, created, updated) for updated, session_id, count, created in rows
+        ]
+        if len(page) > limit:
+            last = page[limit - 1]
+            return SessionPage(page[:limit], _encode_cursor(last.updated_at, last.session_id))
+        return SessionPage(page)
+
+    async def save_session(
+        self,
+        key: SessionKey,
+        session: AgentSession,
+        *,
+        expected_version: str | None = None,
+        owner: str | None = None,
+    ) -> str:
+        """Store a whole-session document; returns its new version.
+
+        Raises:
+            ConcurrencyConflictError: the stored version is not ``expected_version`` (or there is none).
+            SessionOwnershipError: the document is bound to another owner, or ``session`` is another tenant's.
+        """
+        self._check_usable()
+        if session.tenant != key.tenant:
+            raise SessionOwnershipError(
+                f"the session belongs to tenant {session.tenant!r}, not to the key's tenant {key.tenant!r}; "
+                "save it under SessionKey.of(session)"
+            )
+        document = json.dumps(session.to_dict(), ensure_ascii=False)
+        data = self._data
+        with data.lock:
+            stored = data.get(key)
+            if owner is not None and stored is not None and stored.owner not in (None, owner):
+                raise SessionOwnershipError("this session belongs to another owner; refuse the request")
+            current = None if stored is None else stored.version
+            if expected_version is not None and current != expected_version:
+                raise ConcurrencyConflictError(
+                    f"session {key.session_id!r} changed since version {expected_version!r} was read "
+                    f"({'it has no document now' if current is None else 'it has a newer version'}); "
+                    "load it again, reapply your change and save with the new version"
+                )
+            now = data.stamp()
+            if stored is None:
+                stored = data.tenants.setdefault(key.tenant, {})[key.session_id] = _Session(now, now)
+            stored.document, stored.version = document, uuid.uuid4().hex
+            if owner is not None:
+                stored.owner = owner
+            self._touch(stored, now)
+            return stored.version
+
+    async def load_session(self, key: SessionKey, *, owner: str | None = None) -> StoredSession | None:
+        """Read a session document and its version; ``None`` when the key has none.
+
+        Raises:
+            SessionOwnershipError: ``owner`` is given and the document is bound to another owner.
+        """
+        self._check_usable()
+        with self._data.lock:
+            stored = self._data.get(key)
+            if stored is None or stored.document is None or stored.version is None:
+                return None
+            if owner is not None and stored.owner not in (None, owner):
+                raise SessionOwnershipError("this session belongs to another owner; refuse the request")
+            document, version = stored.document, stored.version
+        return StoredSession(AgentSession.from_dict(json.loads(document)), version)
+
+    async def prune(self, *, older_than: timedelta | datetime, tenant: str | None = None) -> int:
+        """Delete sessions not updated since ``older_than``; returns how many."""
+        self._check_usable()
+        cutoff = cutoff_time(older_than)
+        if tenant is not None:
+            _check_tenant(tenant)
+        removed = 0
+        with self._data.lock:
+            for name in [tenant] if tenant is not None else list(self._data.tenants):
+                for session_id, session in self._data.live(name):
+                    if session.updated_at < cutoff:
+                        self._data.remove(name, session_id)
+                        removed += 1
+        return removed
+
+    async def delete_tenant(self, tenant: str) -> int:
+        """Delete every session of ``tenant``; returns how many."""
+        self._check_usable()
+        _check_tenant(tenant)
+        with self._data.lock:
+            removed = len(list(self._data.live(tenant)))
+            self._data.tenants.pop(tenant, None)
+        return removed
+
+
+def open_store(url: str = "memory://", **options: Any) -> MemoryHistoryStore:
+    """Open a store from ``memory://[NAME][?ttl=SECONDS&max_message_bytes=N]``; keyword options override the query.
+
+    Raises:
+        MemoryURLError: the URL is malformed.
+        TypeError: an unknown option.
+    """
+    config = parse_url(url, **options)
+    return MemoryHistoryStore(config.namespace, ttl=config.ttl, max_message_bytes=config.max_message_bytes)

@@ -1,0 +1,30 @@
+"""The memory backend against the conformance kit."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from chatkeep.core import HistoryStore
+from chatkeep.core.testing import HistoryStoreConformance, StoreFactory
+from chatkeep.memory import MemoryHistoryStore
+
+
+class TestMemoryConformance(HistoryStoreConformance):
+    native_ttl = True
+    multi_process = False  # the data lives in one process
+
+    @pytest.fixture
+    def make_store(self) -> StoreFactory:
+        namespace = f"conformance-{uuid.uuid4().hex}"
+
+        def make(**options: Any) -> HistoryStore:
+            return MemoryHistoryStore(namespace, **options)
+
+        return make
+
+    async def messages_read(self, store: HistoryStore) -> int:
+        assert isinstance(store, MemoryHistoryStore)
+        return store.messages_read
