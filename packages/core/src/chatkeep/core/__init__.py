@@ -35,6 +35,7 @@ from chatkeep.core._reducers import (
     approximate_token_count,
 )
 from chatkeep.core._session import DEFAULT_TENANT, MAX_ID_LENGTH, AgentSession, ProviderSessionState, validate_id
+from chatkeep.core._signing import SessionSigner
 from chatkeep.core._store import (
     DEFAULT_MAX_MESSAGE_BYTES,
     HistoryStore,
@@ -91,6 +92,7 @@ __all__ = [
     "cutoff_time",
     "ttl_seconds",
     "AgentSession",
+    "SessionSigner",
     "ProviderSessionState",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "HistoryStore",

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
 from chatkeep.core._errors import InvalidSessionKeyError, SessionFormatError, SessionOwnershipError
+
+if TYPE_CHECKING:
+    from chatkeep.core._signing import SessionSigner
 
 __all__ = ["DEFAULT_TENANT", "MAX_ID_LENGTH", "AgentSession", "ProviderSessionState", "validate_id"]
 
@@ -94,13 +97,16 @@ class AgentSession:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, signer: SessionSigner | None = None) -> dict[str, Any]:
         """Return a JSON-safe dict that :meth:`from_dict` turns back into an equal session.
+
+        Args:
+            signer: sign the payload (do this when it travels through a client and comes back).
 
         Raises:
             SessionFormatError: ``state`` holds something that is not a JSON value.
         """
-        return {
+        data = {
             "type": "session",
             "v": SESSION_FORMAT_VERSION,
             "session_id": self.session_id,
@@ -108,21 +114,30 @@ class AgentSession:
             "service_session_id": self.service_session_id,
             "state": _json_safe_copy(self.state, "session.state"),
         }
+        return signer.sign(data) if signer is not None else data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, tenant: str | None = None) -> AgentSession:
+    def from_dict(
+        cls, data: Mapping[str, Any], *, tenant: str | None = None, signer: SessionSigner | None = None
+    ) -> AgentSession:
         """Rebuild a session from :meth:`to_dict` output.
 
         Args:
             data: the serialized session (for example, parsed from JSON a client sent back).
             tenant: the tenant the server authenticated; when given, the payload must name the same tenant.
+            signer: when given, the payload must carry a valid signature from one of its keys.
 
         Raises:
             SessionFormatError: ``data`` is not a serialized session; the message names the problem.
             SessionOwnershipError: ``tenant`` is given and the payload belongs to another tenant.
+            SessionIntegrityError: ``signer`` is given and the payload is unsigned or was changed.
         """
         if not isinstance(data, Mapping):
             raise SessionFormatError(f"a serialized session must be a dict, got {type(data).__name__}")
+        if signer is not None:
+            data = signer.verify(data)
+        elif "sig" in data:
+            data = {k: v for k, v in data.items() if k != "sig"}  # signed, but the caller chose not to verify
         if data.get("type") != "session":
             raise SessionFormatError(
                 f'this is not a serialized session: "type" is {data.get("type")!r}, expected "session"; '
