@@ -162,11 +162,11 @@ def test_good_plugins_load_and_broken_or_incompatible_ones_are_reported(site: Pa
 
 
 def test_unknown_scheme_error_in_a_real_process_names_the_unusable_plugins(site: Path) -> None:
-    data = probe(site, "postgresql://user:s3cret@db/chat")
+    data = probe(site, "azblob://user:s3cret@account/chat")
 
-    message = data["opened"]["postgresql://user:s3cret@db/chat"]
+    message = data["opened"]["azblob://user:s3cret@account/chat"]
     assert message.startswith("UnknownBackendError")
-    assert install_hint("sql") in message
+    assert install_hint("blob") in message
     assert "fake (fake://)" in message
     assert "'broken'" in message
     assert "'future'" in message

@@ -12,5 +12,6 @@ except ModuleNotFoundError as exc:
     ) from exc
 
 from chatkeep.core.openai._chat_client import OpenAIChatClient
+from chatkeep.core.openai._responses_client import OpenAIResponsesClient
 
-__all__ = ["OpenAIChatClient"]
+__all__ = ["OpenAIChatClient", "OpenAIResponsesClient"]

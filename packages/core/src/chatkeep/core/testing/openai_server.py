@@ -13,11 +13,17 @@ Only the standard library is used: a ``ThreadingHTTPServer`` on ``127.0.0.1`` (a
 background thread. Every response closes its connection, so stopping the server never waits on an idle
 keep-alive socket and leaves no socket behind.
 
-Extending it (for example with the Responses API): register a handler with :meth:`FakeOpenAIServer.add_route`
-(``"/v1/responses"``, ``"/v1/conversations/{conversation_id}/items"``...). A handler receives a
+It speaks Chat Completions and the Responses and Conversations protocols (``previous_response_id``
+chaining, ``conversation=``, streaming events); the scripted replies are API-neutral and answer both.
+
+Extending it: register a handler with :meth:`FakeOpenAIServer.add_route`. A handler receives a
 :class:`FakeRequest` and returns a :class:`FakeHTTPResponse`; it takes the next scripted reply with
 :meth:`FakeOpenAIServer.next_reply` (text, tool calls and usage are API-neutral) and renders it in its own
 wire format, the way :meth:`FakeOpenAIServer._chat_completions` does for Chat Completions.
+
+This module holds the server's life cycle, scripting and routing; the protocols' route handlers are mixins
+in ``_openai_chat_protocol`` and ``_openai_responses_protocol``, and the value types re-exported here live in
+``_openai_fake_types``.
 """
 
 from __future__ import annotations
@@ -26,14 +32,26 @@ import itertools
 import json
 import re
 import threading
-import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from ._openai_chat_protocol import ChatCompletionsRoutes
+from ._openai_fake_types import (
+    FakeFailure,
+    FakeHTTPResponse,
+    FakeReply,
+    FakeRequest,
+    FakeToolCall,
+    RouteHandler,
+    error_body,
+    text_of,
+)
+from ._openai_responses_protocol import ResponsesRoutes, StoredResponse
 
 __all__ = [
     "FakeFailure",
@@ -45,100 +63,6 @@ __all__ = [
     "RouteHandler",
 ]
 
-_CHAT_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
-# The fields the Chat Completions API accepts on a message; the real service refuses any other key.
-_MESSAGE_FIELDS = {
-    "system": {"role", "content", "name"},
-    "developer": {"role", "content", "name"},
-    "user": {"role", "content", "name"},
-    "assistant": {"role", "content", "name", "tool_calls", "refusal", "audio", "function_call"},
-    "tool": {"role", "content", "tool_call_id"},
-    "function": {"role", "content", "name"},
-}
-
-
-class FakeToolCall(NamedTuple):
-    """A tool call the fake model makes: ``("call_1", "get_weather", '{"city":"Oslo"}')``."""
-
-    call_id: str
-    name: str
-    arguments: str
-
-
-@dataclass
-class FakeReply:
-    """What the fake model answers, independent of the API it is rendered in.
-
-    Attributes:
-        text: the assistant text (may be empty).
-        tool_calls: the tool calls the model makes.
-        finish_reason: ``stop``, ``tool_calls``, ``length``...; by default ``tool_calls`` when there are calls.
-        usage: ``(prompt_tokens, completion_tokens)``; by default counted as words of the request and the reply.
-        arguments_chunk_size: when streaming, each tool call's arguments are split into pieces of this many
-            characters, one chunk each, so a client must reassemble them.
-    """
-
-    text: str = ""
-    tool_calls: list[FakeToolCall] = field(default_factory=list)
-    finish_reason: str | None = None
-    usage: tuple[int, int] | None = None
-    arguments_chunk_size: int = 5
-
-
-@dataclass
-class FakeFailure:
-    """An HTTP error the fake answers with, in the OpenAI error format.
-
-    Attributes:
-        status: the HTTP status (500, 401, 429...).
-        message: the error message.
-        error_type: the ``error.type`` field.
-    """
-
-    status: int = 500
-    message: str = "The server had an error while processing your request."
-    error_type: str = "server_error"
-
-
-@dataclass
-class FakeRequest:
-    """A request the server received.
-
-    Attributes:
-        method: ``GET``, ``POST``, ``DELETE``...
-        path: the URL path, without the query string.
-        query: the query parameters.
-        headers: the request headers (names in lower case).
-        body: the parsed JSON body, or ``None`` when there was none.
-        path_params: the values of the ``{name}`` placeholders of the matched route.
-    """
-
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[str, str]
-    body: Any
-    path_params: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class FakeHTTPResponse:
-    """A response a route handler returns: a JSON document, or a stream of server-sent events.
-
-    Attributes:
-        status: the HTTP status.
-        json_body: the JSON document (for a non-streamed response).
-        events: the SSE ``data`` payloads (JSON values, or strings such as ``"[DONE]"``), for a streamed response.
-        headers: extra response headers.
-    """
-
-    status: int = 200
-    json_body: Any = None
-    events: Iterable[Any] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-RouteHandler = Callable[[FakeRequest], FakeHTTPResponse]
 _Action = FakeReply | FakeFailure | Callable[[dict[str, Any]], "FakeReply | FakeFailure | str"]
 
 
@@ -159,23 +83,6 @@ def _compile_path(template: str) -> re.Pattern[str]:
     parts = re.split(r"\{(\w+)\}", template)
     regex = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>[^/]+)" for i, p in enumerate(parts))
     return re.compile(f"^{regex}$")
-
-
-def _error_body(message: str, error_type: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
-
-
-def _text_of(content: Any) -> str:
-    """The text of a Chat Completions message ``content`` (a string or a list of parts)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
-
-
-def _count_words(text: str) -> int:
-    return len(text.split())
 
 
 class _Server(ThreadingHTTPServer):
@@ -206,7 +113,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # keep test output quiet
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(ChatCompletionsRoutes, ResponsesRoutes):
     """A scripted OpenAI-compatible server on ``127.0.0.1``, for tests that drive the real ``openai`` package.
 
     It serves ``POST /v1/chat/completions`` (JSON, and SSE when ``stream`` is true, with the usage chunk when
@@ -215,6 +122,14 @@ class FakeOpenAIServer:
     ``"You said: <last user text>"``. Like the real service it refuses (HTTP 400) a message with an unknown
     field, and an assistant ``tool_calls`` message not followed by a tool message for each call.
 
+    It also serves the Responses API (``POST /v1/responses``, JSON or SSE events; ``GET /v1/responses/{id}``)
+    and Conversations (``POST /v1/conversations``, ``GET /v1/conversations/{id}`` and ``.../items``), keeping
+    state in memory like the service: a stored response continues with ``previous_response_id`` (one made with
+    ``store: false`` cannot be found), and a response made with ``conversation=`` appends its input and output
+    items to that conversation. Like the service it refuses (HTTP 400) an unknown previous response, both
+    ``previous_response_id`` and ``conversation`` at once, a function call output without its call, and a
+    function call left without an output; an unknown conversation is HTTP 404.
+
     Args:
         api_key: when set, requests without ``Authorization: Bearer <api_key>`` get HTTP 401.
         model: the model name it reports when a request names none.
@@ -222,6 +137,11 @@ class FakeOpenAIServer:
     Attributes:
         requests: the parsed JSON body of every request received, in order (failed ones included).
         log: every request received, with method, path and headers.
+        seen_inputs: for each Responses call the model answered, in order, the input items it effectively saw:
+            the chained history (of the previous response or the conversation) followed by the request's own
+            input, as input items (``{"type": "message", "role": ..., "content": ...}``, ``function_call``,
+            ``function_call_output``); instructions are not items. Tests use it to prove that the model never
+            sees a message twice.
     """
 
     def __init__(self, *, api_key: str | None = None, model: str = "fake-model") -> None:
@@ -235,7 +155,15 @@ class FakeOpenAIServer:
         self._ids = itertools.count(1)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self.seen_inputs: list[list[dict[str, Any]]] = []
+        self._responses: dict[str, StoredResponse] = {}
+        self._conversations: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         self.add_route("POST", "/v1/chat/completions", self._chat_completions)
+        self.add_route("POST", "/v1/responses", self._create_response)
+        self.add_route("GET", "/v1/responses/{response_id}", self._get_response)
+        self.add_route("POST", "/v1/conversations", self._create_conversation)
+        self.add_route("GET", "/v1/conversations/{conversation_id}", self._get_conversation)
+        self.add_route("GET", "/v1/conversations/{conversation_id}/items", self._list_conversation_items)
 
     # -- life cycle -------------------------------------------------------------------------------------
 
@@ -369,6 +297,12 @@ class FakeOpenAIServer:
         """Take the next scripted answer for a request (the default echo when nothing is queued).
 
         Route handlers for other APIs call this, then render the reply in their own format.
+
+        Args:
+            body: the request's parsed JSON body (given to a :meth:`reply_with` function; the echo reads it).
+
+        Returns:
+            The reply to render, or the failure to answer with.
         """
         with self._lock:
             entry = self._script[0] if self._script else None
@@ -386,13 +320,23 @@ class FakeOpenAIServer:
 
     @staticmethod
     def _last_user_text(body: dict[str, Any]) -> str:
-        for message in reversed(body.get("messages") or []):
+        items = body.get("input")
+        if isinstance(items, str):
+            return items
+        for message in reversed(body.get("messages") or (items if isinstance(items, list) else [])):
             if isinstance(message, dict) and message.get("role") == "user":
-                return _text_of(message.get("content"))
+                return text_of(message.get("content"))
         return ""
 
     def new_id(self, prefix: str) -> str:
-        """A deterministic id unique within this server: ``chatcmpl-fake-1``, ``resp-fake-2``..."""
+        """A deterministic id unique within this server: ``chatcmpl-fake-1``, ``resp-fake-2``...
+
+        Args:
+            prefix: the id's prefix, such as ``chatcmpl``.
+
+        Returns:
+            ``<prefix>-fake-<n>``.
+        """
         return f"{prefix}-fake-{next(self._ids)}"
 
     # -- routing ----------------------------------------------------------------------------------------
@@ -401,6 +345,11 @@ class FakeOpenAIServer:
         """Serve ``method path`` with ``handler``; ``path`` may hold ``{name}`` placeholders (one path segment).
 
         A later registration for the same method and path wins.
+
+        Args:
+            method: the HTTP method, such as ``POST`` (any case).
+            path: the URL path, such as ``/v1/embeddings`` or ``/v1/files/{file_id}``.
+            handler: called with each matching :class:`FakeRequest`; returns the :class:`FakeHTTPResponse`.
         """
         self._routes.insert(0, _Route(method.upper(), _compile_path(path), handler))
 
@@ -421,13 +370,13 @@ class FakeOpenAIServer:
         try:
             response = self._dispatch(request)
         except Exception as exc:  # a bug in a handler or a reply_with function: tell the client, don't hang
-            response = FakeHTTPResponse(500, _error_body(f"fake server error: {exc!r}", "server_error"))
+            response = FakeHTTPResponse(500, error_body(f"fake server error: {exc!r}", "server_error"))
         self._write(handler, response)
 
     def _dispatch(self, request: FakeRequest) -> FakeHTTPResponse:
         if self.api_key is not None and request.headers.get("authorization") != f"Bearer {self.api_key}":
             return FakeHTTPResponse(
-                401, _error_body("Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
+                401, error_body("Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
             )
         path_known = False
         for route in self._routes:
@@ -439,9 +388,9 @@ class FakeOpenAIServer:
                 request.path_params = match.groupdict()
                 return route.handler(request)
         if path_known:
-            return FakeHTTPResponse(405, _error_body(f"{request.method} is not allowed here", "invalid_request_error"))
+            return FakeHTTPResponse(405, error_body(f"{request.method} is not allowed here", "invalid_request_error"))
         return FakeHTTPResponse(
-            404, _error_body(f"Invalid URL ({request.method} {request.path})", "invalid_request_error")
+            404, error_body(f"Invalid URL ({request.method} {request.path})", "invalid_request_error")
         )
 
     @staticmethod
@@ -465,141 +414,11 @@ class FakeOpenAIServer:
             handler.end_headers()
             for event in response.events:
                 payload = event if isinstance(event, str) else json.dumps(event)
-                data = f"data: {payload}\n\n".encode()
+                event_name = event.get("type") if response.named_events and isinstance(event, dict) else None
+                head = f"event: {event_name}\n" if isinstance(event_name, str) else ""
+                data = f"{head}data: {payload}\n\n".encode()
                 handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 handler.wfile.flush()
             handler.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client went away mid-answer (a cancelled stream); nothing to tell it
-
-    # -- Chat Completions -------------------------------------------------------------------------------
-
-    def _chat_completions(self, request: FakeRequest) -> FakeHTTPResponse:
-        body = request.body
-        problem = self._check_chat_request(body)
-        if problem is not None:
-            return FakeHTTPResponse(400, _error_body(problem, "invalid_request_error"))
-        reply = self.next_reply(body)
-        if isinstance(reply, FakeFailure):
-            return FakeHTTPResponse(
-                reply.status, _error_body(reply.message, reply.error_type), headers={"retry-after-ms": "1"}
-            )
-        completion_id = self.new_id("chatcmpl")
-        created = int(time.time())
-        model = body.get("model") or self.model
-        prompt_tokens, completion_tokens = reply.usage or (
-            sum(_count_words(_text_of(m.get("content"))) for m in body["messages"]),
-            _count_words(reply.text) + sum(_count_words(c.arguments) for c in reply.tool_calls),
-        )
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        }
-        finish_reason = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            events = self._chat_chunks(completion_id, created, model, reply, finish_reason, usage, include_usage)
-            return FakeHTTPResponse(events=events)
-        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None, "refusal": None}
-        if reply.tool_calls:
-            message["tool_calls"] = [
-                {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in reply.tool_calls
-            ]
-        completion = {
-            "id": completion_id,
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
-            "usage": usage,
-        }
-        return FakeHTTPResponse(json_body=completion)
-
-    @staticmethod
-    def _chat_chunks(
-        completion_id: str,
-        created: int,
-        model: str,
-        reply: FakeReply,
-        finish_reason: str,
-        usage: dict[str, int],
-        include_usage: bool,
-    ) -> Iterator[Any]:
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            value: dict[str, Any] = {
-                "id": completion_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-            }
-            if include_usage:
-                value["usage"] = None
-            return value
-
-        yield chunk({"role": "assistant", "content": ""})
-        for piece in re.findall(r"\s*\S+\s*|\s+", reply.text):
-            yield chunk({"content": piece})
-        size = max(1, reply.arguments_chunk_size)
-        for index, call in enumerate(reply.tool_calls):
-            head = {"index": index, "id": call.call_id, "type": "function"}
-            yield chunk({"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]})
-            for start in range(0, len(call.arguments), size):
-                piece = call.arguments[start : start + size]
-                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-        yield chunk({}, finish_reason)
-        if include_usage:
-            yield {
-                "id": completion_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [],
-                "usage": usage,
-            }
-        yield "[DONE]"
-
-    @staticmethod
-    def _check_chat_request(body: Any) -> str | None:
-        """What the real service would refuse in a Chat Completions request, or ``None``."""
-        if not isinstance(body, dict):
-            return "the request body must be a JSON object"
-        if not body.get("model"):
-            return "you must provide a model parameter"
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            return "'messages' must be a non-empty array"
-        pending: list[str] = []  # tool call ids that still need a tool message
-        for i, message in enumerate(messages):
-            if not isinstance(message, dict) or message.get("role") not in _CHAT_ROLES:
-                return f"messages[{i}] has an invalid role"
-            role = message["role"]
-            extra = set(message) - _MESSAGE_FIELDS[role]
-            if extra:
-                return f"messages[{i}]: additional properties are not allowed ({', '.join(sorted(extra))} unexpected)"
-            if role == "tool":
-                call_id = message.get("tool_call_id")
-                if call_id not in pending:
-                    return (
-                        f"messages[{i}]: a message with role 'tool' must be a response to a preceding message "
-                        f"with 'tool_calls' (tool_call_id {call_id!r} was not requested)"
-                    )
-                pending.remove(call_id)
-                continue
-            if pending:
-                return (
-                    "an assistant message with 'tool_calls' must be followed by tool messages responding to each "
-                    f"'tool_call_id'; missing: {', '.join(pending)}"
-                )
-            if role == "assistant" and message.get("tool_calls"):
-                pending = [c.get("id") for c in message["tool_calls"]]
-            elif "content" not in message:
-                return f"messages[{i}] is missing 'content'"
-        if pending:
-            return (
-                "an assistant message with 'tool_calls' must be followed by tool messages responding to each "
-                f"'tool_call_id'; missing: {', '.join(pending)}"
-            )
-        return None
