@@ -3,6 +3,7 @@
 nox -s tests                 every backend of the matrix
 nox -s "tests(backend='memory')"
 nox -s lint typecheck docs
+nox -s bench                 benchmarks beside the raw drivers (not in the default run)
 """
 
 from __future__ import annotations
@@ -18,9 +19,21 @@ nox.options.sessions = ["tests", "lint", "typecheck", "docs"]
 
 PYTHON = "3.11"  # the only interpreter this project's machines have; the code supports 3.10+
 
+# Service URLs, each overridable by the environment (loopback defaults; see scripts/ for what starts them).
+POSTGRES_URL = os.environ.get("CHATKEEP_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+MYSQL_URL = os.environ.get("CHATKEEP_TEST_MYSQL_URL", "mysql+asyncmy://root@127.0.0.1:3306/test")
+REDIS_URL = os.environ.get("CHATKEEP_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_CLUSTER_URL = os.environ.get("CHATKEEP_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000")
+
 # backend -> (test paths, extra environment). Core and cross-package tests run with the reference backend.
+# CHATKEEP_TEST_SQL_URL / CHATKEEP_TEST_REDIS_URL name the one server a backend session tests against.
 BACKENDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "memory": (["packages/core/tests", "packages/memory/tests", "tests"], {}),
+    "sql-sqlite": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": "sqlite://"}),
+    "sql-postgres": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": POSTGRES_URL}),
+    "sql-mysql": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": MYSQL_URL}),
+    "redis": (["packages/redis/tests"], {"CHATKEEP_TEST_REDIS_URL": REDIS_URL}),
+    "redis-cluster": (["packages/redis/tests"], {"CHATKEEP_TEST_REDIS_URL": REDIS_CLUSTER_URL}),
 }
 
 
@@ -61,3 +74,10 @@ def docs(session: nox.Session) -> None:
     """Build the user guide with mkdocs --strict."""
     sync(session, "docs")
     session.run("mkdocs", "build", "--strict", "--site-dir", os.path.join(session.create_tmp(), "site"))
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Run the benchmarks in benchmarks/: chatkeep beside the raw drivers, measured in the same run."""
+    sync(session, "dev", "bench")
+    session.run("python", "-m", "benchmarks", *session.posargs)

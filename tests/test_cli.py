@@ -32,8 +32,26 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subproc
     )
 
 
-def test_demo_keeps_a_conversation_across_two_processes(tmp_path: Path) -> None:
+def test_demo_keeps_a_conversation_across_two_processes_in_the_default_sqlite_store(tmp_path: Path) -> None:
     result = run_cli("demo", "--state-dir", str(tmp_path / "state"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "a SQLite file" in result.stdout
+    assert "with 2 stored messages" in result.stdout.split("-- process 2")[1]
+    saved = json.loads((tmp_path / "state" / "session.json").read_text(encoding="utf-8"))
+    assert "in_memory" not in saved["state"]  # the store holds the history, not the session
+    database = f"sqlite:///{(tmp_path / 'state' / 'history.db').resolve()}"
+    history = run_cli("history", saved["session_id"], "--store", database, cwd=tmp_path)
+    assert history.returncode == 0, history.stderr
+    lines = history.stdout.splitlines()
+    assert len(lines) == 4
+    assert lines[0].endswith("user: Remember that I like Italian food.")
+    sessions = run_cli("sessions", "--store", database, cwd=tmp_path)
+    assert saved["session_id"] in sessions.stdout
+    assert "4 messages" in sessions.stdout
+
+
+def test_demo_with_history_in_the_session(tmp_path: Path) -> None:
+    result = run_cli("demo", "--in-session", "--state-dir", str(tmp_path / "state"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "offline demo model" in out  # it says plainly that it is not a real model

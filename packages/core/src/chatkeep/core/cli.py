@@ -14,14 +14,16 @@ from typing import Any
 
 from chatkeep.core._agent import Agent
 from chatkeep.core._chat import ChatClient
-from chatkeep.core._errors import ChatkeepError, redact_url
+from chatkeep.core._errors import ChatkeepError, StoreConfigurationError, redact_url
 from chatkeep.core._providers import InMemoryHistoryProvider
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession
 from chatkeep.core._store import SessionKey
-from chatkeep.core.plugins import installed_backends, open_store, plugin_failures
+from chatkeep.core.plugins import default_registry, installed_backends, open_store, plugin_failures
 
 __all__ = ["main"]
 
+DEFAULT_STORE = "sqlite://"
+STORE_HELP = "backend URL (default: sqlite://, the SQLite file under your user data folder)"
 DEMO_TURNS = ("Remember that I like Italian food.", "What kind of food do I like?")
 DEMO_INSTRUCTIONS = "You are a helpful assistant. Answer in one or two sentences."
 
@@ -87,14 +89,42 @@ def _demo_process(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sqlite_installed() -> bool:
+    try:
+        default_registry().resolve("sqlite://")
+    except ChatkeepError:
+        return False
+    return True
+
+
+def _default_store() -> str | None:
+    """The CLI's store when none is named: the SQLite file store (under the user's data folder), if installed."""
+    return DEFAULT_STORE if _sqlite_installed() else None
+
+
+def _store_of(args: argparse.Namespace) -> str:
+    store: str | None = args.store or _default_store()
+    if store is None:
+        raise StoreConfigurationError(
+            "no --store given and the default SQLite store is not installed; pass --store URL, "
+            'or run: pip install "chatkeep-core[sql]"'
+        )
+    return store
+
+
 def _demo(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     session_file = state_dir / "session.json"
+    where = f"the session itself, saved as JSON to {session_file}"
+    if args.store is None and not args.in_session and _sqlite_installed():
+        # The embedded default: a SQLite file beside the demo's session, so the demo leaves nothing elsewhere.
+        database = (state_dir / "history.db").resolve()
+        args.store = f"sqlite:///{database}"
+        where = f"a SQLite file, {database} (the embedded default store)"
+    elif args.store:
+        where = f"the {redact_url(args.store)} store"
     _, model = _client()
-    where = (
-        f"the {redact_url(args.store)} store" if args.store else f"the session itself, saved as JSON to {session_file}"
-    )
     _print("chatkeep demo: one conversation, kept across two separate processes")
     _print(f"  model:   {model}")
     _print(f"  history: {where}")
@@ -129,10 +159,11 @@ def _backends(_args: argparse.Namespace) -> int:
 
 
 async def _sessions(args: argparse.Namespace) -> int:
-    async with open_store(args.store) as store:
+    url = _store_of(args)
+    async with open_store(url) as store:
         page = await store.list_sessions(args.tenant, limit=args.limit, cursor=args.cursor)
         if not page.items:
-            _print(f"no sessions for tenant {args.tenant!r} in {redact_url(args.store)}")
+            _print(f"no sessions for tenant {args.tenant!r} in {redact_url(url)}")
         for info in page.items:
             _print(f"{info.session_id}  {info.message_count:>6} messages  updated {info.updated_at:%Y-%m-%d %H:%M:%S}")
         if page.next_cursor:
@@ -141,7 +172,7 @@ async def _sessions(args: argparse.Namespace) -> int:
 
 
 async def _history(args: argparse.Namespace) -> int:
-    async with open_store(args.store) as store:
+    async with open_store(_store_of(args)) as store:
         messages = await store.load(SessionKey(args.tenant, args.session_id), last=args.last)
         if not messages:
             _print(f"session {args.session_id!r} (tenant {args.tenant!r}) has no stored messages")
@@ -151,13 +182,27 @@ async def _history(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _migrate(args: argparse.Namespace) -> int:
+    args.store = _store_of(args)
+    async with open_store(args.store) as store:
+        # Backends with a schema (sql) expose migrate(); the others have nothing to upgrade.
+        migrate = getattr(store, "migrate", None)
+        if migrate is None:
+            _print(f"{redact_url(args.store)}: this backend keeps no schema, so it needs no migrations")
+            return 0
+        revision = await migrate()
+        _print(f"{redact_url(args.store)}: schema at revision {revision}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chatkeep", description="Store and resume AI-agent conversations.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = commands.add_parser("demo", help="show a conversation kept across two processes")
     demo.add_argument(
-        "--store", help="keep history in this backend URL instead of in the session (e.g. memory:// won't survive)"
+        "--store", help="keep history in this backend URL (default: a SQLite file in the state dir, when installed)"
     )
+    demo.add_argument("--in-session", action="store_true", help="keep history inside the session instead of a store")
     demo.add_argument(
         "--state-dir", default=".chatkeep-demo", help="where the demo saves the session (default: %(default)s)"
     )
@@ -165,17 +210,20 @@ def _parser() -> argparse.ArgumentParser:
     backends = commands.add_parser("backends", help="list installed storage backends")
     backends.set_defaults(run=_backends)
     sessions = commands.add_parser("sessions", help="list a tenant's stored sessions, newest first")
-    sessions.add_argument("--store", required=True, help="backend URL")
+    sessions.add_argument("--store", help=STORE_HELP)
     sessions.add_argument("--tenant", default=DEFAULT_TENANT)
     sessions.add_argument("--limit", type=int, default=20, help="sessions per page (default: %(default)s)")
     sessions.add_argument("--cursor", help="the cursor the previous page printed, for the next page")
     sessions.set_defaults(run_async=_sessions)
     history = commands.add_parser("history", help="print a session's stored messages")
     history.add_argument("session_id")
-    history.add_argument("--store", required=True, help="backend URL")
+    history.add_argument("--store", help=STORE_HELP)
     history.add_argument("--tenant", default=DEFAULT_TENANT)
     history.add_argument("--last", type=int, default=None, help="only the N newest messages")
     history.set_defaults(run_async=_history)
+    migrate = commands.add_parser("migrate", help="create or upgrade a store's schema in place (SQL databases)")
+    migrate.add_argument("--store", help=STORE_HELP)
+    migrate.set_defaults(run_async=_migrate)
     turn = commands.add_parser("_demo-turn")  # internal: one process of the demo
     turn.add_argument("step", type=int, choices=(1, 2))
     turn.add_argument("session_file", type=Path)

@@ -1,0 +1,85 @@
+"""Timing and reporting shared by the benchmarks: the same clock, statistics and table for every backend."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+__all__ = ["Result", "format_table", "measure", "measure_async", "ratio"]
+
+
+@dataclass
+class Result:
+    """Latencies of one benchmarked path (seconds per operation)."""
+
+    name: str
+    size: int
+    samples: list[float]
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def p99(self) -> float:
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+    @property
+    def per_second(self) -> float:
+        return len(self.samples) / sum(self.samples)
+
+
+def measure(name: str, size: int, operation: Callable[[], object], *, iterations: int, warmup: int = 20) -> Result:
+    """Time a synchronous operation ``iterations`` times after ``warmup`` untimed runs."""
+    for _ in range(warmup):
+        operation()
+    gc.collect()
+    samples = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        operation()
+        samples.append(time.perf_counter() - start)
+    return Result(name, size, samples)
+
+
+async def measure_async(
+    name: str, size: int, operation: Callable[[], Awaitable[object]], *, iterations: int, warmup: int = 20
+) -> Result:
+    """Time an async operation ``iterations`` times after ``warmup`` untimed runs, on the running loop."""
+    for _ in range(warmup):
+        await operation()
+    gc.collect()
+    samples = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        await operation()
+        samples.append(time.perf_counter() - start)
+    await asyncio.sleep(0)
+    return Result(name, size, samples)
+
+
+def ratio(result: Result, baseline: Result) -> float:
+    """How many times slower ``result`` is than ``baseline`` at p50 (1.0 = as fast)."""
+    return result.p50 / baseline.p50
+
+
+def format_table(title: str, results: list[Result], baseline: Callable[[Result], Result]) -> str:
+    """A Markdown table: p50/p99 in ms, operations per second, and the p50 ratio to the baseline of each row's size."""
+    lines = [
+        f"### {title}",
+        "",
+        "| path | messages in session | p50 ms | p99 ms | ops/s | p50 vs fastest raw |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for result in results:
+        base = baseline(result)
+        lines.append(
+            f"| {result.name} | {result.size:,} | {result.p50 * 1e3:.3f} | {result.p99 * 1e3:.3f} | "
+            f"{result.per_second:,.0f} | {ratio(result, base):.2f}x |"
+        )
+    return "\n".join(lines)

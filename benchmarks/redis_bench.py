@@ -1,0 +1,345 @@
+"""chatkeep-redis beside raw redis-py: the agent turn, 16 concurrent clients, a whole-history load, memory.
+
+Run with ``python -m benchmarks redis [--quick] [--url redis://127.0.0.1:6379/0]``. Every path runs in the
+same process against the same server, interleaved round by round so a busy machine slows them alike.
+
+The turn is what an agent does per run: ``load(last=20)`` then ``append`` of 2 new messages. The raw paths
+pipeline ``LRANGE key -20 -1`` and ``RPUSH`` in one round trip and decode/encode JSON themselves; they have
+no idempotency, no atomic index or TTL upkeep. "raw + guarantees" adds an idempotent Lua append to the raw
+sync pipeline, to separate what the guarantees cost from what the library costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+import uuid
+from typing import Any
+
+import redis
+import redis.asyncio as aredis
+
+from benchmarks._common import Result, format_table, measure, measure_async, ratio
+from chatkeep.core import Message, SessionKey
+from chatkeep.redis import RedisHistoryStore, open_store
+
+__all__ = ["main"]
+
+SIZES = (10, 1_000, 100_000)
+WINDOW = 20
+TEXT = "The quick brown fox jumps over the lazy dog. " * 4  # ~180 characters: a typical short chat message
+
+# The guarantee the raw "with guarantees" path pays for: skip ids already stored, append, in one script.
+IDEMPOTENT_APPEND = """
+local added = 0
+for k = 1, #ARGV, 2 do
+  if redis.call('SADD', KEYS[2], ARGV[k]) == 1 then
+    redis.call('RPUSH', KEYS[1], ARGV[k + 1])
+    added = added + 1
+  end
+end
+return added
+"""
+
+
+def _message(n: int) -> Message:
+    return Message(role="user" if n % 2 == 0 else "assistant", text=f"{n}: {TEXT}")
+
+
+def _raw_dict(n: int) -> dict[str, Any]:
+    return json.loads(_message(n).to_record())
+
+
+def _pairs() -> list[Message]:
+    return [_message(0), _message(1)]
+
+
+async def _seed(store: RedisHistoryStore, key: SessionKey, raw: redis.Redis, raw_key: str, size: int) -> None:
+    for start in range(0, size, 1_000):
+        batch = [_message(n) for n in range(start, min(size, start + 1_000))]
+        await store.append(key, batch)
+        raw.rpush(raw_key, *[m.to_record() for m in batch])
+        raw.sadd(raw_key + ":ids", *[m.message_id for m in batch])
+
+
+def _raw_turn_sync(client: redis.Redis, raw_key: str) -> None:
+    pipe = client.pipeline(transaction=False)
+    pipe.lrange(raw_key, -WINDOW, -1)
+    pipe.rpush(raw_key, json.dumps(_raw_dict(0)), json.dumps(_raw_dict(1)))
+    records, _ = pipe.execute()
+    [json.loads(r) for r in records]
+
+
+def _guarded_turn_sync(client: redis.Redis, raw_key: str, sha: str) -> None:
+    pipe = client.pipeline(transaction=False)
+    pipe.lrange(raw_key, -WINDOW, -1)
+    a, b = _pairs()
+    pipe.evalsha(sha, 2, raw_key, raw_key + ":ids", a.message_id, a.to_record(), b.message_id, b.to_record())
+    records, _ = pipe.execute()
+    [json.loads(r) for r in records]
+
+
+async def _raw_turn_async(client: aredis.Redis, raw_key: str) -> None:
+    pipe = client.pipeline(transaction=False)
+    pipe.lrange(raw_key, -WINDOW, -1)
+    pipe.rpush(raw_key, json.dumps(_raw_dict(0)), json.dumps(_raw_dict(1)))
+    records, _ = await pipe.execute()
+    [json.loads(r) for r in records]
+
+
+async def _chatkeep_turn(store: RedisHistoryStore, key: SessionKey) -> None:
+    await store.load(key, last=WINDOW)
+    await store.append(key, _pairs())
+
+
+def _merge(results: list[Result]) -> Result:
+    return Result(results[0].name, results[0].size, [s for r in results for s in r.samples])
+
+
+async def _turns(url: str, prefix: str, rounds: int, iterations: int) -> list[Result]:
+    sync_client = redis.Redis.from_url(url)
+    async_client = aredis.Redis.from_url(url)
+    store = open_store(url, prefix=prefix)
+    sha = sync_client.script_load(IDEMPOTENT_APPEND)
+    results: dict[tuple[str, int], list[Result]] = {}
+    try:
+        for size in SIZES:
+            key = SessionKey("bench", f"turn-{size}")
+            raw_key = f"{prefix}:raw:{size}"
+            await _seed(store, key, sync_client, raw_key, size)
+            n = iterations
+
+            def chatkeep_turn(key: SessionKey = key) -> Any:
+                return _chatkeep_turn(store, key)
+
+            def raw_async(raw_key: str = raw_key) -> Any:
+                return _raw_turn_async(async_client, raw_key)
+
+            for _ in range(rounds):
+                for result in (
+                    await measure_async("chatkeep (asyncio)", size, chatkeep_turn, iterations=n),
+                    measure(
+                        "raw redis-py sync (pipelined)",
+                        size,
+                        lambda k=raw_key: _raw_turn_sync(sync_client, k),
+                        iterations=n,
+                    ),
+                    await measure_async("raw redis-py asyncio (pipelined)", size, raw_async, iterations=n),
+                    measure(
+                        "raw sync, idempotent Lua append",
+                        size,
+                        lambda k=raw_key: _guarded_turn_sync(sync_client, k, sha),
+                        iterations=n,
+                    ),
+                ):
+                    results.setdefault((result.name, size), []).append(result)
+            await store.delete(key)
+            sync_client.delete(raw_key, raw_key + ":ids")
+    finally:
+        await store.close()
+        await async_client.aclose()
+        sync_client.close()
+    return [_merge(r) for r in results.values()]
+
+
+async def _concurrent(url: str, prefix: str, clients: int, turns: int) -> list[Result]:
+    store = open_store(url, prefix=prefix)
+    async_client = aredis.Redis.from_url(url)
+    out: list[Result] = []
+    try:
+        keys = [SessionKey("bench", f"concurrent-{n}") for n in range(clients)]
+        raw_keys = [f"{prefix}:rawc:{n}" for n in range(clients)]
+        for key, raw_key in zip(keys, raw_keys, strict=True):
+            await store.append(key, [_message(n) for n in range(1_000)])
+            await async_client.rpush(raw_key, *[_message(n).to_record() for n in range(1_000)])
+
+        async def run(name: str, turn: Any, targets: list[Any]) -> Result:
+            samples: list[float] = []
+
+            async def client(target: Any) -> None:
+                for _ in range(turns):
+                    start = time.perf_counter()
+                    await turn(target)
+                    samples.append(time.perf_counter() - start)
+
+            started = time.perf_counter()
+            await asyncio.gather(*(client(t) for t in targets))
+            result = Result(name, 1_000, samples)
+            result.wall = time.perf_counter() - started  # type: ignore[attr-defined]
+            return result
+
+        for _ in range(2):
+            out.append(await run(f"chatkeep, {clients} clients", lambda k: _chatkeep_turn(store, k), keys))
+            out.append(
+                await run(f"raw asyncio, {clients} clients", lambda k: _raw_turn_async(async_client, k), raw_keys)
+            )
+        for key in keys:
+            await store.delete(key)
+        await async_client.delete(*raw_keys)
+    finally:
+        await store.close()
+        await async_client.aclose()
+    merged: dict[str, list[Result]] = {}
+    for result in out:
+        merged.setdefault(result.name, []).append(result)
+    final = []
+    for parts in merged.values():
+        result = _merge(parts)
+        result.wall = sum(p.wall for p in parts)  # type: ignore[attr-defined]
+        final.append(result)
+    return final
+
+
+async def _whole_load(url: str, prefix: str, size: int, iterations: int) -> list[Result]:
+    store = open_store(url, prefix=prefix)
+    sync_client = redis.Redis.from_url(url)
+    async_client = aredis.Redis.from_url(url)
+    key, raw_key = SessionKey("bench", "whole"), f"{prefix}:raw:whole"
+    results: dict[str, list[Result]] = {}
+    try:
+        await _seed(store, key, sync_client, raw_key, size)
+        for _ in range(3):
+            for result in (
+                await measure_async("chatkeep load()", size, lambda: store.load(key), iterations=iterations, warmup=3),
+                measure(
+                    "raw sync LRANGE + json.loads each",
+                    size,
+                    lambda: [json.loads(r) for r in sync_client.lrange(raw_key, 0, -1)],
+                    iterations=iterations,
+                    warmup=3,
+                ),
+                await measure_async(
+                    "raw asyncio LRANGE + json.loads each",
+                    size,
+                    lambda: _decode_all(async_client, raw_key),
+                    iterations=iterations,
+                    warmup=3,
+                ),
+            ):
+                results.setdefault(result.name, []).append(result)
+        await store.delete(key)
+        sync_client.delete(raw_key, raw_key + ":ids")
+    finally:
+        await store.close()
+        await async_client.aclose()
+        sync_client.close()
+    return [_merge(r) for r in results.values()]
+
+
+async def _decode_all(client: aredis.Redis, raw_key: str) -> list[Any]:
+    return [json.loads(r) for r in await client.lrange(raw_key, 0, -1)]
+
+
+async def _memory(url: str, prefix: str) -> str:
+    store = open_store(url, prefix=prefix)
+    client = aredis.Redis.from_url(url)
+    key, raw_key = SessionKey("bench", "memory"), f"{prefix}:raw:memory"
+    try:
+        batch = [_message(n) for n in range(1_000)]
+        await store.append(key, batch)
+        await client.rpush(raw_key, *[m.to_record() for m in batch])
+        from chatkeep.redis._store import _session_keys
+
+        h, m, i, _ = _session_keys(prefix, key.tenant, key.session_id)
+        usage = {
+            name: int(await client.memory_usage(k, samples=0) or 0)
+            for name, k in (("records", m), ("ids", i), ("meta", h))
+        }
+        raw = int(await client.memory_usage(raw_key, samples=0) or 0)
+        record = len(batch[0].to_record())
+        await store.delete(key)
+        await client.delete(raw_key)
+    finally:
+        await store.close()
+        await client.aclose()
+    total = sum(usage.values())
+    return "\n".join(
+        [
+            f"### Memory per 1,000 messages (MEMORY USAGE, records of about {record} bytes)",
+            "",
+            "| what | bytes | per message |",
+            "|---|---:|---:|",
+            *(f"| chatkeep {name} | {value:,} | {value / 1000:.0f} |" for name, value in usage.items()),
+            f"| chatkeep total | {total:,} | {total / 1000:.0f} |",
+            f"| raw list of the same records | {raw:,} | {raw / 1000:.0f} |",
+        ]
+    )
+
+
+async def _cleanup(url: str, prefix: str) -> None:
+    """Remove every key of this run (its own prefix only)."""
+    client = aredis.Redis.from_url(url)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        for start in range(0, len(keys), 500):
+            await client.unlink(*keys[start : start + 500])
+    finally:
+        await client.aclose()
+
+
+def _fastest_raw(results: list[Result]) -> Any:
+    def baseline(row: Result) -> Result:
+        raws = [r for r in results if r.size == row.size and r.name.startswith("raw") and "idempotent" not in r.name]
+        return min(raws, key=lambda r: r.p50)
+
+    return baseline
+
+
+def main(argv: list[str]) -> int:
+    """Run the Redis benchmark and print Markdown tables (synchronous: it runs its own event loop)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks redis", description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default=os.environ.get("CHATKEEP_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisy numbers)")
+    args = parser.parse_args(argv)
+    rounds, iterations = (2, 200) if args.quick else (5, 600)
+    prefix = f"ckbench-{uuid.uuid4().hex[:8]}"
+
+    async def run() -> list[str]:
+        try:
+            turns = await _turns(args.url, prefix, rounds, iterations)
+            concurrent = await _concurrent(args.url, prefix, 16, 100 if args.quick else 400)
+            whole = await _whole_load(args.url, prefix, 10_000, 5 if args.quick else 15)
+            memory = await _memory(args.url, prefix)
+        finally:
+            await _cleanup(args.url, prefix)
+        return [_report(turns, concurrent, whole), memory]
+
+    for block in asyncio.run(run()):
+        print(block)
+        print()
+    return 0
+
+
+def _report(turns: list[Result], concurrent: list[Result], whole: list[Result]) -> str:
+    lines = [format_table("The turn: load(last=20) + append 2 messages", turns, _fastest_raw(turns)), ""]
+    lines += [
+        "### 16 concurrent clients (sessions of 1,000 messages)",
+        "",
+        "| path | p50 ms | p99 ms | turns/s (all clients) |",
+        "|---|---:|---:|---:|",
+    ]
+    for result in concurrent:
+        lines.append(
+            f"| {result.name} | {result.p50 * 1e3:.3f} | {result.p99 * 1e3:.3f} | "
+            f"{len(result.samples) / result.wall:,.0f} |"  # type: ignore[attr-defined]
+        )
+    lines += ["", format_table("Loading a whole 10,000-message history", whole, _fastest_raw(whole)), ""]
+    chatkeep = {r.size: r for r in turns if r.name.startswith("chatkeep")}
+    base = _fastest_raw(turns)
+    lines.append("### Targets")
+    lines.append("")
+    for size, result in chatkeep.items():
+        value = ratio(result, base(result))
+        verdict = "met" if value <= 1.25 else "missed"
+        lines.append(f"- turn at {size:,}: {value:.2f}x the fastest raw path (target 1.25x): {verdict}")
+    growth = chatkeep[SIZES[-1]].p50 / chatkeep[SIZES[0]].p50
+    verdict = "met" if growth <= 1.2 else "missed"
+    lines.append(f"- p50 at {SIZES[-1]:,} / p50 at {SIZES[0]:,}: {growth:.2f}x (target 1.2x): {verdict}")
+    load = next(r for r in whole if r.name.startswith("chatkeep"))
+    value = ratio(load, _fastest_raw(whole)(load))
+    verdict = "met" if value <= 1.5 else "missed"
+    lines.append(f"- whole 10,000-message load: {value:.2f}x raw LRANGE + JSON decode (target 1.5x): {verdict}")
+    return "\n".join(lines)

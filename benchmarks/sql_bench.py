@@ -1,0 +1,408 @@
+"""The SQL backend beside the raw drivers, on SQLite, PostgreSQL and MariaDB/MySQL, measured in the same run.
+
+A turn is what an agent does per user message: ``load(last=20)`` then ``append`` of two messages (~200 and
+~600 bytes). Paths, per database and session size (10, 1,000 and 100,000 messages):
+
+* ``raw sync``: the plain driver (``sqlite3``, ``psycopg``, ``pymysql``): the two statements, autocommit, a
+  client-side sequence counter (one writer assumed: no locking, no idempotency), ``json`` decode of the 20.
+* ``raw sync + guarantees``: the same driver doing what an idempotent, contiguous append needs: a
+  transaction, an upsert of the session row reserving the sequence range, ``INSERT ... ON CONFLICT DO NOTHING``.
+* ``SQLAlchemy Core sync`` and ``SQLAlchemy async``: the two plain statements through SQLAlchemy's engines.
+* ``chatkeep``: ``SQLHistoryStore.load(key, last=20)`` then ``append`` (pydantic messages in and out).
+
+Also the load of a whole 10,000-message history: chatkeep's ``load(key)`` beside the raw fetch plus ``json``
+decode. Run with ``python -m benchmarks sql [--iterations N] [--only sqlite,postgresql,mysql]``.
+"""
+
+# Each closure below is timed inside the loop iteration that defines it, so late binding cannot bite.
+# ruff: noqa: B023
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import tempfile
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks._common import Result, format_table, measure, measure_async
+from chatkeep.core import Message, SessionKey
+from chatkeep.sql import SQLHistoryStore
+from chatkeep.sql._schema import key_hash, message_hash, tenant_hash
+
+__all__ = ["main"]
+
+SIZES = (10, 1_000, 100_000)
+WHOLE = 10_000
+PG_URL = os.environ.get("CHATKEEP_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+MYSQL_URL = os.environ.get("CHATKEEP_BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+SHORT, LONG = "x" * 130, "y" * 530  # with the record's other fields: ~200 and ~600 bytes
+
+
+def _turn_messages() -> list[Message]:
+    return [Message(role="user", text=SHORT), Message(role="assistant", text=LONG)]
+
+
+def _raw_records() -> list[tuple[bytes, str]]:
+    """What a raw client stores per turn: its own JSON (same sizes), keyed by a fresh id."""
+    out = []
+    for role, text in (("user", SHORT), ("assistant", LONG)):
+        message_id = str(uuid.uuid4())
+        record = json.dumps(
+            {"v": 1, "message_id": message_id, "role": role, "contents": [{"type": "text", "text": text}]}
+        )
+        out.append((message_hash(message_id), record))
+    return out
+
+
+class _Database:
+    """One database under test: where chatkeep's tables live, and the raw statements on them."""
+
+    def __init__(self, family: str) -> None:
+        self.family = family
+        self.name = f"ck_bench_{uuid.uuid4().hex[:10]}"
+        self.tmp = tempfile.mkdtemp(prefix="chatkeep-bench-")
+
+    # -- set-up ------------------------------------------------------------------------------------
+
+    def store_url(self) -> str:
+        if self.family == "sqlite":
+            return f"sqlite:///{self.tmp}/bench.db"
+        if self.family == "postgresql":
+            return f"{PG_URL}?schema={self.name}"
+        return f"{MYSQL_URL.rsplit('/', 1)[0]}/{self.name}"
+
+    def sync_connect(self) -> Any:
+        if self.family == "sqlite":
+            conn = sqlite3.connect(f"{self.tmp}/bench.db", isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            return conn
+        if self.family == "postgresql":
+            import psycopg
+
+            conn = psycopg.connect(PG_URL.replace("postgresql://", "postgresql://", 1), autocommit=True)
+            conn.execute(f'SET search_path TO "{self.name}"')
+            return conn
+        import pymysql
+
+        host = MYSQL_URL.split("@", 1)[1].split("/", 1)[0]
+        return pymysql.connect(
+            host=host.split(":")[0],
+            port=int(host.split(":")[1]),
+            user="root",
+            database=self.name,
+            autocommit=True,
+            charset="utf8mb4",
+        )
+
+    def create(self) -> None:
+        if self.family == "postgresql":
+            import psycopg
+
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f'CREATE SCHEMA "{self.name}"')
+        elif self.family == "mysql":
+            self._mysql_admin(f"CREATE DATABASE `{self.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+
+    def drop(self) -> None:
+        if self.family == "postgresql":
+            import psycopg
+
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE')
+        elif self.family == "mysql":
+            self._mysql_admin(f"DROP DATABASE IF EXISTS `{self.name}`")
+
+    def _mysql_admin(self, statement: str) -> None:
+        import pymysql
+
+        host = MYSQL_URL.split("@", 1)[1].split("/", 1)[0]
+        conn = pymysql.connect(host=host.split(":")[0], port=int(host.split(":")[1]), user="root", autocommit=True)
+        with conn.cursor() as cur:
+            cur.execute(statement)
+        conn.close()
+
+    def sqlalchemy_urls(self) -> tuple[str, str]:
+        """(sync URL, async URL) for SQLAlchemy's engines."""
+        if self.family == "sqlite":
+            return f"sqlite:///{self.tmp}/bench.db", f"sqlite+aiosqlite:///{self.tmp}/bench.db"
+        if self.family == "postgresql":
+            base = PG_URL.split("://", 1)[1]
+            return f"postgresql+psycopg://{base}", f"postgresql+asyncpg://{base}"
+        base = f"{MYSQL_URL.split('://', 1)[1].rsplit('/', 1)[0]}/{self.name}?charset=utf8mb4"
+        return f"mysql+pymysql://{base}", f"mysql+asyncmy://{base}"
+
+    # -- statements (qmark style; converted per driver) ------------------------------------------
+
+    def q(self, sql: str) -> str:
+        return sql if self.family == "sqlite" else sql.replace("?", "%s")
+
+    def upsert(self) -> str:
+        cols = "key_hash, tenant_hash, tenant, session_id, created_at, updated_at, next_seq, message_count"
+        if self.family == "mysql":
+            return self.q(
+                f"INSERT INTO chatkeep_sessions ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE "
+                "next_seq = next_seq + VALUES(next_seq), message_count = message_count + VALUES(message_count), "
+                "updated_at = GREATEST(updated_at, VALUES(updated_at)) RETURNING id, next_seq"
+            )
+        greatest = "max" if self.family == "sqlite" else "GREATEST"
+        return self.q(
+            f"INSERT INTO chatkeep_sessions ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key_hash) DO UPDATE "
+            "SET next_seq = chatkeep_sessions.next_seq + excluded.next_seq, "
+            "message_count = chatkeep_sessions.message_count + excluded.message_count, "
+            f"updated_at = {greatest}(chatkeep_sessions.updated_at, excluded.updated_at) RETURNING id, next_seq"
+        )
+
+    def insert(self, guarded: bool) -> str:
+        head = "INSERT IGNORE INTO" if guarded and self.family == "mysql" else "INSERT INTO"
+        tail = " ON CONFLICT (session_ref, message_hash) DO NOTHING" if guarded and self.family != "mysql" else ""
+        return self.q(
+            f"{head} chatkeep_messages (session_ref, seq, message_hash, record) VALUES (?, ?, ?, ?), (?, ?, ?, ?)"
+            + tail
+        )
+
+    def select_last(self) -> str:
+        return self.q("SELECT record FROM chatkeep_messages WHERE session_ref = ? ORDER BY seq DESC LIMIT 20")
+
+    def select_all(self) -> str:
+        return self.q("SELECT record FROM chatkeep_messages WHERE session_ref = ? ORDER BY seq")
+
+
+def _session_ref(conn: Any, db: _Database, key: SessionKey) -> tuple[int, int]:
+    cur = conn.cursor()
+    cur.execute(
+        db.q("SELECT id, next_seq FROM chatkeep_sessions WHERE key_hash = ?"), (key_hash(key.tenant, key.session_id),)
+    )
+    row = cur.fetchall()[0]
+    return int(row[0]), int(row[1])
+
+
+def _raw_turn(conn: Any, db: _Database, ref: int, seq: list[int]) -> None:
+    cur = conn.cursor()
+    cur.execute(db.select_last(), (ref,))
+    [json.loads(row[0]) for row in cur.fetchall()]
+    (h1, r1), (h2, r2) = _raw_records()
+    cur.execute(db.insert(False), (ref, seq[0], h1, r1, ref, seq[0] + 1, h2, r2))
+    seq[0] += 2
+
+
+def _guarded_turn(conn: Any, db: _Database, key: SessionKey) -> None:
+    cur = conn.cursor()
+    cur.execute(db.select_last(), (_ref_cache[key],))
+    [json.loads(row[0]) for row in cur.fetchall()]
+    (h1, r1), (h2, r2) = _raw_records()
+    head = (key_hash(key.tenant, key.session_id), tenant_hash(key.tenant), key.tenant.encode(), key.session_id.encode())
+    cur.execute("BEGIN IMMEDIATE" if db.family == "sqlite" else "BEGIN")
+    now = int(uuid.uuid1().time)  # any increasing number will do here
+    cur.execute(db.upsert(), (*head, now, now, 2, 2))
+    ref, next_seq = cur.fetchall()[0]
+    cur.execute(db.insert(True), (ref, next_seq - 2, h1, r1, ref, next_seq - 1, h2, r2))
+    cur.execute("COMMIT")
+
+
+_ref_cache: dict[SessionKey, int] = {}
+
+
+async def _seed(store: SQLHistoryStore, key: SessionKey, n: int) -> None:
+    for start in range(0, n, 1000):
+        await store.append(
+            key,
+            [
+                Message(role="user" if i % 2 == 0 else "assistant", text=SHORT if i % 2 == 0 else LONG)
+                for i in range(start, min(n, start + 1000))
+            ],
+        )
+
+
+async def _bench_database(family: str, iterations: int) -> tuple[list[Result], list[Result]]:
+    db = _Database(family)
+    db.create()
+    results: list[Result] = []
+    whole: list[Result] = []
+    store = SQLHistoryStore(db.store_url())
+    try:
+        keys = {size: SessionKey("bench", f"s{size}-{uuid.uuid4().hex[:6]}") for size in SIZES}
+        for size, key in keys.items():
+            await _seed(store, key, size)
+        whole_key = SessionKey("bench", f"whole-{uuid.uuid4().hex[:6]}")
+        await _seed(store, whole_key, WHOLE)
+
+        conn = db.sync_connect()
+        from sqlalchemy import create_engine, text
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        sync_url, async_url = db.sqlalchemy_urls()
+        sync_engine = create_engine(sync_url)
+        async_engine = create_async_engine(async_url)
+        if family == "postgresql":
+            from sqlalchemy import event
+
+            for target in (sync_engine, async_engine.sync_engine):
+
+                @event.listens_for(target, "connect")
+                def _path(dbapi_connection: Any, _record: Any) -> None:
+                    cursor = dbapi_connection.cursor()
+                    cursor.execute(f'SET search_path TO "{db.name}"')
+                    cursor.close()
+
+        sel = text("SELECT record FROM chatkeep_messages WHERE session_ref = :ref ORDER BY seq DESC LIMIT 20")
+        ins = text(
+            "INSERT INTO chatkeep_messages (session_ref, seq, message_hash, record) "
+            "VALUES (:ref, :s1, :h1, :r1), (:ref, :s2, :h2, :r2)"
+        )
+        # Raw paths write to sessions of their own (same sizes), so every path appends to a session it owns.
+        raw_keys = {}
+        for size in SIZES:
+            for label in ("raw", "guarded", "core", "async"):
+                raw_key = SessionKey("bench", f"{label}{size}-{uuid.uuid4().hex[:6]}")
+                raw_keys[(label, size)] = raw_key
+                await _seed(store, raw_key, size)
+        counters: dict[tuple[str, int], list[int]] = {}
+        for (label, size), raw_key in raw_keys.items():
+            ref, next_seq = _session_ref(conn, db, raw_key)
+            _ref_cache[raw_key] = ref
+            counters[(label, size)] = [next_seq + 1_000_000]  # raw writers skip the counter: keep clear of it
+
+        for size in SIZES:
+            ref = _ref_cache[raw_keys[("raw", size)]]
+            results.append(
+                measure(
+                    "raw sync", size, lambda: _raw_turn(conn, db, ref, counters[("raw", size)]), iterations=iterations
+                )
+            )
+            guarded_key = raw_keys[("guarded", size)]
+            results.append(
+                measure(
+                    "raw sync + guarantees", size, lambda: _guarded_turn(conn, db, guarded_key), iterations=iterations
+                )
+            )
+            core_ref, core_seq = _ref_cache[raw_keys[("core", size)]], counters[("core", size)]
+
+            def core_turn() -> None:
+                with sync_engine.begin() as c:
+                    [json.loads(r[0]) for r in c.execute(sel, {"ref": core_ref}).all()]
+                    (h1, r1), (h2, r2) = _raw_records()
+                    c.execute(
+                        ins,
+                        {
+                            "ref": core_ref,
+                            "s1": core_seq[0],
+                            "h1": h1,
+                            "r1": r1,
+                            "s2": core_seq[0] + 1,
+                            "h2": h2,
+                            "r2": r2,
+                        },
+                    )
+                    core_seq[0] += 2
+
+            results.append(measure("SQLAlchemy Core sync", size, core_turn, iterations=iterations))
+            async_ref, async_seq = _ref_cache[raw_keys[("async", size)]], counters[("async", size)]
+
+            async def async_turn() -> None:
+                async with async_engine.begin() as c:
+                    [json.loads(r[0]) for r in (await c.execute(sel, {"ref": async_ref})).all()]
+                    (h1, r1), (h2, r2) = _raw_records()
+                    await c.execute(
+                        ins,
+                        {
+                            "ref": async_ref,
+                            "s1": async_seq[0],
+                            "h1": h1,
+                            "r1": r1,
+                            "s2": async_seq[0] + 1,
+                            "h2": h2,
+                            "r2": r2,
+                        },
+                    )
+                    async_seq[0] += 2
+
+            results.append(await measure_async("SQLAlchemy async", size, async_turn, iterations=iterations))
+            key = keys[size]
+
+            async def chatkeep_turn() -> None:
+                await store.load(key, last=20)
+                await store.append(key, _turn_messages())
+
+            results.append(await measure_async("chatkeep", size, chatkeep_turn, iterations=iterations))
+
+        whole_ref, _ = _session_ref(conn, db, whole_key)
+
+        def raw_whole() -> None:
+            cur = conn.cursor()
+            cur.execute(db.select_all(), (whole_ref,))
+            [json.loads(row[0]) for row in cur.fetchall()]
+
+        whole.append(
+            measure("raw fetch + json decode", WHOLE, raw_whole, iterations=max(10, iterations // 20), warmup=3)
+        )
+        whole.append(
+            await measure_async(
+                "chatkeep load()", WHOLE, lambda: store.load(whole_key), iterations=max(10, iterations // 20), warmup=3
+            )
+        )
+        conn.close()
+        sync_engine.dispose()
+        await async_engine.dispose()
+    finally:
+        await store.close()
+        db.drop()
+    return results, whole
+
+
+def _fastest_raw(results: list[Result]) -> Callable[[Result], Result]:
+    def baseline(result: Result) -> Result:
+        raws = [r for r in results if r.size == result.size and r.name != "chatkeep"]
+        return min(raws, key=lambda r: r.p50)
+
+    return baseline
+
+
+def _reachable(family: str) -> str | None:
+    try:
+        db = _Database(family)
+        if family == "postgresql":
+            import psycopg
+
+            psycopg.connect(PG_URL, connect_timeout=3).close()
+        elif family == "mysql":
+            db._mysql_admin("SELECT 1")
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+async def _main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks sql")
+    parser.add_argument("--iterations", type=int, default=400)
+    parser.add_argument("--only", default="sqlite,postgresql,mysql")
+    args = parser.parse_args(argv)
+    for family in args.only.split(","):
+        problem = _reachable(family)
+        if problem:
+            print(f"### {family}: skipped ({problem})\n")
+            continue
+        results, whole = await _bench_database(family, args.iterations)
+        print(format_table(f"{family}: one turn (load last 20 + append 2)", results, _fastest_raw(results)))
+        print()
+        chatkeep = {r.size: r for r in results if r.name == "chatkeep"}
+        print(f"chatkeep p50 at 100,000 vs 10 messages: {chatkeep[100_000].p50 / chatkeep[10].p50:.2f}x")
+        print()
+        print(format_table(f"{family}: load a whole {WHOLE:,}-message history", whole, lambda r: whole[0]))
+        print()
+
+
+def main(argv: list[str]) -> None:
+    """Run the SQL benchmark (synchronous entry point: it runs its own event loop)."""
+    asyncio.run(_main(argv))
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

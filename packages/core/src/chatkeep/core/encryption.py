@@ -1,0 +1,370 @@
+"""Encryption at rest for any backend: :class:`EncryptedStore` wraps a :class:`HistoryStore`.
+
+Envelope encryption: each tenant has a random 256-bit data key; message contents (and session
+state) are sealed with AES-GCM under it; the data key is kept wrapped by a master key, with the
+master key's id beside it. Each ciphertext is bound (as associated data) to its tenant, session,
+message id, role and time, so a ciphertext moved to another place fails to decrypt.
+
+* Rotating the master key rewraps data keys; history is not rewritten.
+* Deleting a tenant's wrapped data key (:meth:`EncryptedStore.shred_tenant`) makes its history
+  unreadable everywhere (crypto-shredding), backups included.
+* Ids, roles, times and order stay in clear, so windowed loads keep their cost and idempotent
+  appends keep working.
+
+Wrapped data keys live in a separate ``key_store`` (another URL: a separate memory namespace,
+database schema or Redis prefix). Never prune it: its entries are only ever replaced or shredded.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+
+from chatkeep.core._errors import ChatkeepError, MissingExtraError
+from chatkeep.core._messages import Content, DataContent, Message, encode_records, new_message_id
+from chatkeep.core._session import AgentSession
+from chatkeep.core._store import HistoryStore, SessionKey, SessionPage, StoredSession
+
+try:
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtraError(
+        "chatkeep.core.encryption needs the cryptography package; "
+        'install it with: pip install "chatkeep-core[encryption]"'
+    ) from exc
+
+__all__ = ["KEYS_TENANT", "SEALED_MEDIA_TYPE", "DecryptionError", "EncryptedStore"]
+
+SEALED_MEDIA_TYPE = "application/vnd.chatkeep.sealed"
+KEYS_TENANT = "chatkeep-data-keys"
+_SEALED = "chatkeep.sealed"
+_NONCE = 12
+_DK_ID = "1"  # one data key per tenant; the id is bound into its wrap, leaving room for more later
+
+
+class DecryptionError(ChatkeepError):
+    """Stored data could not be decrypted: its data key was shredded, its master key is not in the keyring,
+    or the ciphertext was changed or moved."""
+
+
+class _SealedBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    contents: list[Content] = Field(default_factory=list)
+    author_name: str | None = None
+    additional_properties: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+def _lp(*parts: str) -> bytes:
+    """Length-prefixed concatenation: no two different tuples of parts give the same bytes."""
+    out = bytearray()
+    for part in parts:
+        raw = part.encode("utf-8")
+        out += len(raw).to_bytes(4, "big") + raw
+    return bytes(out)
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+class EncryptedStore(HistoryStore):
+    """A :class:`HistoryStore` that encrypts what it stores in ``inner`` (see the module docs).
+
+    Args:
+        inner: the backend that stores the (sealed) messages and sessions.
+        key_store: where wrapped data keys live; keep it apart from ``inner`` and never prune it.
+        master_keys: master key id -> 32-byte AES key; every key unwraps, ``current_key_id`` wraps.
+        current_key_id: the master key that wraps new data keys (default: the first).
+        owns_stores: close ``inner`` and ``key_store`` when this store is closed.
+        key_cache_seconds: how long an unwrapped data key is reused before it is read again (so a shred
+            reaches other processes within this time).
+    """
+
+    def __init__(
+        self,
+        inner: HistoryStore,
+        *,
+        key_store: HistoryStore,
+        master_keys: Mapping[str, bytes],
+        current_key_id: str | None = None,
+        owns_stores: bool = True,
+        key_cache_seconds: float = 60.0,
+    ) -> None:
+        super().__init__(max_message_bytes=inner.max_message_bytes)
+        if inner is key_store:
+            raise ValueError("key_store must be another store than inner (another URL, schema or prefix)")
+        if not master_keys:
+            raise ValueError("EncryptedStore needs at least one master key")
+        for key_id, key in master_keys.items():
+            if len(key) != 32:
+                raise ValueError(f"master key {key_id!r} must be 32 bytes (AES-256), got {len(key)}")
+        self.inner = inner
+        self.key_store = key_store
+        # The limit applies to what the caller stores; the sealed record is larger (base64 of the
+        # ciphertext plus clear metadata), so the inner store is allowed that expansion.
+        inner.max_message_bytes = self.max_message_bytes * 4 // 3 + 4096
+        self._master = {key_id: AESGCM(bytes(key)) for key_id, key in master_keys.items()}
+        self.current_key_id = current_key_id if current_key_id is not None else next(iter(master_keys))
+        if self.current_key_id not in self._master:
+            raise ValueError(f"current_key_id {self.current_key_id!r} is not among the master keys")
+        self.owns_stores = owns_stores
+        self.key_cache_seconds = key_cache_seconds
+        self._cache: dict[str, tuple[float, AESGCM]] = {}
+
+    # -- data keys -------------------------------------------------------------------------------
+
+    def _wrap(self, tenant: str, data_key: bytes, *, first: bool) -> Message:
+        nonce = os.urandom(_NONCE)
+        wrapped = self._master[self.current_key_id].encrypt(nonce, data_key, _lp("data-key", tenant, _DK_ID))
+        body = {"dk": _DK_ID, "kek": self.current_key_id, "wrapped": _b64(nonce + wrapped)}
+        # The first wrap has a fixed id: appends are idempotent by id, so of two writers creating a
+        # tenant's key at once only the first is stored, and both then read the same key.
+        message_id = "data-key" if first else f"data-key-rewrap-{new_message_id()}"
+        return Message(message_id=message_id, role="system", text=json.dumps(body))
+
+    def _unwrap(self, tenant: str, wraps: list[Message]) -> bytes:
+        """The data key, from the newest wrap whose master key this store holds."""
+        for wrap in reversed(wraps):
+            body = json.loads(wrap.text)
+            master = self._master.get(body["kek"])
+            if master is None:
+                continue
+            raw = base64.b64decode(body["wrapped"])
+            try:
+                return master.decrypt(raw[:_NONCE], raw[_NONCE:], _lp("data-key", tenant, body["dk"]))
+            except InvalidTag as exc:
+                raise DecryptionError(f"the data key of tenant {tenant!r} does not match its master key") from exc
+        held = sorted({json.loads(w.text)["kek"] for w in wraps})
+        raise DecryptionError(
+            f"tenant {tenant!r}'s data key is wrapped by master key(s) {held!r}, none of which this store holds; "
+            "add the master key to master_keys"
+        )
+
+    async def _data_key(self, tenant: str, *, create: bool) -> AESGCM | None:
+        cached = self._cache.get(tenant)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        key = SessionKey(KEYS_TENANT, tenant)
+        wraps = await self.key_store.load(key, last=8)
+        if not wraps and create:
+            await self.key_store.append(key, [self._wrap(tenant, os.urandom(32), first=True)])
+            wraps = await self.key_store.load(key, last=8)
+        if not wraps:
+            return None
+        aead = AESGCM(self._unwrap(tenant, wraps))
+        self._cache[tenant] = (time.monotonic() + self.key_cache_seconds, aead)
+        return aead
+
+    async def _writing_key(self, tenant: str) -> AESGCM:
+        aead = await self._data_key(tenant, create=True)
+        if aead is None:  # the key store lost the key it just acknowledged
+            raise DecryptionError(f"could not create a data key for tenant {tenant!r} in the key store")
+        return aead
+
+    async def _reading_key(self, tenant: str) -> AESGCM:
+        aead = await self._data_key(tenant, create=False)
+        if aead is None:
+            raise DecryptionError(
+                f"tenant {tenant!r} has stored data but no data key: it was shredded, so its history is unreadable"
+            )
+        return aead
+
+    @staticmethod
+    def _message_aad(key: SessionKey, message: Message) -> bytes:
+        return _lp(
+            "message", key.tenant, key.session_id, message.message_id, message.role, message.created_at.isoformat()
+        )
+
+    def _seal(self, key: SessionKey, aead: AESGCM, message: Message) -> Message:
+        body = message.model_dump_json(include={"contents", "author_name", "additional_properties"}).encode()
+        nonce = os.urandom(_NONCE)
+        sealed = aead.encrypt(nonce, body, self._message_aad(key, message))
+        return Message(
+            message_id=message.message_id,
+            role=message.role,
+            created_at=message.created_at,
+            contents=[DataContent(data=_b64(nonce + sealed), media_type=SEALED_MEDIA_TYPE)],
+            additional_properties={_SEALED: {"v": 1, "dk": _DK_ID}},
+        )
+
+    def _open(self, key: SessionKey, aead: AESGCM, message: Message) -> Message:
+        content = message.contents[0] if len(message.contents) == 1 else None
+        if not isinstance(content, DataContent) or content.media_type != SEALED_MEDIA_TYPE:
+            raise DecryptionError(
+                f"message {message.message_id} in {key} is not sealed; it was not written by EncryptedStore"
+            )
+        raw = base64.b64decode(content.data)
+        try:
+            body = aead.decrypt(raw[:_NONCE], raw[_NONCE:], self._message_aad(key, message))
+            opened = _SealedBody.model_validate_json(body)
+        except (InvalidTag, ValidationError) as exc:
+            raise DecryptionError(
+                f"message {message.message_id} in session {key.session_id!r} failed to decrypt: it was changed, "
+                "or moved from another session or tenant"
+            ) from exc
+        return Message(
+            message_id=message.message_id,
+            role=message.role,
+            created_at=message.created_at,
+            contents=opened.contents,
+            author_name=opened.author_name,
+            additional_properties=opened.additional_properties,
+        )
+
+    # -- the contract ----------------------------------------------------------------------------
+
+    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
+        """Seal and append (atomic and idempotent as ``inner`` is)."""
+        self._check_usable()
+        if not messages:
+            return await self.inner.append(key, [])
+        encode_records(messages, max_bytes=self.max_message_bytes)  # the limit is on the plaintext record
+        aead = await self._writing_key(key.tenant)
+        return await self.inner.append(key, [self._seal(key, aead, m) for m in messages])
+
+    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
+        """Load from ``inner`` and open each message."""
+        self._check_usable()
+        sealed = await self.inner.load(key, last=last)
+        if not sealed:
+            return []
+        aead = await self._reading_key(key.tenant)
+        return [self._open(key, aead, m) for m in sealed]
+
+    async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
+        """Iterate and open the whole history."""
+        self._check_usable()
+        aead: AESGCM | None = None
+        async for message in self.inner.iter_messages(key, batch=batch):
+            if aead is None:
+                aead = await self._reading_key(key.tenant)
+            yield self._open(key, aead, message)
+
+    async def count(self, key: SessionKey) -> int:
+        """As ``inner``."""
+        self._check_usable()
+        return await self.inner.count(key)
+
+    async def delete(self, key: SessionKey) -> bool:
+        """As ``inner``."""
+        self._check_usable()
+        return await self.inner.delete(key)
+
+    async def trim(self, key: SessionKey, keep_last: int) -> int:
+        """As ``inner``."""
+        self._check_usable()
+        return await self.inner.trim(key, keep_last)
+
+    async def list_sessions(
+        self, tenant: str = "default", *, limit: int = 100, cursor: str | None = None
+    ) -> SessionPage:
+        """As ``inner``."""
+        self._check_usable()
+        return await self.inner.list_sessions(tenant, limit=limit, cursor=cursor)
+
+    async def save_session(
+        self, key: SessionKey, session: AgentSession, *, expected_version: str | None = None, owner: str | None = None
+    ) -> str:
+        """Seal the session's state and save it in ``inner``."""
+        self._check_usable()
+        aead = await self._writing_key(key.tenant)
+        nonce = os.urandom(_NONCE)
+        state = json.dumps(session.to_dict()["state"], separators=(",", ":")).encode()
+        sealed = aead.encrypt(nonce, state, _lp("session", key.tenant, key.session_id))
+        stored = AgentSession(
+            session_id=session.session_id,
+            tenant=session.tenant,
+            service_session_id=session.service_session_id,
+            state={_SEALED: {"v": 1, "dk": _DK_ID, "data": _b64(nonce + sealed)}},
+        )
+        return await self.inner.save_session(key, stored, expected_version=expected_version, owner=owner)
+
+    async def load_session(self, key: SessionKey, *, owner: str | None = None) -> StoredSession | None:
+        """Load the session from ``inner`` and open its state."""
+        self._check_usable()
+        found = await self.inner.load_session(key, owner=owner)
+        if found is None:
+            return None
+        sealed = found.session.state.get(_SEALED)
+        if not isinstance(sealed, dict):
+            raise DecryptionError(f"the session document of {key} is not sealed; it was not written by EncryptedStore")
+        aead = await self._reading_key(key.tenant)
+        raw = base64.b64decode(sealed["data"])
+        try:
+            state = json.loads(aead.decrypt(raw[:_NONCE], raw[_NONCE:], _lp("session", key.tenant, key.session_id)))
+        except InvalidTag as exc:
+            raise DecryptionError(f"the session document of {key} failed to decrypt: it was changed or moved") from exc
+        session = found.session
+        return StoredSession(
+            AgentSession(
+                session_id=session.session_id,
+                tenant=session.tenant,
+                service_session_id=session.service_session_id,
+                state=state,
+            ),
+            found.version,
+        )
+
+    async def prune(self, *, older_than: timedelta | datetime, tenant: str | None = None) -> int:
+        """As ``inner`` (data keys stay: a pruned tenant may write again)."""
+        self._check_usable()
+        return await self.inner.prune(older_than=older_than, tenant=tenant)
+
+    async def delete_tenant(self, tenant: str) -> int:
+        """Delete the tenant's data in ``inner`` and its data key."""
+        self._check_usable()
+        removed = await self.inner.delete_tenant(tenant)
+        await self.shred_tenant(tenant)
+        return removed
+
+    # -- key management --------------------------------------------------------------------------
+
+    async def shred_tenant(self, tenant: str) -> bool:
+        """Delete the tenant's wrapped data key: its stored history becomes unreadable (crypto-shredding)."""
+        self._check_usable()
+        self._cache.pop(tenant, None)
+        return await self.key_store.delete(SessionKey(KEYS_TENANT, tenant))
+
+    async def rotate_master_key(self) -> int:
+        """Rewrap every data key not yet wrapped by ``current_key_id``; returns how many were rewrapped.
+
+        Messages are not touched. Once this returns, retired master keys can leave ``master_keys``.
+        """
+        self._check_usable()
+        rewrapped = 0
+        cursor: str | None = None
+        while True:
+            page = await self.key_store.list_sessions(KEYS_TENANT, limit=100, cursor=cursor)
+            for info in page.items:
+                tenant = info.session_id
+                key = SessionKey(KEYS_TENANT, tenant)
+                wraps = await self.key_store.load(key, last=8)
+                if not wraps or json.loads(wraps[-1].text)["kek"] == self.current_key_id:
+                    continue
+                self._cache.pop(tenant, None)
+                await self.key_store.append(key, [self._wrap(tenant, self._unwrap(tenant, wraps), first=False)])
+                await self.key_store.trim(key, 1)
+                rewrapped += 1
+            if page.next_cursor is None:
+                return rewrapped
+            cursor = page.next_cursor
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def _aclose(self) -> None:
+        if self.owns_stores:
+            await self.inner.close()
+            await self.key_store.close()
+
+    def describe(self) -> dict[str, Any]:
+        """The wrapped store, and the master key in use (never the keys)."""
+        return {"type": type(self).__name__, "inner": self.inner.describe(), "current_key_id": self.current_key_id}

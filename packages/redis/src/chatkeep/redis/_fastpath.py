@@ -1,0 +1,309 @@
+"""A small asyncio connection for the store's hot commands on a standalone server, with hiredis parsing RESP.
+
+redis-py's asyncio client costs about twice a bare protocol per round trip (stream reader, connection pool,
+response callbacks). The store uses this connection for the commands every agent turn runs (the append
+script, ``LRANGE``, ``LLEN``) when it opened the connection itself from a plain ``redis://`` or ``unix://``
+URL and hiredis is installed; everything else, clusters and clients handed in keep using redis-py.
+
+One connection serves every coroutine of the store: commands are written at once (pipelined) and each
+waits on a future in a FIFO, which the replies resolve in order. A cancelled waiter leaves its future in
+the FIFO, so its reply is still read and discarded and the replies after it reach their own waiters.
+
+Errors are redis-py's exceptions, so the store maps them as before: a refused or lost connection is
+``ConnectionError``, a reply later than ``socket_timeout`` is ``TimeoutError`` (the connection is then
+dropped, and every command waiting on it fails), a server error reply is ``ResponseError``
+(``NoScriptError`` for ``NOSCRIPT``). Like redis-py with the store's retry policy, a command that failed
+on the connection (not on the server) is retried twice on a new connection after a short back-off: the
+commands sent here are reads or the idempotent append script, so a retry never adds anything twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from typing import Any
+
+from redis import exceptions as redis_errors
+
+try:
+    import hiredis
+except ImportError:  # pragma: no cover - the fast path is off without hiredis
+    hiredis = None  # type: ignore[assignment]
+
+__all__ = ["FastConnection", "fast_target"]
+
+# The store's redis-py retry policy: two retries, ExponentialBackoff(cap=0.5, base=0.05).
+_RETRIES = 2
+_BACKOFF_BASE = 0.05
+_BACKOFF_CAP = 0.5
+_RETRYABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError)
+
+
+def _reply_error(text: str) -> Exception:
+    if text.startswith("NOSCRIPT"):
+        return redis_errors.NoScriptError(text)
+    return redis_errors.ResponseError(text)
+
+
+def fast_target(url: str) -> dict[str, Any] | None:
+    """Where the fast connection goes for a driver URL, or ``None`` when it must stay with redis-py.
+
+    Only ``redis://`` and ``unix://`` URLs whose options are all understood here (host, port or path,
+    database, username, password) qualify: TLS, RESP3, client names and the other redis-py options keep
+    redis-py, which implements them.
+    """
+    if hiredis is None:
+        return None
+    from redis.asyncio.connection import UnixDomainSocketConnection, parse_url
+
+    try:
+        kwargs = dict(parse_url(url))
+    except (TypeError, ValueError):
+        return None
+    if url.startswith("unix://"):
+        if kwargs.pop("connection_class", None) is not UnixDomainSocketConnection or not kwargs.get("path"):
+            return None
+    elif not url.startswith("redis://"):
+        return None
+    if set(kwargs) - {"host", "port", "path", "db", "username", "password"}:
+        return None
+    return kwargs
+
+
+class _Protocol(asyncio.Protocol):
+    """Feeds received bytes to hiredis and resolves the oldest waiting future with each whole reply."""
+
+    def __init__(self, owner: FastConnection) -> None:
+        self.owner = owner
+        self.transport: asyncio.Transport | None = None
+        self.reader = hiredis.Reader(protocolError=redis_errors.InvalidResponse, replyError=_reply_error)
+        self.pending: collections.deque[tuple[asyncio.Future[Any], asyncio.TimerHandle | None]] = collections.deque()
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.broken: BaseException | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        reader = self.reader
+        reader.feed(data)
+        pending = self.pending
+        try:
+            while (reply := reader.gets()) is not False:
+                if not pending:
+                    raise redis_errors.InvalidResponse("a reply came for no command")
+                future, timer = pending.popleft()
+                if timer is not None:
+                    timer.cancel()
+                if future.done():
+                    continue  # a cancelled waiter: its reply is read and dropped
+                if isinstance(reply, redis_errors.ResponseError):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+        except redis_errors.InvalidResponse as exc:
+            self.fail(redis_errors.ConnectionError(f"{self.owner.address} sent an invalid reply: {exc}"))
+
+    def eof_received(self) -> bool:
+        self.fail(redis_errors.ConnectionError(f"{self.owner.address} closed the connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.fail(
+            redis_errors.ConnectionError(
+                f"the connection to {self.owner.address} was lost" + (f": {exc}" if exc else "")
+            )
+        )
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def fail(self, error: BaseException) -> None:
+        """Mark the connection broken, fail every waiting command with ``error`` and close the socket."""
+        if self.broken is None:
+            self.broken = error
+        pending, self.pending = self.pending, collections.deque()
+        for future, timer in pending:
+            if timer is not None:
+                timer.cancel()
+            if not future.done():
+                future.set_exception(error)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()
+
+    def timed_out(self) -> None:
+        self.fail(
+            redis_errors.TimeoutError(
+                f"Timeout reading from {self.owner.address} (no reply within {self.owner.socket_timeout:g} s)"
+            )
+        )
+
+    def send(self, commands: list[bytes], timeout: float) -> list[asyncio.Future[Any]]:
+        """Write commands at once; returns a future per reply, each failing after ``timeout`` seconds."""
+        if self.broken is not None or self.transport is None or self.transport.is_closing():
+            raise redis_errors.ConnectionError(f"the connection to {self.owner.address} is closed")
+        loop = asyncio.get_running_loop()
+        futures = []
+        deadline = loop.time() + timeout
+        for _ in commands:
+            future = loop.create_future()
+            self.pending.append((future, loop.call_at(deadline, self.timed_out)))
+            futures.append(future)
+        self.transport.write(b"".join(commands) if len(commands) > 1 else commands[0])
+        return futures
+
+
+class FastConnection:
+    """One pipelined connection to a standalone server for the store's hot commands (see the module's notes).
+
+    It belongs to the event loop it was made on (the store drops it when its loop changes) and reconnects on
+    the next command after a failure. Not thread-safe, like everything asyncio.
+    """
+
+    def __init__(self, target: dict[str, Any], *, address: str, socket_timeout: float, connect_timeout: float) -> None:
+        self.target = target
+        self.address = address
+        self.socket_timeout = socket_timeout
+        self.connect_timeout = connect_timeout
+        self._protocol: _Protocol | None = None
+        self._connecting: asyncio.Lock | None = None
+        self._scripts: set[str] = set()
+        self.closed = False
+
+    # -- commands ------------------------------------------------------------------------------
+
+    async def execute(self, *args: Any) -> Any:
+        """Run one command and return its reply (raises redis-py's exceptions)."""
+        return await self.execute_packed(hiredis.pack_command(args))
+
+    async def evalsha(self, sha: str, source: str, keys: Any, args: Any) -> Any:
+        """Run a script by SHA; a server that does not know it gets ``SCRIPT LOAD`` and the command again."""
+        command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
+        try:
+            return await self.execute_packed(command)
+        except redis_errors.NoScriptError:
+            # Both in one write: the script is cached before the command runs (one round trip).
+            return await self.execute_packed(command, before=hiredis.pack_command(("SCRIPT", "LOAD", source)))
+
+    async def execute_packed(self, command: bytes, *, before: bytes | None = None) -> Any:
+        """Send a packed command (after ``before``, whose reply is ignored) and return its reply."""
+        failures = 0
+        while True:
+            protocol = self._protocol
+            try:
+                if protocol is None or protocol.broken is not None:
+                    protocol = await self._connected()
+                if before is None:
+                    return await protocol.send([command], self.socket_timeout)[0]
+                replies = await asyncio.gather(
+                    *protocol.send([before, command], self.socket_timeout), return_exceptions=True
+                )
+                if isinstance(replies[1], BaseException):
+                    raise replies[1]
+                return replies[1]
+            except redis_errors.AuthenticationError:
+                raise  # a wrong password stays wrong
+            except _RETRYABLE:
+                failures += 1
+                if failures > _RETRIES:
+                    raise
+                await asyncio.sleep(min(_BACKOFF_CAP, _BACKOFF_BASE * 2**failures))
+
+    # -- connection ----------------------------------------------------------------------------
+
+    async def _connected(self) -> _Protocol:
+        if self.closed:
+            raise redis_errors.ConnectionError("the store is closed")
+        protocol = self._protocol
+        if protocol is not None and protocol.broken is None:
+            return protocol
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            protocol = self._protocol
+            if protocol is not None and protocol.broken is None:
+                return protocol  # another caller connected while this one waited
+            self._protocol = None
+            if protocol is not None:
+                await self._wait_lost(protocol)
+            protocol = await self._connect()
+            if self.closed:
+                self._drop(protocol)
+                raise redis_errors.ConnectionError("the store is closed")
+            self._protocol = protocol
+            return protocol
+
+    async def _connect(self) -> _Protocol:
+        loop = asyncio.get_running_loop()
+        target = self.target
+        protocol = _Protocol(self)
+        try:
+            if "path" in target:
+                opening = loop.create_unix_connection(lambda: protocol, target["path"])
+            else:
+                opening = loop.create_connection(
+                    lambda: protocol, target.get("host") or "localhost", int(target.get("port") or 6379)
+                )
+            await asyncio.wait_for(opening, self.connect_timeout)
+        except asyncio.TimeoutError as exc:
+            self._drop(protocol)
+            raise redis_errors.TimeoutError(
+                f"Timeout connecting to {self.address} (no answer within {self.connect_timeout:g} s)"
+            ) from exc
+        except OSError as exc:
+            self._drop(protocol)
+            raise redis_errors.ConnectionError(f"Error connecting to {self.address}: {exc}") from exc
+        except BaseException:
+            self._drop(protocol)
+            raise
+        try:
+            password = target.get("password")
+            if password is not None:
+                username = target.get("username")
+                auth = ("AUTH", username, password) if username else ("AUTH", password)
+                try:
+                    await protocol.send([hiredis.pack_command(auth)], self.connect_timeout)[0]
+                except redis_errors.ResponseError as exc:
+                    raise redis_errors.AuthenticationError(f"{self.address} refused the password: {exc}") from exc
+            if int(target.get("db") or 0):
+                await protocol.send([hiredis.pack_command(("SELECT", int(target["db"])))], self.connect_timeout)[0]
+        except BaseException:
+            self._drop(protocol)
+            raise
+        return protocol
+
+    @staticmethod
+    def _drop(protocol: _Protocol) -> None:
+        protocol.fail(redis_errors.ConnectionError("the connection was closed"))
+
+    @staticmethod
+    async def _wait_lost(protocol: _Protocol) -> None:
+        """Let a failed connection finish closing its socket (bounded: it was aborted)."""
+        if protocol.transport is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(protocol.lost), 1)
+
+    async def aclose(self) -> None:
+        """Close the connection; commands still waiting fail with ``ConnectionError``."""
+        self.closed = True
+        protocol, self._protocol = self._protocol, None
+        if protocol is None:
+            return
+        protocol.fail(redis_errors.ConnectionError("the store was closed"))
+        await self._wait_lost(protocol)
+
+    def abandon(self) -> None:
+        """Release the socket without its event loop (which is closed), so nothing warns of a leak later."""
+        self.closed = True
+        protocol, self._protocol = self._protocol, None
+        if protocol is None or protocol.transport is None:
+            return
+        transport: Any = protocol.transport
+        protocol.pending.clear()  # their loop is gone: nobody waits on them
+        # close() marks the transport closing, then fails to schedule the rest on the closed loop:
+        # release the socket directly (as the store does for redis-py's connections).
+        with contextlib.suppress(Exception):
+            transport.close()
+        with contextlib.suppress(Exception):
+            transport._call_connection_lost(None)

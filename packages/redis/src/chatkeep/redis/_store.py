@@ -1,0 +1,668 @@
+"""The Redis history store: plain commands and Lua, on standalone Redis, Redis Cluster and Valkey.
+
+Layout (``P`` is the prefix, ``T`` and ``S`` the base64url of the tenant and session id in UTF-8)::
+
+    P:{T.S}:h       hash: next sequence number, created/updated stamps, session document, version, owner
+    P:{T.S}:m       list: message records in append order
+    P:{T.S}:i       sorted set: message ids still stored, scored by sequence number
+    P:{T}:sessions  sorted set: the tenant's session ids, scored by last update (microseconds)
+    P:tenants       sorted set: tenants, scored by last update
+
+The braces are the cluster hash tag: a session's three keys share a slot, so one Lua script updates
+them atomically. base64url has no ``.``, ``{`` or ``}``, so no id can reach another key. The tenant's
+index lives on another slot: writers update it *before* the session (an entry without a session is
+dropped by ``list_sessions`` and ``prune``; a session without an entry cannot happen), and removals
+are conditional on the entry's score, so a concurrent write keeps its entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import functools
+import json
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any, NoReturn
+
+from chatkeep.core import (
+    DEFAULT_TENANT,
+    AgentSession,
+    ConcurrencyConflictError,
+    HistoryStore,
+    Message,
+    SessionInfo,
+    SessionKey,
+    SessionOwnershipError,
+    SessionPage,
+    StoreConfigurationError,
+    StoredSession,
+    StoreUnavailableError,
+    cutoff_time,
+    decode_records,
+    encode_records,
+    redact_url,
+    ttl_seconds,
+)
+from chatkeep.redis import _scripts
+from chatkeep.redis._fastpath import FastConnection, fast_target
+from chatkeep.redis._config import check_prefix, parse_url
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
+__all__ = ["RedisHistoryStore", "open_store"]
+
+RedisClient = Redis | RedisCluster
+
+# An index entry whose session is missing is only dropped once it is this old: younger, it may belong to a
+# write that updated the index and has not reached the session yet.
+INDEX_GRACE_US = 60_000_000
+_SCAN_BATCH = 500
+# What the driver raises: its own errors (RedisClusterException is not a RedisError), sockets, timeouts.
+_DRIVER_ERRORS = (redis_errors.RedisError, redis_errors.RedisClusterException, OSError, asyncio.TimeoutError)
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode("utf-8")).rstrip(b"=").decode("ascii")
+
+
+@functools.lru_cache(maxsize=4096)
+def _session_keys(prefix: str, tenant: str, session_id: str) -> tuple[str, str, str, str]:
+    """The keys of one session: hash, messages, ids, and its tenant's index."""
+    tag_tenant = _b64(tenant)
+    tag = f"{prefix}:{{{tag_tenant}.{_b64(session_id)}}}"
+    return f"{tag}:h", f"{tag}:m", f"{tag}:i", f"{prefix}:{{{tag_tenant}}}:sessions"
+
+
+def _tenant_index(prefix: str, tenant: str) -> str:
+    return f"{prefix}:{{{_b64(tenant)}}}:sessions"
+
+
+_last_stamp = 0
+
+
+def _now_us() -> int:
+    """Microseconds since the epoch, strictly increasing within this process (so writes order within a tick)."""
+    global _last_stamp
+    now = time.time_ns() // 1000
+    if now <= _last_stamp:
+        now = _last_stamp + 1
+    _last_stamp = now
+    return now
+
+
+def _to_datetime(us: int | float | bytes | str) -> datetime:
+    return datetime.fromtimestamp(int(float(us)) / 1e6, tz=timezone.utc)
+
+
+def _check_tenant(tenant: str) -> None:
+    SessionKey(tenant, "-")  # validates the tenant exactly as a key would (InvalidSessionKeyError)
+
+
+def _encode_cursor(score: int, session_id: str) -> str:
+    raw = json.dumps([int(score), session_id], ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[int, bytes]:
+    try:
+        score, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        return int(score), str(session_id).encode()
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise ValueError(
+            f"{cursor!r} is not a list_sessions cursor; pass the next_cursor of the previous page"
+        ) from exc
+
+
+def _pairs(rows: list[Any]) -> list[tuple[bytes, int]]:
+    """``(member, score)`` pairs of a WITHSCORES reply (redis-py pairs them; a raw reply is flat)."""
+    if rows and isinstance(rows[0], (list, tuple)):
+        return [(member, int(float(score))) for member, score in rows]
+    return [(rows[n], int(float(rows[n + 1]))) for n in range(0, len(rows), 2)]
+
+
+def _abandon(client: RedisClient) -> None:
+    """Close a client's sockets without its event loop (which is closed), so nothing warns of a leak later."""
+    connections: list[Any] = []
+    if isinstance(client, RedisCluster):
+        nodes = [*client.get_nodes(), *client.nodes_manager.startup_nodes.values(), *client.startup_nodes]
+        for node in {id(node): node for node in nodes}.values():
+            connections += node._connections
+        client._initialize = True  # what aclose() leaves behind: the client no longer counts as open
+    else:
+        pool = client.connection_pool
+        connections += [*getattr(pool, "_available_connections", ()), *getattr(pool, "_in_use_connections", ())]
+    for connection in connections:
+        writer = getattr(connection, "_writer", None)
+        if writer is None:
+            continue
+        transport = writer.transport
+        # close() marks the transport closing, then fails to schedule the rest on the closed loop:
+        # release the socket directly.
+        with contextlib.suppress(Exception):
+            transport.close()
+        with contextlib.suppress(Exception):
+            transport._call_connection_lost(None)
+        connection._writer = connection._reader = None
+
+
+class RedisHistoryStore(HistoryStore):
+    """A :class:`~chatkeep.core.HistoryStore` on Redis, Redis Cluster or Valkey (plain commands and Lua only).
+
+    Every append is one Lua script: idempotent by ``message_id`` (for messages still stored: the ids of
+    trimmed or deleted messages are forgotten), contiguous under concurrent writers, refreshing the TTL and
+    trimming to ``max_messages`` in the same atomic step. ``load(last=k)`` reads only the k newest records.
+
+    Args:
+        url: ``redis://``, ``rediss://``, ``unix://`` or ``redis+cluster://`` (see :func:`open_store`);
+            ignored for the connection when ``client`` is given.
+        client: an existing ``redis.asyncio.Redis`` or ``RedisCluster`` (with ``decode_responses=False``);
+            the store uses it and leaves it open when closed.
+        prefix: the first segment of every key; stores on other prefixes never meet.
+        ttl: seconds (or a ``timedelta``) an idle session lives; each write by this store restarts it.
+        max_messages: keep at most this many newest messages per session (trimmed in the append itself).
+        max_message_bytes: the largest message record accepted, in UTF-8 bytes.
+        socket_timeout: seconds a command may wait for the server.
+        connect_timeout: seconds a connection attempt may take.
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://localhost:6379/0",
+        *,
+        client: RedisClient | None = None,
+        prefix: str | None = None,
+        ttl: float | timedelta | None = None,
+        max_messages: int | None = None,
+        max_message_bytes: int | None = None,
+        socket_timeout: float | None = None,
+        connect_timeout: float | None = None,
+    ) -> None:
+        config = parse_url(
+            url,
+            prefix=prefix,
+            ttl=ttl,
+            max_messages=max_messages,
+            max_message_bytes=max_message_bytes,
+            socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+        )
+        super().__init__(max_message_bytes=config.max_message_bytes)
+        self.config = config
+        self.prefix = check_prefix(config.prefix)
+        self.ttl = ttl_seconds(config.ttl)
+        self.max_messages = config.max_messages
+        self._ttl_ms = 0 if self.ttl is None else max(1, math.ceil(self.ttl * 1000))
+        self._cap = self.max_messages or 0
+        self._owns_client = client is None
+        if client is not None:
+            kwargs = client.get_connection_kwargs() if isinstance(client, Redis) else client.connection_kwargs  # type: ignore[no-untyped-call]
+            if kwargs.get("decode_responses"):
+                raise StoreConfigurationError(
+                    "the Redis client decodes responses (decode_responses=True); chatkeep reads records as bytes, "
+                    "so hand it a client made with decode_responses=False"
+                )
+        self._client: RedisClient | None = client
+        # The hot commands' own connection (standalone servers the store connects to itself, with hiredis).
+        self._fast_target = fast_target(config.url) if client is None and not config.cluster else None
+        self._fast: FastConnection | None = None
+        self._cluster = isinstance(client, RedisCluster) if client is not None else config.cluster
+        self._tenants_key = f"{self.prefix}:tenants"
+        self.messages_read = 0
+        self.bytes_read = 0
+
+    # -- connection ------------------------------------------------------------------------------
+
+    def _new_client(self) -> RedisClient:
+        config = self.config
+        common: dict[str, Any] = {
+            "socket_timeout": config.socket_timeout,
+            "socket_connect_timeout": config.connect_timeout,
+            "decode_responses": False,
+        }
+        try:
+            if config.cluster:
+                from redis.asyncio.cluster import ClusterNode
+
+                return RedisCluster.from_url(
+                    config.url,
+                    startup_nodes=[ClusterNode(host, port) for host, port in config.startup_nodes],
+                    **common,
+                )
+            # Commands are retried on lost connections; appends are idempotent, so a retry never duplicates.
+            common["retry"] = Retry(ExponentialBackoff(cap=0.5, base=0.05), 2)
+            return Redis.from_url(config.url, **common)
+        except (TypeError, ValueError, redis_errors.RedisError) as exc:
+            raise StoreConfigurationError(
+                f"the Redis URL {config.shown_url!r} has an option redis-py does not accept: {exc}"
+            ) from exc
+
+    def _redis(self) -> RedisClient:
+        self._check_usable()
+        client = self._client
+        if client is None:
+            client = self._client = self._new_client()
+        return client
+
+    def _fast_connection(self) -> FastConnection | None:
+        fast = self._fast
+        if fast is None and self._fast_target is not None:
+            config = self.config
+            fast = self._fast = FastConnection(
+                self._fast_target,
+                address=config.address,
+                socket_timeout=config.socket_timeout,
+                connect_timeout=config.connect_timeout,
+            )
+        return fast
+
+    def _on_loop_change(self) -> None:
+        fast, self._fast = self._fast, None
+        if fast is not None:
+            fast.abandon()
+        if self._client is not None and self._owns_client:
+            _abandon(self._client)
+            self._client = None
+
+    async def _aclose(self) -> None:
+        fast, self._fast = self._fast, None
+        if fast is not None:
+            await fast.aclose()
+        client, self._client = self._client, None
+        if client is not None and self._owns_client:
+            with contextlib.suppress(redis_errors.RedisError, OSError):
+                await client.aclose()
+
+    def _unavailable(self, exc: BaseException) -> NoReturn:
+        where = self.config.address if self._owns_client else "the Redis client handed to the store"
+        unreachable = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError, asyncio.TimeoutError)
+        if isinstance(exc, unreachable) or "reachable node" in str(exc):
+            hint = "check that the server is running and reachable, and the URL's host, port and password"
+            what = f"cannot reach Redis at {where}"
+        else:
+            hint = "the server refused the command; check its logs and that it runs Redis 6.2 or later (or Valkey)"
+            what = f"Redis at {where} failed"
+        detail = redact_url(str(exc)) or type(exc).__name__
+        raise StoreUnavailableError(f"{what} ({self.config.shown_url}): {detail}; {hint}") from exc
+
+    async def _command(self, *args: Any) -> Any:
+        client = self._redis()
+        try:
+            return await client.execute_command(*args)
+        except _DRIVER_ERRORS as exc:
+            self._unavailable(exc)
+
+    async def _hot_command(self, *args: Any) -> Any:
+        """A command every turn runs: on the fast connection when the store has one, else as ``_command``."""
+        fast = self._fast or self._fast_connection()
+        if fast is None:
+            return await self._command(*args)
+        try:
+            return await fast.execute(*args)
+        except _DRIVER_ERRORS as exc:
+            self._unavailable(exc)
+
+    async def _hot_script(self, script: _scripts.Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """A script every turn runs: on the fast connection when the store has one, else as ``_script``."""
+        fast = self._fast or self._fast_connection()
+        if fast is None:
+            return await self._script(script, keys, args)
+        try:
+            return await fast.evalsha(script.sha, script.source, keys, args)
+        except _DRIVER_ERRORS as exc:
+            self._unavailable(exc)
+
+    async def _script(self, script: _scripts.Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        client = self._redis()
+        try:
+            try:
+                return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            except redis_errors.NoScriptError:
+                # A restarted server or another cluster node: EVAL runs the script and caches it there.
+                return await client.execute_command("EVAL", script.source, len(keys), *keys, *args)
+        except _DRIVER_ERRORS as exc:
+            self._unavailable(exc)
+
+    async def _scripts(
+        self, script: _scripts.Script, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
+    ) -> list[Any]:
+        """Run a script for many keys in one pipeline (non-transactional: each call is atomic on its own)."""
+        if not calls:
+            return []
+        client = self._redis()
+        try:
+            pipe = client.pipeline(transaction=False)
+            for keys, args in calls:
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            results = await pipe.execute(raise_on_error=False)
+            for n, result in enumerate(results):
+                if isinstance(result, redis_errors.NoScriptError):
+                    keys, args = calls[n]
+                    results[n] = await client.execute_command("EVAL", script.source, len(keys), *keys, *args)
+                elif isinstance(result, Exception):
+                    raise result
+            return list(results)
+        except _DRIVER_ERRORS as exc:
+            self._unavailable(exc)
+
+    async def _touch_indexes(self, tenant: str, session_id: str, index: str, now: int) -> None:
+        """Update the tenant's and the tenants' index (before the session: see the module's notes)."""
+        await asyncio.gather(
+            self._command("ZADD", self._tenants_key, "GT", now, tenant),
+            self._command("ZADD", index, "GT", now, session_id),
+        )
+
+    # -- messages --------------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """What this store is, for logs and the CLI (no secrets)."""
+        return {
+            "type": type(self).__name__,
+            "url": self.config.shown_url if self._owns_client else "(client handed in)",
+            "cluster": self._cluster,
+            "prefix": self.prefix,
+            "ttl": self.ttl,
+            "max_messages": self.max_messages,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.config.shown_url} prefix={self.prefix!r}{' closed' if self.closed else ''}>"
+        )
+
+    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
+        """Append messages in one atomic script, skipping ids already stored; returns how many were new.
+
+        Raises:
+            MessageTooLargeError: a message is over ``max_message_bytes`` (checked before anything is sent).
+            StoreUnavailableError: Redis failed or is unreachable (nothing is stored).
+        """
+        self._check_usable()
+        records = encode_records(messages, max_bytes=self.max_message_bytes)
+        if not records:
+            return 0
+        h, m, i, index = _session_keys(self.prefix, key.tenant, key.session_id)
+        now = _now_us()
+        args = [now, self._ttl_ms, self._cap, len(records), key.tenant, key.session_id]
+        args += [message.message_id for message in messages]
+        args += records
+        if self._cluster:
+            await self._touch_indexes(key.tenant, key.session_id, index, now)
+            added = await self._script(_scripts.APPEND, (h, m, i), args)
+        else:
+            added = await self._hot_script(_scripts.APPEND, (h, m, i, index, self._tenants_key), args)
+        return int(added)
+
+    def _decode(self, records: list[bytes]) -> list[Message]:
+        self.messages_read += len(records)
+        self.bytes_read += sum(map(len, records))
+        return decode_records(records)
+
+    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
+        """The history in append order; with ``last=k`` only the k newest (one ``LRANGE`` of k records)."""
+        self._check_usable()
+        if last is not None:
+            if last < 0:
+                raise ValueError(f"last must be 0 or more, got {last}")
+            if last == 0:
+                return []
+        m = _session_keys(self.prefix, key.tenant, key.session_id)[1]
+        records = await self._hot_command("LRANGE", m, 0 if last is None else -last, -1)
+        return self._decode(records) if records else []
+
+    async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
+        """Iterate over the history in append order, ``batch`` records per read (resuming by sequence number)."""
+        self._check_usable()
+        if batch < 1:
+            raise ValueError(f"batch must be 1 or more, got {batch}")
+        h, m, _, _ = _session_keys(self.prefix, key.tenant, key.session_id)
+        seq, created = -1, b""
+        while True:
+            reply = await self._script(_scripts.PAGE, (h, m), (seq, batch, created))
+            if not reply[0]:
+                return  # gone, or deleted and re-created while we read
+            created, seq, records = reply[0], int(reply[1]), reply[2:]
+            if not records:
+                return
+            for message in self._decode(records):
+                yield message
+            self._check_usable()
+
+    async def count(self, key: SessionKey) -> int:
+        """How many messages the session holds."""
+        self._check_usable()
+        return int(await self._hot_command("LLEN", _session_keys(self.prefix, key.tenant, key.session_id)[1]))
+
+    async def delete(self, key: SessionKey) -> bool:
+        """Delete the session's messages, ids and document; ``True`` if anything was there."""
+        self._check_usable()
+        h, m, i, index = _session_keys(self.prefix, key.tenant, key.session_id)
+        updated = await self._script(_scripts.DELETE, (h, m, i), ())
+        if updated is None:
+            return False
+        await self._script(_scripts.DROP_INDEX_ENTRY, (index,), (key.session_id, int(updated)))
+        return True
+
+    async def trim(self, key: SessionKey, keep_last: int) -> int:
+        """Delete all but the ``keep_last`` newest messages (and forget their ids); returns how many."""
+        self._check_usable()
+        if keep_last < 0:
+            raise ValueError(f"keep_last must be 0 or more, got {keep_last}")
+        h, m, i, _ = _session_keys(self.prefix, key.tenant, key.session_id)
+        return int(await self._script(_scripts.TRIM, (h, m, i), (keep_last, self._ttl_ms)))
+
+    # -- sessions --------------------------------------------------------------------------------
+
+    async def list_sessions(
+        self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
+    ) -> SessionPage:
+        """One tenant's sessions, most recently updated first, from the tenant's index (never a keyspace scan)."""
+        self._check_usable()
+        _check_tenant(tenant)
+        if limit < 1:
+            raise ValueError(f"limit must be 1 or more, got {limit}")
+        after = _decode_cursor(cursor) if cursor is not None else None
+        index = _tenant_index(self.prefix, tenant)
+        top: Any = "+inf" if after is None else after[0]
+        offset, want = 0, limit + 1
+        live: list[tuple[SessionInfo, int]] = []
+        stale_before = _now_us() - INDEX_GRACE_US
+        while len(live) < want:
+            chunk = max(want - len(live), 16) * 2
+            rows = await self._command("ZREVRANGEBYSCORE", index, top, "-inf", "WITHSCORES", "LIMIT", offset, chunk)
+            if not rows:
+                break
+            entries = _pairs(rows)
+            offset += len(entries)
+            if after is not None:
+                # Ties on the score come in reverse byte order: skip those at or after the cursor's id.
+                entries = [(member, score) for member, score in entries if score < after[0] or member < after[1]]
+            live += await self._describe(tenant, entries, index, stale_before)
+            if len(entries) < chunk:
+                break
+        items = [info for info, _ in live[:want]]
+        if len(items) > limit:
+            last_info, last_score = live[limit - 1]
+            return SessionPage(items[:limit], _encode_cursor(last_score, last_info.session_id))
+        return SessionPage(items)
+
+    async def _describe(
+        self, tenant: str, entries: list[tuple[bytes, int]], index: str, stale_before: int
+    ) -> list[tuple[SessionInfo, int]]:
+        if not entries:
+            return []
+        client = self._redis()
+        try:
+            pipe = client.pipeline(transaction=False)
+            for member, _ in entries:
+                h, m, _, _ = _session_keys(self.prefix, tenant, member.decode())
+                pipe.execute_command("HGET", h, "created")
+                pipe.execute_command("LLEN", m)
+            replies = await pipe.execute()
+        except _DRIVER_ERRORS as exc:
+            self._unavailable(exc)
+        found: list[tuple[SessionInfo, int]] = []
+        dead: list[tuple[Sequence[str], Sequence[Any]]] = []
+        for n, (member, score) in enumerate(entries):
+            created, count = replies[2 * n], replies[2 * n + 1]
+            if created is None:  # expired or deleted: an old entry goes, a young one may be a write under way
+                if score < stale_before:
+                    dead.append(((index,), (member, int(score))))
+                continue
+            created_at = _to_datetime(created)
+            updated_at = max(_to_datetime(score), created_at)
+            found.append((SessionInfo(member.decode(), tenant, int(count), created_at, updated_at), score))
+        await self._scripts(_scripts.DROP_INDEX_ENTRY, dead)
+        return found
+
+    async def save_session(
+        self,
+        key: SessionKey,
+        session: AgentSession,
+        *,
+        expected_version: str | None = None,
+        owner: str | None = None,
+    ) -> str:
+        """Store a whole-session document (version checked in the same script); returns its new version.
+
+        Raises:
+            ConcurrencyConflictError: the stored version is not ``expected_version`` (or there is none).
+            SessionOwnershipError: the document is bound to another owner, or ``session`` is another tenant's.
+        """
+        self._check_usable()
+        if session.tenant != key.tenant:
+            raise SessionOwnershipError(
+                f"the session belongs to tenant {session.tenant!r}, not to the key's tenant {key.tenant!r}; "
+                "save it under SessionKey.of(session)"
+            )
+        document = json.dumps(session.to_dict(), ensure_ascii=False)
+        version = uuid.uuid4().hex
+        h, m, i, index = _session_keys(self.prefix, key.tenant, key.session_id)
+        now = _now_us()
+        await self._touch_indexes(key.tenant, key.session_id, index, now)
+        outcome = await self._script(
+            _scripts.SAVE_SESSION,
+            (h, m, i),
+            (
+                document,
+                version,
+                expected_version or "",
+                "0" if expected_version is None else "1",
+                owner or "",
+                "0" if owner is None else "1",
+                now,
+                self._ttl_ms,
+            ),
+        )
+        if outcome == b"owner":
+            raise SessionOwnershipError("this session belongs to another owner; refuse the request")
+        if outcome == b"conflict":
+            raise ConcurrencyConflictError(
+                f"session {key.session_id!r} changed since version {expected_version!r} was read (or has no "
+                "document); load it again, reapply your change and save with the new version"
+            )
+        return version
+
+    async def load_session(self, key: SessionKey, *, owner: str | None = None) -> StoredSession | None:
+        """Read a session document and its version; ``None`` when the key has none.
+
+        Raises:
+            SessionOwnershipError: ``owner`` is given and the document is bound to another owner.
+        """
+        self._check_usable()
+        h = _session_keys(self.prefix, key.tenant, key.session_id)[0]
+        document, version, stored_owner = await self._command("HMGET", h, "doc", "ver", "owner")
+        if document is None or version is None:
+            return None
+        if owner is not None and stored_owner is not None and stored_owner != owner.encode():
+            raise SessionOwnershipError("this session belongs to another owner; refuse the request")
+        return StoredSession(AgentSession.from_dict(json.loads(document)), version.decode())
+
+    # -- retention -------------------------------------------------------------------------------
+
+    async def prune(self, *, older_than: timedelta | datetime, tenant: str | None = None) -> int:
+        """Delete sessions not updated since ``older_than``, found through the indexes; returns how many."""
+        self._check_usable()
+        cutoff = int(cutoff_time(older_than).timestamp() * 1e6)
+        if tenant is not None:
+            _check_tenant(tenant)
+            return await self._prune_tenant(tenant, cutoff)
+        removed, offset = 0, 0
+        while True:
+            rows = await self._command("ZRANGE", self._tenants_key, offset, offset + _SCAN_BATCH - 1, "WITHSCORES")
+            if not rows:
+                return removed
+            kept = 0
+            for member, score in _pairs(rows):
+                name = member.decode()
+                removed += await self._prune_tenant(name, cutoff)
+                index = _tenant_index(self.prefix, name)
+                if int(await self._command("ZCARD", index)) == 0:
+                    kept += 1 - int(await self._script(_scripts.DROP_INDEX_ENTRY, (self._tenants_key,), (name, score)))
+                else:
+                    kept += 1
+            offset += kept
+
+    async def _prune_tenant(self, tenant: str, cutoff: int) -> int:
+        index = _tenant_index(self.prefix, tenant)
+        removed, offset = 0, 0
+        while True:
+            rows = await self._command(
+                "ZRANGEBYSCORE", index, "-inf", f"({cutoff}", "WITHSCORES", "LIMIT", offset, _SCAN_BATCH
+            )
+            if not rows:
+                return removed
+            entries = _pairs(rows)
+            keys = [_session_keys(self.prefix, tenant, member.decode())[:3] for member, _ in entries]
+            outcomes = await self._scripts(_scripts.PRUNE, [(k, (cutoff,)) for k in keys])
+            drops = [
+                ((index,), (member, score)) for (member, score), out in zip(entries, outcomes, strict=True) if out != 0
+            ]
+            removed += sum(1 for out in outcomes if out == 1)
+            dropped = await self._scripts(_scripts.DROP_INDEX_ENTRY, drops)
+            offset += len(entries) - sum(int(d) for d in dropped)
+
+    async def delete_tenant(self, tenant: str) -> int:
+        """Delete every session of ``tenant`` (as listed in its index); returns how many existed."""
+        self._check_usable()
+        _check_tenant(tenant)
+        index = _tenant_index(self.prefix, tenant)
+        started = _now_us()
+        removed, offset = 0, 0
+        while True:
+            rows = await self._command(
+                "ZRANGEBYSCORE", index, "-inf", started, "WITHSCORES", "LIMIT", offset, _SCAN_BATCH
+            )
+            if not rows:
+                break
+            entries = _pairs(rows)
+            keys = [_session_keys(self.prefix, tenant, member.decode())[:3] for member, _ in entries]
+            outcomes = await self._scripts(_scripts.DELETE, [(k, ()) for k in keys])
+            removed += sum(1 for out in outcomes if out is not None)
+            dropped = await self._scripts(_scripts.DROP_INDEX_ENTRY, [((index,), entry) for entry in entries])
+            offset += len(entries) - sum(int(d) for d in dropped)
+        await self._script(_scripts.DROP_INDEX_ENTRY, (self._tenants_key,), (tenant, started))
+        return removed
+
+
+def open_store(url: str = "redis://localhost:6379/0", **options: Any) -> RedisHistoryStore:
+    """Open a store from a Redis URL; no connection is made until the first call.
+
+    ``redis://[[user]:password@]host[:port][/db][?prefix=P&ttl=SECONDS&max_messages=N&max_message_bytes=N]``,
+    ``rediss://`` for TLS, ``unix:///path/redis.sock?db=0``, ``redis+cluster://host:port[,host:port...]``.
+    Keyword options (``prefix``, ``ttl``, ``max_messages``, ``max_message_bytes``, ``socket_timeout``,
+    ``connect_timeout``) override the query; other query options go to redis-py.
+
+    Raises:
+        RedisURLError: the URL is malformed.
+        TypeError: an unknown option.
+    """
+    parse_url(url, **options)  # an unknown option raises TypeError naming the valid ones
+    return RedisHistoryStore(url, **options)

@@ -1,0 +1,232 @@
+"""Which Redis servers the tests target, per-test key prefixes, and cleanup by prefix.
+
+``CHATKEEP_TEST_REDIS_URL`` names the one server a session targets (``redis://127.0.0.1:6379/0`` or
+``redis+cluster://127.0.0.1:7000``); unset, the tests run against both defaults. An unreachable server skips
+its tests with the reason, or fails them when ``CHATKEEP_REQUIRE_SERVICES=1`` (CI).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from redis.asyncio import Redis, RedisCluster
+
+DEFAULT_TARGETS = ["redis://127.0.0.1:6379/0", "redis+cluster://127.0.0.1:7000"]
+_reachable: dict[str, str | None] = {}
+
+
+def targets() -> list[str]:
+    """The server URLs this session tests against."""
+    chosen = os.environ.get("CHATKEEP_TEST_REDIS_URL", "").strip()
+    return [chosen] if chosen else DEFAULT_TARGETS
+
+
+def target_id(url: str) -> str:
+    return "cluster" if url.startswith("redis+cluster") else "standalone"
+
+
+def raw_client(url: str) -> Redis | RedisCluster:
+    """A redis-py client on the target (for assertions about keys and for cleanup)."""
+    if url.startswith("redis+cluster://"):
+        return RedisCluster.from_url("redis://" + url.split("://", 1)[1].split(",")[0])
+    return Redis.from_url(url)
+
+
+async def _probe(url: str) -> str | None:
+    client = raw_client(url)
+    try:
+        await asyncio.wait_for(client.ping(), 5)
+        return None
+    except Exception as exc:  # any failure means "not usable here"
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        await client.aclose()
+
+
+async def require(url: str) -> None:
+    """Skip (or fail, with CHATKEEP_REQUIRE_SERVICES=1) when the server is unreachable."""
+    if url not in _reachable:
+        _reachable[url] = await _probe(url)
+    reason = _reachable[url]
+    if reason is not None:
+        message = f"Redis at {url} is unreachable ({reason}); start it (scripts/redis-cluster up for the cluster)"
+        if os.environ.get("CHATKEEP_REQUIRE_SERVICES", "").strip() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+async def unlink_prefix(url: str, prefix: str) -> None:
+    """Remove every key under ``prefix:`` (this test's own keys only) on every node."""
+    client = raw_client(url)
+    try:
+        batch: list[bytes] = []
+        async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            batch.append(key)
+        for key in batch:  # one by one: cluster keys live on different slots
+            await client.unlink(key)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture(params=targets(), ids=target_id)
+def redis_target(request: pytest.FixtureRequest) -> str:
+    """The server URL (without chatkeep options) of this test."""
+    return str(request.param)
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def redis_prefix(redis_target: str) -> AsyncIterator[str]:
+    """A key prefix no other test or run uses; its keys are removed when the test ends."""
+    await require(redis_target)
+    prefix = f"cktest-{uuid.uuid4().hex[:12]}"
+    try:
+        yield prefix
+    finally:
+        await unlink_prefix(redis_target, prefix)
+
+
+@pytest.fixture
+def redis_url(redis_target: str, redis_prefix: str) -> str:
+    """The target URL with this test's prefix."""
+    return f"{redis_target}?prefix={redis_prefix}"
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrivateRedis:
+    """A redis-server this test starts on its own port (never the shared one), to stop and start at will."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.process: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    async def start(self) -> None:
+        import shutil
+
+        if shutil.which("redis-server") is None:
+            pytest.skip("redis-server is not installed; the failure tests start a private one")
+        self.process = await asyncio.create_subprocess_exec(
+            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        for _ in range(100):
+            client = Redis(port=self.port, socket_connect_timeout=0.2)
+            try:
+                await client.ping()
+                return
+            except Exception:
+                await asyncio.sleep(0.05)
+            finally:
+                await client.aclose()
+        raise RuntimeError(f"the private redis-server on port {self.port} did not start")
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+        self.process = None
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def private_redis() -> AsyncIterator[PrivateRedis]:
+    """A private redis-server, stopped at the end of the test."""
+    server = PrivateRedis(free_port())
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+class Proxy:
+    """A loopback TCP proxy in front of a server that can black-hole replies and cut connections."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.blackhole = False
+        self.server: asyncio.Server | None = None
+        self.port = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            client_writer.close()
+            return
+        self._writers |= {client_writer, up_writer}
+        for task in (
+            asyncio.create_task(self._pipe(client_reader, up_writer, replies=False)),
+            asyncio.create_task(self._pipe(up_reader, client_writer, replies=True)),
+        ):
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, replies: bool) -> None:
+        try:
+            while data := await reader.read(65536):
+                if replies and self.blackhole:
+                    continue  # the server did the work; the client never hears of it
+                writer.write(data)
+                await writer.drain()
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    def cut(self) -> None:
+        """Close every connection through the proxy (new ones are accepted)."""
+        for writer in list(self._writers):
+            writer.close()
+        self._writers.clear()
+
+    async def aclose(self) -> None:
+        self.cut()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def proxy(private_redis: PrivateRedis) -> AsyncIterator[Proxy]:
+    """A proxy in front of the private redis-server."""
+    proxy = Proxy(private_redis.port)
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.aclose()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def raw_redis(redis_target: str, redis_prefix: str) -> AsyncIterator[Redis | RedisCluster]:
+    """A plain redis-py client on the target, to look at the keys a store wrote."""
+    client = raw_client(redis_target)
+    try:
+        yield client
+    finally:
+        await client.aclose()

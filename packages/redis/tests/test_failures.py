@@ -1,0 +1,115 @@
+"""Failures: a private redis-server restarted mid-use, refused connections, replies lost on the way back."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from chatkeep.core import Message, SessionKey, StoreUnavailableError
+from chatkeep.redis import RedisHistoryStore, open_store
+
+KEY = SessionKey("tenant", "session")
+
+
+def make_messages(n: int, label: str = "m") -> list[Message]:
+    return [Message(role="user", text=f"{label}-{i}") for i in range(n)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_store_recovers_after_the_server_restarts(private_redis: Any) -> None:
+    async with open_store(private_redis.url, socket_timeout=1, connect_timeout=1) as store:
+        assert await store.append(KEY, make_messages(3, "before")) == 3
+        await private_redis.stop()
+
+        for call in (
+            lambda: store.append(KEY, make_messages(2)),
+            lambda: store.load(KEY, last=5),
+            lambda: store.count(KEY),
+        ):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError) as caught:
+                await call()
+            assert time.monotonic() - started < 10, "a call on a stopped server did not fail within a bounded time"
+            assert caught.value.__cause__ is not None
+            assert f"127.0.0.1:{private_redis.port}" in str(caught.value)
+
+        await private_redis.start()  # empty again (no persistence), and without the store's scripts
+        after = make_messages(2, "after")
+        assert await store.append(KEY, after) == 2  # the same store, no restart: reconnects and reloads its script
+        assert [m.message_id for m in await store.load(KEY)] == [m.message_id for m in after]
+        assert await store.append(KEY, after) == 0
+
+
+async def test_refused_connection_names_host_and_port_and_hides_the_password() -> None:
+    port = free_port()
+    async with open_store(f"redis://:hunter2@127.0.0.1:{port}/0", connect_timeout=1) as store:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.count(KEY)
+        assert time.monotonic() - started < 10
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}" in message
+    assert "hunter2" not in message
+    assert "***" in message
+    assert isinstance(caught.value.__cause__, Exception)
+
+
+async def test_unreachable_cluster_names_its_nodes() -> None:
+    port = free_port()
+    async with open_store(f"redis+cluster://:hunter2@127.0.0.1:{port}", connect_timeout=1) as store:
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.load(KEY, last=3)
+    assert f"127.0.0.1:{port}" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+async def test_lost_reply_leaves_the_append_whole_and_a_retry_adds_nothing(private_redis: Any, proxy: Any) -> None:
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    batch = make_messages(50, "lost")
+    async with open_store(url, socket_timeout=0.5, connect_timeout=1) as store:
+        await store.count(KEY)  # connected
+        proxy.blackhole = True
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError):
+            await store.append(KEY, batch)
+        assert time.monotonic() - started < 10
+        proxy.blackhole = False
+        proxy.cut()
+        async with open_store(private_redis.url) as direct:
+            stored = await direct.load(KEY)
+        # The server ran the script (maybe more than once, as the driver retried): whole, and once.
+        assert [m.message_id for m in stored] in ([], [m.message_id for m in batch])
+        assert await store.append(KEY, batch) == 50 - len(stored)
+        assert [m.message_id for m in await store.load(KEY)] == [m.message_id for m in batch]
+
+
+async def test_cut_connections_are_replaced(private_redis: Any, proxy: Any) -> None:
+    async with open_store(f"redis://127.0.0.1:{proxy.port}/0", socket_timeout=1, connect_timeout=1) as store:
+        await store.append(KEY, [Message(role="user", text="one")])
+        proxy.cut()
+        # The pooled connection is dead; the driver's retry reconnects (an append is safe to retry).
+        assert await store.append(KEY, [Message(role="user", text="two")]) == 1
+        assert [m.text for m in await store.load(KEY)] == ["one", "two"]
+
+
+async def test_a_store_on_a_handed_in_client_leaves_it_open(private_redis: Any) -> None:
+    from redis.asyncio import Redis
+
+    client = Redis(port=private_redis.port)
+    try:
+        async with RedisHistoryStore(client=client, prefix="handed") as store:
+            await store.append(KEY, make_messages(2))
+            assert store.describe()["url"] == "(client handed in)"
+        assert await client.exists("handed:tenants") == 1  # still open, and the store wrote under its prefix
+        await asyncio.sleep(0)
+    finally:
+        await client.aclose()

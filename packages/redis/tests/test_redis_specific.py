@@ -1,0 +1,225 @@
+"""What the conformance kit does not cover: URLs, key layout and slots, trimming, TTL on every key, the index."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.crc import key_slot
+
+import chatkeep.core
+from chatkeep.core import (
+    ChatkeepError,
+    FunctionCallContent,
+    FunctionResultContent,
+    Message,
+    MessageTooLargeError,
+    SessionKey,
+    StoreConfigurationError,
+)
+from chatkeep.redis import RedisHistoryProvider, RedisHistoryStore, RedisURLError, open_store
+from chatkeep.redis._config import parse_url
+from chatkeep.redis._store import INDEX_GRACE_US, _session_keys
+
+
+def _msgs(n: int, label: str = "m") -> list[Message]:
+    return [Message(role="user", text=f"{label}-{i}") for i in range(n)]
+
+
+# -- URLs and options (no server needed) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "driver_url", "cluster", "address"),
+    [
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0", False, "127.0.0.1:6379"),
+        ("redis://localhost", "redis://localhost", False, "localhost:6379"),
+        ("rediss://:pw@cache.example:6380/2", "rediss://:pw@cache.example:6380/2", False, "cache.example:6380"),
+        ("unix:///run/redis.sock?db=1", "unix:///run/redis.sock?db=1", False, "/run/redis.sock"),
+        ("redis+cluster://127.0.0.1:7000", "redis://127.0.0.1:7000", True, "127.0.0.1:7000"),
+        ("redis+cluster://a:7000,b:7001/", "redis://a:7000", True, "a:7000, b:7001"),
+        ("redis://h:1/0?prefix=p&ttl=5&max_messages=9&client_name=x", "redis://h:1/0?client_name=x", False, "h:1"),
+    ],
+)
+def test_urls(url: str, driver_url: str, cluster: bool, address: str) -> None:
+    config = parse_url(url)
+    assert (config.url, config.cluster, config.address) == (driver_url, cluster, address)
+
+
+def test_options_and_keyword_overrides() -> None:
+    config = parse_url("redis://h/0?prefix=app&ttl=2.5&max_messages=100&max_message_bytes=1000&socket_timeout=3")
+    assert (config.prefix, config.ttl, config.max_messages, config.max_message_bytes) == ("app", 2.5, 100, 1000)
+    assert (config.socket_timeout, config.connect_timeout) == (3.0, 5.0)
+    config = parse_url("redis://h/0?ttl=2.5", ttl=timedelta(seconds=9), prefix="other", max_messages=None)
+    assert (config.ttl, config.prefix, config.max_messages) == (timedelta(seconds=9), "other", None)
+    store = open_store("redis://h/0?ttl=3&max_messages=7", max_message_bytes=123)
+    assert (store.ttl, store.max_messages, store.max_message_bytes, store.prefix) == (3.0, 7, 123, "chatkeep")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "memory://",
+        "redis:/localhost",
+        "http://localhost",
+        "redis://h/0?ttl=soon",
+        "redis://h/0?max_messages=0",
+        "redis://h/0?max_messages=1.5",
+        "redis://h/0?max_message_bytes=0",
+        "redis://h/0?socket_timeout=-1",
+        "redis://h/0?prefix=a{b}",
+        "redis://h/0?prefix=",
+        "redis://h/zero",
+        "redis://h:port/0",
+        "redis://h/0#frag",
+        "redis+cluster://h:7000/3",
+        "redis+cluster://",
+        "redis+cluster://h:x",
+    ],
+)
+def test_bad_urls_are_refused_clearly(url: str) -> None:
+    with pytest.raises(RedisURLError) as caught:
+        open_store(url)
+    assert isinstance(caught.value, (ChatkeepError, StoreConfigurationError, ValueError))
+
+
+def test_bad_options_and_passwords_in_messages() -> None:
+    with pytest.raises(TypeError, match="prefix, ttl"):
+        open_store("redis://h/0", tll=3)
+    with pytest.raises(ValueError, match="ttl must be positive"):
+        open_store("redis://h/0", ttl=0)
+    with pytest.raises(RedisURLError) as caught:
+        open_store("redis://:hunter2@h/0?ttl=soon")
+    assert "hunter2" not in str(caught.value)
+    store = open_store("redis://user:hunter2@h:1/0?prefix=p")
+    assert "hunter2" not in repr(store)
+    assert "hunter2" not in str(store.describe())
+
+
+async def test_client_that_decodes_responses_is_refused() -> None:
+    client = Redis(decode_responses=True)
+    try:
+        with pytest.raises(StoreConfigurationError, match="decode_responses"):
+            RedisHistoryStore(client=client)
+    finally:
+        await client.aclose()
+
+
+def test_plugin_is_discovered_for_every_scheme() -> None:
+    backend = next(b for b in chatkeep.core.installed_backends() if b.name == "redis")
+    assert set(backend.schemes) == {"redis", "rediss", "unix", "redis+cluster"}
+    for url in ("redis://h/0", "rediss://h/0", "unix:///tmp/r.sock", "redis+cluster://h:7000"):
+        assert isinstance(chatkeep.core.open_store(url), RedisHistoryStore)
+
+
+# -- against the server ---------------------------------------------------------------------------
+
+
+async def test_session_keys_share_a_slot_and_ids_never_reach_other_keys(redis_url: str, redis_prefix: str) -> None:
+    pairs = [("a.b", "c"), ("a", "b.c"), ("}{", "x"), ("t", "}{x}"), ("t", "{p}"), ("t:a", "b"), ("t", "a:b")]
+    async with open_store(redis_url) as store:
+        for n, (tenant, session_id) in enumerate(pairs):
+            await store.append(SessionKey(tenant, session_id), [Message(role="user", text=str(n))])
+        for n, (tenant, session_id) in enumerate(pairs):
+            assert [m.text for m in await store.load(SessionKey(tenant, session_id))] == [str(n)]
+    for tenant, session_id in pairs:
+        h, m, i, index = _session_keys(redis_prefix, tenant, session_id)
+        assert key_slot(h.encode()) == key_slot(m.encode()) == key_slot(i.encode())
+        assert all(key.startswith(f"{redis_prefix}:{{") for key in (h, m, i, index))
+        assert session_id not in h[len(redis_prefix) :] or session_id in ("x",)
+
+
+async def test_max_messages_trims_in_the_append_and_forgets_trimmed_ids(redis_url: str, raw_redis: Any) -> None:
+    key = SessionKey("t", "capped")
+    async with open_store(redis_url, max_messages=5) as store:
+        first, second = _msgs(3, "a"), _msgs(4, "b")
+        assert await store.append(key, first) == 3
+        assert await store.append(key, second) == 4
+        assert [m.message_id for m in await store.load(key)] == [m.message_id for m in (first + second)[-5:]]
+        assert await store.count(key) == 5
+        # Idempotency covers messages still stored: a trimmed message's id is forgotten with it.
+        assert await store.append(key, second) == 0
+        assert await store.append(key, first[:1]) == 1
+        assert await store.count(key) == 5
+        assert await raw_redis.zcard(_session_keys(store.prefix, "t", "capped")[2]) == 5
+
+
+async def test_ttl_is_set_on_every_key_of_the_session(redis_url: str, raw_redis: Any) -> None:
+    key, lasting = SessionKey("t", "ttl"), SessionKey("t", "lasting")
+    async with open_store(redis_url, ttl=60) as store, open_store(redis_url) as plain:
+        await store.append(key, _msgs(2))
+        await store.save_session(key, chatkeep.core.AgentSession(session_id="ttl", tenant="t"))
+        await plain.append(lasting, _msgs(1))
+        for name in _session_keys(store.prefix, "t", "ttl")[:3]:
+            assert 0 < await raw_redis.pttl(name) <= 60_000, name
+        for name in _session_keys(store.prefix, "t", "lasting")[:3]:
+            assert await raw_redis.pttl(name) == -1, name
+
+
+async def test_dead_index_entries_are_skipped_and_old_ones_dropped(redis_url: str, raw_redis: Any) -> None:
+    async with open_store(redis_url) as store:
+        await store.append(SessionKey("t", "alive"), _msgs(1))
+        index = _session_keys(store.prefix, "t", "x")[3]
+        now = time.time_ns() // 1000
+        # A crash after the index write, long ago; and a write under way right now.
+        await raw_redis.zadd(index, {"crashed": now - INDEX_GRACE_US - 1_000_000, "in-flight": now})
+        page = await store.list_sessions("t")
+        assert [i.session_id for i in page.items] == ["alive"]
+        assert await raw_redis.zscore(index, "crashed") is None
+        assert await raw_redis.zscore(index, "in-flight") is not None
+
+
+async def test_load_last_reads_only_the_window(redis_url: str) -> None:
+    key = SessionKey("t", "window")
+    async with open_store(redis_url) as writer, open_store(redis_url) as reader:
+        await writer.append(key, [Message(role="user", text=f"{n}-" + "x" * 10_000) for n in range(200)])
+        window = await reader.load(key, last=3)
+        assert [m.text.split("-")[0] for m in window] == ["197", "198", "199"]
+        assert reader.messages_read == 3
+        assert 30_000 < reader.bytes_read < 31_000
+
+
+async def test_oversized_message_writes_no_key(redis_url: str, raw_redis: Any, redis_prefix: str) -> None:
+    async with open_store(redis_url, max_message_bytes=1_000) as store:
+        with pytest.raises(MessageTooLargeError):
+            await store.append(
+                SessionKey("t", "big"), [Message(role="user", text="ok"), Message(role="user", text="x" * 2_000)]
+            )
+    assert [key async for key in raw_redis.scan_iter(match=f"{redis_prefix}:*")] == []
+
+
+async def test_iteration_survives_a_trim_between_pages(redis_url: str) -> None:
+    key = SessionKey("t", "iter")
+    async with open_store(redis_url) as store:
+        await store.append(key, _msgs(10))
+        pages = store.iter_messages(key, batch=4)
+        seen = [(await pages.__anext__()).text for _ in range(4)]
+        await store.trim(key, 3)  # drops 0..6: the iterator resumes at the oldest message still stored after 3
+        seen += [m.text async for m in pages]
+        assert seen == ["m-0", "m-1", "m-2", "m-3", "m-7", "m-8", "m-9"]
+
+
+async def test_provider_never_starts_a_trimmed_history_with_an_orphan_tool_result(redis_url: str) -> None:
+    key = SessionKey("default", "tools")
+    call = Message(role="assistant", contents=[FunctionCallContent(call_id="c1", name="weather")])
+    result = Message(role="tool", contents=[FunctionResultContent(call_id="c1", result="sunny")])
+    answer = Message(role="assistant", text="It is sunny.")
+    async with open_store(redis_url, max_messages=2) as store:
+        await store.append(key, [Message(role="user", text="weather?"), call, result, answer])
+        assert [m.role for m in await store.load(key)] == ["tool", "assistant"]  # the call was trimmed away
+        provider = RedisHistoryProvider(store, max_messages=10)
+        loaded = await provider.get_messages("tools")
+        assert [m.message_id for m in loaded] == [answer.message_id]
+        await provider.close()
+        assert not store.closed  # the provider does not own a store handed to it
+
+
+async def test_provider_from_url_owns_its_store(redis_url: str) -> None:
+    provider = RedisHistoryProvider(redis_url, max_messages=2)
+    await provider.save_messages("s", _msgs(3), tenant="t")
+    assert [m.text for m in await provider.get_messages("s", tenant="t")] == ["m-1", "m-2"]
+    await provider.close()
+    assert provider.store.closed

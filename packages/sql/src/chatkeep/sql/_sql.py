@@ -1,0 +1,364 @@
+"""The statements of every store call, written once per database family, run on a DBAPI connection.
+
+Every function here is synchronous and takes a DBAPI connection in autocommit mode; a write opens its
+own transaction with ``BEGIN`` (``BEGIN IMMEDIATE`` on SQLite) and ends it. The runners in ``_runner``
+call them in a worker thread (SQLite's ``sqlite3``) or in SQLAlchemy's greenlet bridge (async drivers),
+so one call costs one hop to the driver, and statements bypass SQLAlchemy's compiler (they are plain
+SQL with the driver's parameter style, prepared and cached by the driver).
+
+Why appends are contiguous and lose nothing, on each database:
+
+* The first statement of an append is an upsert of the session row that adds the batch's size to
+  ``next_seq`` and returns it; the rows take the sequence numbers just below. The upsert holds the
+  session row's write lock until the transaction ends, so appends to one session run one after another
+  and each reserves a range no other append can share.
+* PostgreSQL: ``INSERT ... ON CONFLICT DO UPDATE`` locks the existing row, and after waiting for a
+  concurrent writer it updates the newest committed version (READ COMMITTED), so ``next_seq`` is never
+  read stale; two first appends to a new session are resolved by the unique index on ``key_hash``.
+* MySQL/MariaDB (InnoDB, READ COMMITTED): ``INSERT ... ON DUPLICATE KEY UPDATE`` takes an exclusive lock on
+  the row at once (no shared-then-exclusive upgrade, which would deadlock two writers), and the locked
+  read that follows sees the newest version.
+* SQLite: ``BEGIN IMMEDIATE`` takes the database's write lock before the first read, so no other writer
+  (thread or process) runs between reading ``next_seq`` and committing.
+* Retries are idempotent: ``message_hash`` is unique per session, so a message already stored is skipped
+  (``ON CONFLICT DO NOTHING`` / ``INSERT IGNORE``), also against a concurrent writer still in flight (the
+  unique index waits for it). ``message_count`` is corrected in the same transaction when rows were skipped.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from chatkeep.core import ConcurrencyConflictError, SessionOwnershipError
+from chatkeep.sql._schema import MESSAGES, SESSIONS
+
+__all__ = ["Cancelled", "Cursor", "DBConnection", "Flag", "Statements"]
+
+T = TypeVar("T")
+
+# Rows per INSERT statement, and record characters per statement (MySQL's max_allowed_packet is often 16 MB,
+# and escaping can double a record's size on the wire).
+_ROWS_PER_INSERT = 500
+_CHARS_PER_INSERT = 4 * 1024 * 1024
+_ATTEMPTS = 8
+
+
+class Cursor(Protocol):
+    """The part of a DBAPI cursor the statements use."""
+
+    rowcount: int
+
+    def execute(self, sql: str, params: Sequence[Any] = ..., /) -> Any: ...
+    def fetchall(self) -> Sequence[Sequence[Any]]: ...
+
+
+class DBConnection(Protocol):
+    """The part of a DBAPI connection the statements use."""
+
+    def cursor(self) -> Any: ...
+
+
+class Flag:
+    """Set by the event loop when the calling task is cancelled; a write checks it just before committing."""
+
+    __slots__ = ("is_set",)
+
+    def __init__(self) -> None:
+        self.is_set = False
+
+
+class Cancelled(Exception):
+    """A write saw its task cancelled before it committed and rolled back."""
+
+
+class _NothingNew(Exception):
+    """An append found every message already stored: roll back, touching nothing."""
+
+
+def _convert(sql: str, paramstyle: str) -> str:
+    """Turn ``?`` placeholders into the driver's parameter style (the SQL here holds no literal ``?`` or ``%``)."""
+    if paramstyle == "qmark":
+        return sql
+    if paramstyle in ("format", "pyformat"):
+        return sql.replace("?", "%s")
+    parts = sql.split("?")
+    if paramstyle == "numeric_dollar":
+        return "".join(p + (f"${n}" if n < len(parts) else "") for n, p in enumerate(parts, 1))
+    if paramstyle == "numeric":
+        return "".join(p + (f":{n}" if n < len(parts) else "") for n, p in enumerate(parts, 1))
+    raise ValueError(f"chatkeep-sql does not support the driver parameter style {paramstyle!r}")
+
+
+class Statements:
+    """The SQL of every call for one database family and driver parameter style."""
+
+    def __init__(self, family: str, paramstyle: str, *, is_mariadb: bool = False) -> None:
+        self.family = family
+        self.mysql = family in ("mysql", "mariadb")
+        self.sqlite = family == "sqlite"
+        self._paramstyle = paramstyle
+        self._inserts: dict[int, str] = {}
+        c = self._c
+        greatest = "max" if self.sqlite else "GREATEST"
+        lock = "" if self.sqlite else " FOR UPDATE"
+        self.begin = "BEGIN IMMEDIATE" if self.sqlite else "BEGIN"
+        self.lock = lock
+        columns = "key_hash, tenant_hash, tenant, session_id, created_at, updated_at, next_seq, message_count"
+        if self.mysql:
+            upsert = (
+                f"INSERT INTO {SESSIONS} ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE "
+                "next_seq = next_seq + VALUES(next_seq), message_count = message_count + VALUES(message_count), "
+                "updated_at = GREATEST(updated_at, VALUES(updated_at))"
+            )
+            # MariaDB returns the row from the upsert itself; MySQL needs a locked read (we hold the row's lock).
+            self.append_returns = is_mariadb
+            self.upsert = c(upsert + (" RETURNING id, next_seq" if is_mariadb else ""))
+            self.session_after_upsert = c(f"SELECT id, next_seq FROM {SESSIONS} WHERE key_hash = ?{lock}")
+            self.insert_ignore = "INSERT IGNORE INTO"
+            self.conflict_nothing = ""
+            self.create_session = c(
+                f"INSERT INTO {SESSIONS} ({columns}) VALUES (?, ?, ?, ?, ?, ?, 0, 0) "
+                "ON DUPLICATE KEY UPDATE doc_version = doc_version"  # an exclusive lock on an existing row at once
+            )
+        else:
+            upsert = (
+                f"INSERT INTO {SESSIONS} ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key_hash) DO UPDATE "
+                f"SET next_seq = {SESSIONS}.next_seq + excluded.next_seq, "
+                f"message_count = {SESSIONS}.message_count + excluded.message_count, "
+                f"updated_at = {greatest}({SESSIONS}.updated_at, excluded.updated_at) RETURNING id, next_seq"
+            )
+            self.append_returns = True
+            self.upsert = c(upsert)
+            self.session_after_upsert = ""
+            self.insert_ignore = "INSERT INTO"
+            self.conflict_nothing = " ON CONFLICT (session_ref, message_hash) DO NOTHING"
+            self.create_session = c(
+                f"INSERT INTO {SESSIONS} ({columns}) VALUES (?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT (key_hash) DO NOTHING"
+            )
+        self.uncount = c(f"UPDATE {SESSIONS} SET message_count = message_count - ? WHERE id = ?")
+        sub = f"(SELECT id FROM {SESSIONS} WHERE key_hash = ?)"
+        self.load_all = c(f"SELECT record FROM {MESSAGES} WHERE session_ref = {sub} ORDER BY seq")
+        self.load_last = c(f"SELECT record FROM {MESSAGES} WHERE session_ref = {sub} ORDER BY seq DESC LIMIT ?")
+        self.page_first = c(
+            f"SELECT session_ref, seq, record FROM {MESSAGES} WHERE session_ref = {sub} ORDER BY seq LIMIT ?"
+        )
+        self.page_next = c(
+            f"SELECT session_ref, seq, record FROM {MESSAGES} WHERE session_ref = ? AND seq > ? ORDER BY seq LIMIT ?"
+        )
+        self.count = c(f"SELECT message_count FROM {SESSIONS} WHERE key_hash = ?")
+        self.delete = c(f"DELETE FROM {SESSIONS} WHERE key_hash = ?")
+        self.lock_session = c(f"SELECT id FROM {SESSIONS} WHERE key_hash = ?{lock}")
+        self.trim_boundary = c(f"SELECT seq FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 OFFSET ?")
+        self.trim_delete = c(f"DELETE FROM {MESSAGES} WHERE session_ref = ? AND seq <= ?")
+        listing = f"SELECT id, session_id, message_count, created_at, updated_at FROM {SESSIONS} WHERE tenant_hash = ?"
+        order = " ORDER BY updated_at DESC, id DESC LIMIT ?"
+        self.list_first = c(listing + order)
+        self.list_after = c(listing + " AND (updated_at < ? OR (updated_at = ? AND id < ?))" + order)
+        self.doc_for_update = c(
+            f"SELECT id, doc_version, document IS NOT NULL, owner FROM {SESSIONS} WHERE key_hash = ?{lock}"
+        )
+        self.doc_write = c(
+            f"UPDATE {SESSIONS} SET document = ?, doc_version = doc_version + 1, owner = COALESCE(?, owner), "
+            f"updated_at = {greatest}(updated_at, ?) WHERE id = ?"
+        )
+        self.doc_read = c(f"SELECT id, doc_version, document, owner FROM {SESSIONS} WHERE key_hash = ?")
+        self.old_sessions = c(f"SELECT id FROM {SESSIONS} WHERE updated_at < ? LIMIT ?")
+        self.old_tenant_sessions = c(f"SELECT id FROM {SESSIONS} WHERE tenant_hash = ? AND updated_at < ? LIMIT ?")
+        self.tenant_sessions = c(f"SELECT id FROM {SESSIONS} WHERE tenant_hash = ? LIMIT ?")
+
+    def _c(self, sql: str) -> str:
+        return _convert(sql, self._paramstyle)
+
+    def insert_messages(self, rows: int) -> str:
+        """A multi-row INSERT of ``rows`` messages that skips those already stored."""
+        sql = self._inserts.get(rows)
+        if sql is None:
+            values = ", ".join(["(?, ?, ?, ?)"] * rows)
+            sql = self._c(
+                f"{self.insert_ignore} {MESSAGES} (session_ref, seq, message_hash, record) VALUES {values}"
+                + self.conflict_nothing
+            )
+            self._inserts[rows] = sql
+        return sql
+
+    def delete_ids(self, ids: int, *, older: bool) -> str:
+        """DELETE of sessions by id (re-checking the age when pruning, against a concurrent write)."""
+        marks = ", ".join(["?"] * ids)
+        return self._c(f"DELETE FROM {SESSIONS} WHERE id IN ({marks})" + (" AND updated_at < ?" if older else ""))
+
+
+def _retryable(exc: BaseException) -> bool:
+    """A deadlock, serialization failure, lock timeout or busy database: the transaction can be run again."""
+    code = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+    if code in ("40001", "40P01", "55P03"):
+        return True
+    args = getattr(exc, "args", ())
+    if args and isinstance(args[0], int) and args[0] in (1213, 1205):  # MySQL deadlock, lock wait timeout
+        return True
+    text = str(exc).lower()
+    return "database is locked" in text or "deadlock" in text
+
+
+def transaction(conn: DBConnection, sql: Statements, cancel: Flag, body: Callable[[Any], T]) -> T:
+    """Run ``body(cursor)`` in a transaction, retried on deadlocks; committed only if the caller was not cancelled."""
+    for attempt in range(_ATTEMPTS):
+        cur = conn.cursor()
+        cur.execute(sql.begin)
+        try:
+            result = body(cur)
+            if cancel.is_set:
+                raise Cancelled
+            cur.execute("COMMIT")
+            return result
+        except BaseException as exc:
+            cur.execute("ROLLBACK")
+            if attempt + 1 < _ATTEMPTS and _retryable(exc) and not cancel.is_set:
+                time.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
+                continue
+            raise
+    raise AssertionError("unreachable")
+
+
+def _chunks(rows: Sequence[tuple[bytes, str]]) -> list[Sequence[tuple[bytes, str]]]:
+    chunks: list[Sequence[tuple[bytes, str]]] = []
+    start, chars = 0, 0
+    for i, (_, record) in enumerate(rows):
+        if i > start and (i - start >= _ROWS_PER_INSERT or chars + len(record) > _CHARS_PER_INSERT):
+            chunks.append(rows[start:i])
+            start, chars = i, 0
+        chars += len(record)
+    chunks.append(rows[start:])
+    return chunks
+
+
+def append(
+    conn: DBConnection,
+    sql: Statements,
+    cancel: Flag,
+    head: tuple[bytes, bytes, bytes, bytes],
+    now: int,
+    rows: Sequence[tuple[bytes, str]],
+) -> int:
+    """Append ``rows`` (message hash, record) to the session ``head`` names; returns how many were new."""
+    n = len(rows)
+
+    def body(cur: Any) -> int:
+        cur.execute(sql.upsert, (*head, now, now, n, n))
+        if sql.append_returns:
+            session_ref, next_seq = cur.fetchall()[0]
+        else:
+            cur.execute(sql.session_after_upsert, (head[0],))
+            session_ref, next_seq = cur.fetchall()[0]
+        seq = next_seq - n
+        inserted = 0
+        for chunk in _chunks(rows):
+            params: list[Any] = []
+            for message_hash, record in chunk:
+                params += (session_ref, seq, message_hash, record)
+                seq += 1
+            cur.execute(sql.insert_messages(len(chunk)), params)
+            inserted += cur.rowcount
+        if inserted == 0:
+            raise _NothingNew  # a retry of messages all stored: change nothing, not even updated_at
+        if inserted < n:
+            cur.execute(sql.uncount, (n - inserted, session_ref))
+        return int(inserted)
+
+    try:
+        return transaction(conn, sql, cancel, body)
+    except _NothingNew:
+        return 0
+
+
+def fetch(conn: DBConnection, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+    """Run one read statement (autocommit: one consistent snapshot) and return its rows."""
+    cur = conn.cursor()
+    cur.execute(statement, params)
+    return cur.fetchall()  # type: ignore[no-any-return]
+
+
+def execute(conn: DBConnection, statement: str, params: Sequence[Any]) -> int:
+    """Run one write statement on its own (autocommit makes it atomic) and return the rows it changed."""
+    cur = conn.cursor()
+    cur.execute(statement, params)
+    return int(cur.rowcount)
+
+
+def trim(conn: DBConnection, sql: Statements, cancel: Flag, key: bytes, keep_last: int) -> int:
+    """Delete all but the ``keep_last`` newest messages of the session; returns how many were deleted."""
+
+    def body(cur: Any) -> int:
+        cur.execute(sql.lock_session, (key,))
+        found = cur.fetchall()
+        if not found:
+            return 0
+        session_ref = found[0][0]
+        cur.execute(sql.trim_boundary, (session_ref, keep_last))
+        boundary = cur.fetchall()
+        if not boundary:
+            return 0
+        cur.execute(sql.trim_delete, (session_ref, boundary[0][0]))
+        removed = int(cur.rowcount)
+        if removed:
+            cur.execute(sql.uncount, (removed, session_ref))
+        return removed
+
+    return transaction(conn, sql, cancel, body)
+
+
+def _conflict(session_id: str, expected: str, current: str | None) -> ConcurrencyConflictError:
+    return ConcurrencyConflictError(
+        f"session {session_id!r} changed since version {expected!r} was read "
+        f"({'it has no document now' if current is None else 'it has a newer version'}); "
+        "load it again, reapply your change and save with the new version"
+    )
+
+
+def save_document(
+    conn: DBConnection,
+    sql: Statements,
+    cancel: Flag,
+    head: tuple[bytes, bytes, bytes, bytes],
+    now: int,
+    document: str,
+    expected_version: str | None,
+    owner: bytes | None,
+    session_id: str,
+) -> str:
+    """Store a session document under optimistic concurrency and owner binding; returns the new version.
+
+    A version is ``"<row id>.<counter>"``: the row id is never reused (a deleted and re-created session
+    gets a new one), so a version from before a delete can never match again.
+    """
+
+    def body(cur: Any) -> str:
+        cur.execute(sql.create_session, (*head, now, now))
+        cur.execute(sql.doc_for_update, (head[0],))
+        session_ref, doc_version, has_document, stored_owner = cur.fetchall()[0]
+        if owner is not None and stored_owner is not None and bytes(stored_owner) != owner:
+            raise SessionOwnershipError("this session belongs to another owner; refuse the request")
+        current = f"{session_ref}.{doc_version}" if has_document else None
+        if expected_version is not None and current != expected_version:
+            raise _conflict(session_id, expected_version, current)
+        cur.execute(sql.doc_write, (document, owner, now, session_ref))
+        return f"{session_ref}.{doc_version + 1}"
+
+    return transaction(conn, sql, cancel, body)
+
+
+def delete_sessions(conn: DBConnection, sql: Statements, select: str, params: Sequence[Any], cutoff: int | None) -> int:
+    """Delete the sessions ``select`` finds, in batches of 500 (each batch its own statement); returns how many."""
+    removed = 0
+    while True:
+        ids = [row[0] for row in fetch(conn, select, (*params, 500))]
+        if not ids:
+            return removed
+        if cutoff is None:
+            removed += execute(conn, sql.delete_ids(len(ids), older=False), ids)
+        else:
+            removed += execute(conn, sql.delete_ids(len(ids), older=True), (*ids, cutoff))
+        if len(ids) < 500:
+            return removed

@@ -1,0 +1,434 @@
+"""The SQL history store: SQLite (the embedded default), PostgreSQL and MySQL/MariaDB."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from chatkeep.core import (
+    DEFAULT_TENANT,
+    AgentSession,
+    HistoryStore,
+    Message,
+    SessionInfo,
+    SessionKey,
+    SessionOwnershipError,
+    SessionPage,
+    StoredSession,
+    StoreHistoryProvider,
+    decode_records,
+    encode_records,
+)
+from chatkeep.core._store import cutoff_time
+from chatkeep.sql import _sql
+from chatkeep.sql._config import SQLConfig, parse_url
+from chatkeep.sql._runner import EngineRunner, Runner, SQLiteRunner, create_engine_runner
+from chatkeep.sql._schema import key_hash, message_hash, tenant_hash
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = ["SQLHistoryProvider", "SQLHistoryStore", "migrate", "open_store"]
+
+T = TypeVar("T")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _time(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+def _us(moment: datetime) -> int:
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _check_tenant(tenant: str) -> None:
+    SessionKey(tenant, "-")  # validates the tenant exactly as a key would (InvalidSessionKeyError)
+
+
+def _encode_cursor(updated_at: int, row_id: int) -> str:
+    return base64.urlsafe_b64encode(f"{updated_at}:{row_id}".encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[int, int]:
+    try:
+        updated_at, row_id = base64.urlsafe_b64decode(cursor.encode()).decode().split(":")
+        return int(updated_at), int(row_id)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"{cursor!r} is not a list_sessions cursor; pass the next_cursor of the previous page"
+        ) from exc
+
+
+class SQLHistoryStore(HistoryStore):
+    """A :class:`~chatkeep.core.HistoryStore` in a SQL database: SQLite, PostgreSQL, or MySQL/MariaDB.
+
+    Open one with :func:`open_store` (``sqlite://``, ``postgresql://...``, ``mysql://...``), or hand it an
+    ``AsyncEngine`` you already have. Nothing connects until the first call; the first call on an empty
+    database creates chatkeep's tables. There is no native TTL: run :meth:`prune` as a scheduled job.
+
+    Args:
+        url: a store URL (see :func:`open_store`); give either ``url`` or ``engine``.
+        engine: an existing SQLAlchemy ``AsyncEngine``; the store uses its pool and leaves it open on close.
+        **options: the URL's options as keywords (``max_message_bytes``, ``schema``, ``busy_timeout``,
+            ``connect_timeout``, ``pool_size``, ``max_overflow``, ``pool_recycle``, ``pool_pre_ping``).
+
+    Raises:
+        SQLURLError: the URL or an option is malformed.
+        MissingExtraError: the URL's driver is not installed.
+    """
+
+    def __init__(self, url: str | None = None, *, engine: AsyncEngine | None = None, **options: Any) -> None:
+        if (url is None) == (engine is None):
+            raise TypeError("give SQLHistoryStore either a URL or an engine=, not both")
+        config: SQLConfig
+        runner: Runner
+        if engine is not None:
+            config = parse_url("sqlite://", **options)  # only the options matter here
+            runner = EngineRunner(engine, owned=False)
+        else:
+            assert url is not None
+            config = parse_url(url, **options)
+            if config.driver == "pysqlite":
+                assert config.sqlite_path is not None
+                runner = SQLiteRunner(config.sqlite_path, busy_timeout=config.busy_timeout, pool_size=config.pool_size)
+            else:
+                runner = create_engine_runner(config)
+        super().__init__(max_message_bytes=config.max_message_bytes)
+        self.config = config
+        self._runner = runner
+        self._sql = runner.statements
+        self._ready = False
+        self._guarded_loop: asyncio.AbstractEventLoop | None = None
+        self._guard: AsyncIterator[None] | None = None
+        self._records_read = 0
+        self._last_stamp = 0
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    @property
+    def messages_read(self) -> int:
+        """How many message rows this store has fetched (the conformance kit's read probe)."""
+        return self._records_read
+
+    @property
+    def dialect(self) -> str:
+        """The database family: ``sqlite``, ``postgresql``, ``mysql`` or ``mariadb``."""
+        return self._sql.family
+
+    def describe(self) -> dict[str, Any]:
+        """What this store is, for logs and the CLI (no secrets)."""
+        return {"type": type(self).__name__, "database": self._runner.description}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._runner.description}{' closed' if self.closed else ''}>"
+
+    def _on_loop_change(self) -> None:
+        self._runner.on_loop_change()
+
+    async def _aclose(self) -> None:
+        guard, self._guard = self._guard, None
+        if guard is not None and self._guarded_loop is asyncio.get_running_loop():
+            await guard.aclose()  # type: ignore[attr-defined]
+        await self._runner.aclose()
+
+    def _stamp(self) -> int:
+        """Now in microseconds, strictly after this store's previous stamp (so its writes order)."""
+        now = time.time_ns() // 1000
+        if now <= self._last_stamp:
+            now = self._last_stamp + 1
+        self._last_stamp = now
+        return now
+
+    async def _call(self, op: Callable[[Any], T]) -> T:
+        """Run ``op`` on a connection (a read, or one autocommitted statement)."""
+        return await self._write(lambda conn, _flag: op(conn))
+
+    async def _write(self, op: Callable[[Any, _sql.Flag], T]) -> T:
+        """Run ``op``; a cancelled caller's transaction rolls back unless it had already committed.
+
+        The work runs in a task of its own, shielded: on cancellation we set the flag the transaction checks
+        before committing, and wait for it to end, so the outcome is final (and the connection back in the
+        pool) when the cancellation reaches the caller.
+        """
+        self._check_usable()
+        if self._runner.loop_bound and self._guarded_loop is not asyncio.get_running_loop():
+            await self._watch_loop()
+        if not self._ready:
+            await self._runner.prepare()
+            self._ready = True
+        flag = _sql.Flag()
+        task: Awaitable[T] = asyncio.ensure_future(self._runner.run(lambda conn: op(conn, flag)))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            flag.is_set = True
+            with contextlib.suppress(BaseException):  # the cancellation is what the caller sees
+                await task
+            raise
+
+    async def _watch_loop(self) -> None:
+        """Release the pool's connections when this event loop shuts down (``asyncio.run`` ending).
+
+        The loop closes the async generators it started before it stops, so the generator's ``finally``
+        runs while the loop still works and the connections close cleanly; a later ``asyncio.run`` then
+        opens new ones.
+        """
+        self._guarded_loop = asyncio.get_running_loop()
+
+        async def guard() -> AsyncIterator[None]:
+            try:
+                yield
+            finally:
+                if not self.closed and self._guarded_loop is asyncio.get_running_loop():
+                    self._guarded_loop = None
+                    await self._runner.release()
+
+        self._guard = guard()
+        await self._guard.__anext__()
+
+    async def migrate(self) -> str:
+        """Create or upgrade chatkeep's tables to this release's schema; returns the revision (``chatkeep migrate``)."""
+        self._check_usable()
+        revision = await self._runner.prepare(upgrade=True)
+        self._ready = True
+        return revision
+
+    def _head(self, key: SessionKey) -> tuple[bytes, bytes, bytes, bytes]:
+        return (
+            key_hash(key.tenant, key.session_id),
+            tenant_hash(key.tenant),
+            key.tenant.encode(),
+            key.session_id.encode(),
+        )
+
+    def _decode(self, records: Sequence[str]) -> list[Message]:
+        self._records_read += len(records)
+        return decode_records(records)
+
+    # -- messages ------------------------------------------------------------------------------------
+
+    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
+        """Append messages atomically, skipping those whose ``message_id`` is stored; returns how many were new."""
+        self._check_usable()
+        records = encode_records(messages, max_bytes=self.max_message_bytes)
+        rows: list[tuple[bytes, str]] = []
+        seen: set[bytes] = set()
+        for message, record in zip(messages, records, strict=True):
+            digest = message_hash(message.message_id)
+            if digest not in seen:
+                seen.add(digest)
+                rows.append((digest, record))
+        if not rows:
+            return 0
+        head, now, sql = self._head(key), self._stamp(), self._sql
+        return await self._write(lambda conn, flag: _sql.append(conn, sql, flag, head, now, rows))
+
+    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
+        """The history in append order; with ``last=k`` only the k newest, reading only those rows."""
+        if last is not None and last < 0:
+            raise ValueError(f"last must be 0 or more, got {last}")
+        self._check_usable()
+        if last == 0:
+            return []
+        digest = key_hash(key.tenant, key.session_id)
+        if last is None:
+            rows = await self._call(partial(_sql.fetch, statement=self._sql.load_all, params=(digest,)))
+            return self._decode([row[0] for row in rows])
+        rows = await self._call(partial(_sql.fetch, statement=self._sql.load_last, params=(digest, last)))
+        return self._decode([row[0] for row in reversed(rows)])
+
+    async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
+        """Iterate over the history in append order, ``batch`` rows per read (keyset pages on the sequence)."""
+        if batch < 1:
+            raise ValueError(f"batch must be 1 or more, got {batch}")
+        self._check_usable()
+        rows = await self._call(
+            partial(_sql.fetch, statement=self._sql.page_first, params=(key_hash(key.tenant, key.session_id), batch))
+        )
+        while rows:
+            # Following pages name the session row: a session deleted (and re-created) meanwhile ends the iteration.
+            session_ref, seq = rows[-1][0], rows[-1][1]
+            for message in self._decode([row[2] for row in rows]):
+                yield message
+            if len(rows) < batch:
+                return
+            rows = await self._call(
+                partial(_sql.fetch, statement=self._sql.page_next, params=(session_ref, seq, batch))
+            )
+
+    async def count(self, key: SessionKey) -> int:
+        """How many messages the session holds (a counter kept with the session: no messages are read)."""
+        rows = await self._call(
+            partial(_sql.fetch, statement=self._sql.count, params=(key_hash(key.tenant, key.session_id),))
+        )
+        return int(rows[0][0]) if rows else 0
+
+    async def delete(self, key: SessionKey) -> bool:
+        """Delete the session's messages and document; ``True`` if anything was there."""
+        changed = await self._call(
+            partial(_sql.execute, statement=self._sql.delete, params=(key_hash(key.tenant, key.session_id),))
+        )
+        return changed > 0
+
+    async def trim(self, key: SessionKey, keep_last: int) -> int:
+        """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
+        if keep_last < 0:
+            raise ValueError(f"keep_last must be 0 or more, got {keep_last}")
+        digest, sql = key_hash(key.tenant, key.session_id), self._sql
+        return await self._write(lambda conn, flag: _sql.trim(conn, sql, flag, digest, keep_last))
+
+    # -- sessions ------------------------------------------------------------------------------------
+
+    async def list_sessions(
+        self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
+    ) -> SessionPage:
+        """One tenant's sessions, most recently updated first, ``limit`` per page (keyset pagination)."""
+        self._check_usable()
+        _check_tenant(tenant)
+        if limit < 1:
+            raise ValueError(f"limit must be 1 or more, got {limit}")
+        digest = tenant_hash(tenant)
+        params: tuple[Any, ...]
+        if cursor is None:
+            statement, params = self._sql.list_first, (digest, limit + 1)
+        else:
+            updated_at, row_id = _decode_cursor(cursor)
+            statement, params = self._sql.list_after, (digest, updated_at, updated_at, row_id, limit + 1)
+        rows = await self._call(partial(_sql.fetch, statement=statement, params=params))
+        items = [
+            SessionInfo(bytes(session_id).decode(), tenant, int(count), _time(created), _time(updated))
+            for _, session_id, count, created, updated in rows[:limit]
+        ]
+        if len(rows) > limit:
+            last = rows[limit - 1]
+            return SessionPage(items, _encode_cursor(int(last[4]), int(last[0])))
+        return SessionPage(items)
+
+    async def save_session(
+        self,
+        key: SessionKey,
+        session: AgentSession,
+        *,
+        expected_version: str | None = None,
+        owner: str | None = None,
+    ) -> str:
+        """Store a whole-session document; returns its new version.
+
+        Raises:
+            ConcurrencyConflictError: the stored version is not ``expected_version`` (or there is none).
+            SessionOwnershipError: the document is bound to another owner, or ``session`` is another tenant's.
+        """
+        self._check_usable()
+        if session.tenant != key.tenant:
+            raise SessionOwnershipError(
+                f"the session belongs to tenant {session.tenant!r}, not to the key's tenant {key.tenant!r}; "
+                "save it under SessionKey.of(session)"
+            )
+        document = json.dumps(session.to_dict(), ensure_ascii=False)
+        head, now, sql = self._head(key), self._stamp(), self._sql
+        owner_bytes = None if owner is None else owner.encode()
+        return await self._write(
+            lambda conn, flag: _sql.save_document(
+                conn, sql, flag, head, now, document, expected_version, owner_bytes, key.session_id
+            )
+        )
+
+    async def load_session(self, key: SessionKey, *, owner: str | None = None) -> StoredSession | None:
+        """Read a session document and its version; ``None`` when the key has none.
+
+        Raises:
+            SessionOwnershipError: ``owner`` is given and the document is bound to another owner.
+        """
+        rows = await self._call(
+            partial(_sql.fetch, statement=self._sql.doc_read, params=(key_hash(key.tenant, key.session_id),))
+        )
+        if not rows or rows[0][2] is None:
+            return None
+        row_id, doc_version, document, stored_owner = rows[0]
+        if owner is not None and stored_owner is not None and bytes(stored_owner) != owner.encode():
+            raise SessionOwnershipError("this session belongs to another owner; refuse the request")
+        session = AgentSession.from_dict(json.loads(document), tenant=key.tenant)
+        return StoredSession(session, f"{row_id}.{doc_version}")
+
+    # -- retention -----------------------------------------------------------------------------------
+
+    async def prune(self, *, older_than: timedelta | datetime, tenant: str | None = None) -> int:
+        """Delete sessions not updated since ``older_than`` (an age or an aware cut-off); returns how many."""
+        self._check_usable()
+        cutoff = _us(cutoff_time(older_than))
+        sql = self._sql
+        params: tuple[Any, ...]
+        if tenant is None:
+            select, params = sql.old_sessions, (cutoff,)
+        else:
+            _check_tenant(tenant)
+            select, params = sql.old_tenant_sessions, (tenant_hash(tenant), cutoff)
+        return await self._call(lambda conn: _sql.delete_sessions(conn, sql, select, params, cutoff))
+
+    async def delete_tenant(self, tenant: str) -> int:
+        """Delete every session of ``tenant``; returns how many."""
+        self._check_usable()
+        _check_tenant(tenant)
+        sql = self._sql
+        return await self._call(
+            lambda conn: _sql.delete_sessions(conn, sql, sql.tenant_sessions, (tenant_hash(tenant),), None)
+        )
+
+
+def open_store(url: str = "sqlite://", **options: Any) -> SQLHistoryStore:
+    """Open a SQL store by URL; no connection is made until the first call.
+
+    URLs: ``sqlite://`` (``history.db`` in the user's data folder), ``sqlite:///relative.db``,
+    ``sqlite:////absolute/path.db``, ``postgresql://user:pass@host/db`` (asyncpg; ``+psycopg`` also works),
+    ``mysql://user:pass@host/db`` and ``mariadb://...`` (asyncmy). chatkeep's options may be given in the
+    query or as keywords (``max_message_bytes``, ``schema``, ``busy_timeout``, ``connect_timeout``,
+    ``pool_size``, ``max_overflow``, ``pool_recycle``, ``pool_pre_ping``); other query parameters go to the driver.
+
+    Raises:
+        SQLURLError: the URL or an option is malformed.
+        MissingExtraError: the URL's driver is not installed; the message names the package.
+    """
+    return SQLHistoryStore(url, **options)
+
+
+async def migrate(url: str = "sqlite://", **options: Any) -> str:
+    """Create or upgrade chatkeep's schema in the database ``url`` names; returns the schema revision.
+
+    Raises:
+        SchemaVersionError: the database's schema is newer than this release.
+        StoreUnavailableError: the database cannot be reached.
+    """
+    async with open_store(url, **options) as store:
+        return await store.migrate()
+
+
+class SQLHistoryProvider(StoreHistoryProvider):
+    """A history provider keeping each session's messages in a SQL database.
+
+    Args:
+        url: the store URL (``sqlite://`` by default); ignored when ``store`` is given.
+        store: an open :class:`SQLHistoryStore` to use (the provider does not close it).
+        store_options: options for :func:`open_store` when the provider opens the store itself.
+        **options: the :class:`~chatkeep.core.StoreHistoryProvider` options (``source_id``, ``max_messages``...).
+    """
+
+    def __init__(
+        self,
+        url: str = "sqlite://",
+        *,
+        store: SQLHistoryStore | None = None,
+        store_options: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        owns = store is None
+        super().__init__(store or open_store(url, **(store_options or {})), owns_store=owns, **options)

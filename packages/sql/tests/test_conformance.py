@@ -1,0 +1,31 @@
+"""The SQL backend against the conformance kit, on each database under test (see conftest.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chatkeep.core import HistoryStore
+from chatkeep.core.testing import HistoryStoreConformance, StoreFactory
+from chatkeep.sql import SQLHistoryStore
+
+
+class TestSQLConformance(HistoryStoreConformance):
+    native_ttl = False  # no engine-side expiry: prune(older_than=...) is the retention tool
+    multi_process = True  # every process reaches the same database through store_url
+
+    @pytest.fixture
+    def store_url(self, sql_target: Any) -> str:
+        return sql_target.url
+
+    @pytest.fixture
+    def make_store(self, store_url: str) -> StoreFactory:
+        def make(**options: Any) -> HistoryStore:
+            return SQLHistoryStore(store_url, **options)
+
+        return make
+
+    async def messages_read(self, store: HistoryStore) -> int:
+        assert isinstance(store, SQLHistoryStore)
+        return store.messages_read

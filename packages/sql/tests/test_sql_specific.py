@@ -1,0 +1,267 @@
+"""What the conformance kit does not cover: URLs and drivers, SQLite's file and WAL, existing engines, outages."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chatkeep.core
+from chatkeep.core import ChatkeepError, Message, MissingExtraError, SessionKey, StoreUnavailableError
+from chatkeep.sql import SQLHistoryProvider, SQLHistoryStore, SQLURLError, _config, default_sqlite_path, open_store
+
+
+@pytest.mark.parametrize(
+    ("url", "family", "driver"),
+    [
+        ("sqlite://", "sqlite", "pysqlite"),
+        ("sqlite:///rel/x.db", "sqlite", "pysqlite"),
+        ("sqlite+aiosqlite:////abs/x.db", "sqlite", "aiosqlite"),
+        ("postgresql://u:p@h/db", "postgresql", "asyncpg"),
+        ("postgres://u@h/db", "postgresql", "asyncpg"),
+        ("postgresql+psycopg://u@h/db", "postgresql", "psycopg"),
+        ("postgresql+asyncpg://u@h:5433/db?schema=s", "postgresql", "asyncpg"),
+        ("mysql://root@h/db", "mysql", "asyncmy"),
+        ("mariadb://root@h/db", "mariadb", "asyncmy"),
+        ("mysql+asyncmy://root@h/db?max_message_bytes=10", "mysql", "asyncmy"),
+    ],
+)
+def test_urls_pick_an_async_driver(url: str, family: str, driver: str) -> None:
+    config = _config.parse_url(url)
+    assert (config.family, config.driver) == (family, driver)
+    if family in ("mysql", "mariadb"):
+        assert config.url is not None
+        assert "charset=utf8mb4" in config.url
+    if "schema=" in url:
+        assert config.schema == "s"
+        assert config.url is not None
+        assert "schema" not in config.url  # chatkeep's options never reach the driver
+
+
+def test_sqlite_paths() -> None:
+    assert _config.parse_url("sqlite://").sqlite_path == default_sqlite_path()
+    assert default_sqlite_path().endswith(str(Path("chatkeep") / "history.db"))
+    assert _config.parse_url("sqlite:///rel/x.db").sqlite_path == "rel/x.db"
+    assert _config.parse_url("sqlite:////abs/x%20y.db").sqlite_path == "/abs/x y.db"
+
+
+def test_missing_driver_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = _config.importlib.util.find_spec
+
+    def without(name: str, *args: Any) -> Any:
+        return None if name in ("asyncpg", "psycopg", "asyncmy", "aiomysql") else real(name, *args)
+
+    monkeypatch.setattr(_config.importlib.util, "find_spec", without)
+    with pytest.raises(MissingExtraError, match=r'pip install "asyncpg"') as caught:
+        open_store("postgresql://user:secret@db/app")
+    assert "secret" not in str(caught.value)
+    assert "chatkeep-sql[postgresql]" in str(caught.value)
+    with pytest.raises(MissingExtraError, match=r'pip install "asyncmy"'):
+        open_store("mysql+asyncmy://root@db/app")
+    with pytest.raises(MissingExtraError, match="psycopg"):
+        chatkeep.core.open_store("postgresql+psycopg://u@db/app")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://host/x.db",
+        "sqlite:///:memory:",
+        "postgresql+psycopg2://u@h/db",
+        "mysql+pymysql://u@h/db",
+        "postgresql+nosuch://u@h/db",
+        "mysql://u@h/db?schema=x",
+        "sqlite:///x.db?max_message_bytes=lots",
+        "sqlite:///x.db?busy_timeout=-1",
+        "sqlite:///x.db#frag",
+    ],
+)
+def test_bad_urls_are_refused_clearly(url: str) -> None:
+    with pytest.raises(SQLURLError) as caught:
+        open_store(url)
+    assert isinstance(caught.value, ChatkeepError)
+
+
+def test_unknown_option_is_refused() -> None:
+    with pytest.raises(TypeError, match="ttl"):
+        open_store("sqlite:///x.db", ttl=5)
+
+
+def test_open_store_finds_the_plugin_and_does_no_io() -> None:
+    store = chatkeep.core.open_store("postgresql+asyncpg://nobody@127.0.0.1:1/nothing")  # nothing listens there
+    assert isinstance(store, SQLHistoryStore)
+    assert store.dialect == "postgresql"
+    assert "sql" in [backend.name for backend in chatkeep.core.installed_backends()]
+    provider = chatkeep.core.history_provider("sqlite:///never-created.db", max_messages=5)
+    assert isinstance(provider.store, SQLHistoryStore)
+    assert not Path("never-created.db").exists()
+
+
+async def test_default_sqlite_file_is_created_on_first_use_in_wal_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_config.platformdirs, "user_data_dir", lambda *a, **k: str(tmp_path / "data" / "chatkeep"))
+    path = tmp_path / "data" / "chatkeep" / "history.db"
+    store = open_store("sqlite://")
+    assert not path.exists()
+    key = SessionKey("t", "s")
+    async with store:
+        await store.append(key, [Message(role="user", text="hi")])
+    assert path.exists()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("SELECT count(*) FROM chatkeep_messages").fetchone()[0] == 1
+    finally:
+        conn.close()
+    provider = SQLHistoryProvider("sqlite://")
+    try:
+        assert [m.text for m in await provider.get_messages("s", tenant="t")] == ["hi"]
+    finally:
+        await provider.close()
+    assert provider.store.closed
+
+
+async def test_sqlite_writer_waits_for_the_lock_instead_of_failing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'busy.db'}"
+    key = SessionKey("t", "s")
+    async with open_store(url) as store:
+        await store.count(key)
+        blocker = sqlite3.connect(tmp_path / "busy.db", isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        task = asyncio.create_task(store.append(key, [Message(role="user", text="waits")]))
+        await asyncio.sleep(0.3)
+        assert not task.done()
+        blocker.execute("COMMIT")
+        blocker.close()
+        assert await task == 1
+
+
+async def test_an_existing_engine_is_used_and_left_open(sql_target: Any) -> None:
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    config = _config.parse_url(sql_target.url)
+    url = config.url or f"sqlite+aiosqlite:///{config.sqlite_path}"
+    connect_args: dict[str, Any] = {}
+    if config.schema:
+        connect_args["server_settings"] = {"search_path": config.schema}
+    engine = create_async_engine(url, connect_args=connect_args)
+    key = SessionKey("engine", "s")
+    try:
+        async with SQLHistoryStore(engine=engine) as store:
+            assert await store.append(key, [Message(role="user", text="via your engine")]) == 1
+            assert [m.text for m in await store.load(key, last=1)] == ["via your engine"]
+        async with engine.connect() as conn:  # still usable after the store closed
+            assert (await conn.execute(text("SELECT 1"))).scalar() == 1
+        async with SQLHistoryStore(sql_target.url) as other:  # the same data through a URL
+            assert await other.count(key) == 1
+            await other.delete(key)
+    finally:
+        await engine.dispose()
+
+
+async def test_cancelled_calls_leak_no_connection(sql_target: Any) -> None:
+    store = SQLHistoryStore(sql_target.url)
+    key = SessionKey("cancel", "s")
+    try:
+        await store.count(key)
+        for wait in (0, 0.001, 0.003):
+            task = asyncio.create_task(store.append(key, [Message(role="user", text=str(n)) for n in range(200)]))
+            await asyncio.sleep(wait)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        runner: Any = store._runner
+        if hasattr(runner, "engine"):
+            assert runner.engine.sync_engine.pool.checkedout() == 0
+        assert await store.count(key) in (0, 200)
+        await store.delete(key)
+    finally:
+        await store.close()
+
+
+class Proxy:
+    """A loopback TCP proxy in front of a database that can cut every connection and refuse new ones."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.up = True
+        self.server: asyncio.Server | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.up:
+            writer.transport.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self.writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self.writers -= {writer, up_writer}
+
+    def cut(self) -> None:
+        """Drop every open connection and refuse new ones (the database is 'down')."""
+        self.up = False
+        for writer in list(self.writers):
+            writer.transport.abort()
+
+    def restore(self) -> None:
+        self.up = True
+
+    async def close(self) -> None:
+        self.cut()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+async def test_outage_raises_unavailable_and_recovers(sql_target: Any) -> None:
+    if sql_target.family == "sqlite":
+        pytest.skip("SQLite has no server connection to lose")
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(sql_target.url)
+    proxy = Proxy(parsed.host or "127.0.0.1", parsed.port or (5432 if sql_target.family == "postgresql" else 3306))
+    port = await proxy.start()
+    url = sql_target.url.replace(f"{parsed.host}:{parsed.port}", f"127.0.0.1:{port}")
+    store = SQLHistoryStore(url, connect_timeout=3)
+    key = SessionKey("outage", "s")
+    try:
+        assert await store.append(key, [Message(role="user", text="before")]) == 1
+        proxy.cut()
+        for _ in range(2):  # pooled connections are dead, new ones are refused: every call fails fast
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError) as caught:
+                await store.append(key, [Message(role="user", text="during")])
+            assert time.monotonic() - started < 10
+            assert caught.value.__cause__ is not None
+            assert "secret" not in str(caught.value)
+        proxy.restore()
+        # The very next call after the database is back succeeds (the pool pre-pings and reconnects).
+        assert await store.append(key, [Message(role="user", text="after")]) == 1
+        assert [m.text for m in await store.load(key)] == ["before", "after"]
+        await store.delete(key)
+    finally:
+        await store.close()
+        await proxy.close()

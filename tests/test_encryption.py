@@ -1,0 +1,205 @@
+"""EncryptedStore: the conformance kit through the wrapper, and what encryption at rest must guarantee."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from typing import Any
+
+import pytest
+
+from chatkeep.core import (
+    AgentSession,
+    FunctionCallContent,
+    HistoryStore,
+    Message,
+    SessionKey,
+)
+from chatkeep.core.encryption import KEYS_TENANT, DecryptionError, EncryptedStore
+from chatkeep.core.testing import HistoryStoreConformance, StoreFactory
+from chatkeep.memory import MemoryHistoryStore
+from chatkeep.memory import _store as memory_internals
+
+CANARY = "canary-7f3a-plaintext-must-never-be-stored"
+K1, K2 = os.urandom(32), os.urandom(32)
+
+
+def raw_memory_dump(namespace: str) -> str:
+    """Everything a memory namespace holds, as the backend keeps it (records and documents)."""
+    ns = memory_internals._namespace(namespace)
+    parts: list[str] = []
+    for tenant, sessions in ns.tenants.items():
+        parts.append(tenant)
+        for session_id, session in sessions.items():
+            parts.append(session_id)
+            parts.extend(session.records)
+            parts.append(session.document or "")
+    return "\n".join(parts)
+
+
+class Backing:
+    """A data namespace and a key namespace, and stores opened on them."""
+
+    def __init__(self) -> None:
+        self.data = f"enc-data-{uuid.uuid4().hex}"
+        self.keys = f"enc-keys-{uuid.uuid4().hex}"
+
+    def open(
+        self, master: dict[str, bytes] | None = None, current: str | None = None, **options: Any
+    ) -> EncryptedStore:
+        return EncryptedStore(
+            MemoryHistoryStore(self.data, **options),
+            key_store=MemoryHistoryStore(self.keys),
+            master_keys=master or {"k1": K1},
+            current_key_id=current,
+        )
+
+
+class TestEncryptedMemoryConformance(HistoryStoreConformance):
+    native_ttl = True
+    multi_process = False
+
+    @pytest.fixture
+    def make_store(self) -> StoreFactory:
+        backing = Backing()
+
+        def make(**options: Any) -> HistoryStore:
+            return backing.open(**options)
+
+        return make
+
+    async def messages_read(self, store: HistoryStore) -> int:
+        assert isinstance(store, EncryptedStore)
+        assert isinstance(store.inner, MemoryHistoryStore)
+        return store.inner.messages_read
+
+
+@pytest.fixture
+def backing() -> Backing:
+    return Backing()
+
+
+async def test_plaintext_canary_never_reaches_the_backend(backing: Backing) -> None:
+    key = SessionKey("acme", "s1")
+    async with backing.open() as store:
+        await store.append(
+            key,
+            [
+                Message(role="user", text=f"my secret is {CANARY}", author_name=f"user-{CANARY}"),
+                Message(
+                    role="assistant",
+                    contents=[FunctionCallContent(call_id="c1", name="f", arguments=f'{{"x": "{CANARY}"}}')],
+                ),
+            ],
+        )
+        session = AgentSession(session_id="s1", tenant="acme", state={"notes": CANARY})
+        await store.save_session(key, session)
+        loaded = await store.load(key)
+        assert CANARY in loaded[0].text
+        assert loaded[0].author_name == f"user-{CANARY}"
+        stored = await store.load_session(key)
+        assert stored is not None
+        assert stored.session.state == {"notes": CANARY}
+    raw = raw_memory_dump(backing.data) + raw_memory_dump(backing.keys)
+    assert raw  # the backend holds data
+    assert CANARY not in raw
+    assert "my secret" not in raw
+
+
+async def test_ids_and_order_stay_in_clear_so_windows_and_retries_work(backing: Backing) -> None:
+    key = SessionKey("acme", "s1")
+    messages = [Message(role="user", text=f"m{i}") for i in range(10)]
+    async with backing.open() as store:
+        assert await store.append(key, messages) == 10
+        assert await store.append(key, messages[5:]) == 0  # idempotent through the wrapper
+        window = await store.load(key, last=3)
+        assert [m.text for m in window] == ["m7", "m8", "m9"]
+        assert isinstance(store.inner, MemoryHistoryStore)
+        raw = await store.inner.load(key, last=3)
+        assert [m.message_id for m in raw] == [m.message_id for m in messages[7:]]
+
+
+async def test_a_ciphertext_moved_to_another_session_or_tenant_fails_to_decrypt(backing: Backing) -> None:
+    source, other_session, other_tenant = SessionKey("acme", "a"), SessionKey("acme", "b"), SessionKey("globex", "a")
+    async with backing.open() as store:
+        await store.append(source, [Message(role="user", text="hello")])
+        await store.append(other_tenant, [Message(role="user", text="their own")])
+        sealed = await store.inner.load(source)
+        for target in (other_session, other_tenant):
+            await store.inner.append(target, sealed)
+            with pytest.raises(DecryptionError, match="changed, or moved"):
+                await store.load(target)
+
+
+async def test_tampered_clear_metadata_fails_to_decrypt(backing: Backing) -> None:
+    key = SessionKey("acme", "a")
+    async with backing.open() as store:
+        await store.append(key, [Message(role="user", text="hi")])
+        sealed = (await store.inner.load(key))[0]
+        forged = sealed.model_copy(update={"role": "system", "message_id": "forged"})
+        await store.inner.append(SessionKey("acme", "b"), [forged])
+        with pytest.raises(DecryptionError):
+            await store.load(SessionKey("acme", "b"))
+
+
+async def test_rotating_the_master_key_rewraps_data_keys_without_rewriting_history(backing: Backing) -> None:
+    keys = [SessionKey(f"tenant-{i}", "s") for i in range(3)]
+    async with backing.open({"k1": K1}) as old:
+        for key in keys:
+            await old.append(key, [Message(role="user", text=f"hello {key.tenant}")])
+        before = [m.model_dump() for key in keys for m in await old.inner.load(key)]
+
+    async with backing.open({"k2": K2, "k1": K1}, current="k2") as rotating:
+        assert await rotating.rotate_master_key() == 3
+        assert await rotating.rotate_master_key() == 0  # already done
+        after = [m.model_dump() for key in keys for m in await rotating.inner.load(key)]
+        assert after == before  # messages untouched
+
+    async with backing.open({"k2": K2}) as new_only:  # k1 retired
+        for key in keys:
+            assert [m.text for m in await new_only.load(key)] == [f"hello {key.tenant}"]
+
+
+async def test_a_store_without_the_wrapping_master_key_says_which_key_is_missing(backing: Backing) -> None:
+    key = SessionKey("acme", "s")
+    async with backing.open({"k1": K1}) as store:
+        await store.append(key, [Message(role="user", text="x")])
+    async with backing.open({"k2": K2}) as stranger:
+        with pytest.raises(DecryptionError, match="'k1'"):
+            await stranger.load(key)
+
+
+async def test_shredding_a_tenant_key_makes_only_its_history_unreadable(backing: Backing) -> None:
+    shredded, kept = SessionKey("acme", "s"), SessionKey("globex", "s")
+    async with backing.open() as store:
+        await store.append(shredded, [Message(role="user", text="acme data")])
+        await store.append(kept, [Message(role="user", text="globex data")])
+        assert await store.shred_tenant("acme")
+        with pytest.raises(DecryptionError, match="shredded"):
+            await store.load(shredded)
+        assert [m.text for m in await store.load(kept)] == ["globex data"]
+    async with backing.open() as fresh:  # another instance, with no cached key
+        with pytest.raises(DecryptionError, match="shredded"):
+            await fresh.load(shredded)
+
+
+async def test_concurrent_first_writers_of_a_tenant_agree_on_one_data_key(backing: Backing) -> None:
+    key = SessionKey("new-tenant", "s")
+    stores = [backing.open() for _ in range(8)]
+    await asyncio.gather(*(s.append(key, [Message(role="user", text=f"w{i}")]) for i, s in enumerate(stores)))
+    async with backing.open() as reader:
+        assert sorted(m.text for m in await reader.load(key)) == [f"w{i}" for i in range(8)]
+        assert await reader.key_store.count(SessionKey(KEYS_TENANT, "new-tenant")) == 1
+    for store in stores:
+        await store.close()
+
+
+def test_bad_configuration_is_refused() -> None:
+    inner = MemoryHistoryStore(f"x-{uuid.uuid4().hex}")
+    with pytest.raises(ValueError, match="32 bytes"):
+        EncryptedStore(inner, key_store=MemoryHistoryStore("k"), master_keys={"k": b"short"})
+    with pytest.raises(ValueError, match="another store"):
+        EncryptedStore(inner, key_store=inner, master_keys={"k": K1})
+    with pytest.raises(ValueError, match="current_key_id"):
+        EncryptedStore(inner, key_store=MemoryHistoryStore("k"), master_keys={"k": K1}, current_key_id="nope")
