@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from typing_extensions import Self
 
-from chatkeep.core._errors import StoreClosedError, StoreLoopError
+from chatkeep.core._errors import SessionOwnershipError, StoreClosedError, StoreLoopError
 from chatkeep.core._messages import Message
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession, validate_id
 
@@ -156,6 +156,15 @@ class HistoryStore(abc.ABC):
             raise StoreLoopError(
                 f"{type(self).__name__} was opened on another event loop than the one running now; "
                 "open one store per event loop (for example one per thread running asyncio.run)"
+            )
+
+    @staticmethod
+    def _check_session_tenant(key: SessionKey, session: AgentSession) -> None:
+        """Refuse to save a session under another tenant's key (call at the top of ``save_session``)."""
+        if session.tenant != key.tenant:
+            raise SessionOwnershipError(
+                f"the session belongs to tenant {session.tenant!r}, not to the key's tenant {key.tenant!r}; "
+                "save it under SessionKey.of(session)"
             )
 
     def _on_loop_change(self) -> None:  # noqa: B027 - optional hook

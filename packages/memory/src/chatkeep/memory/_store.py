@@ -306,11 +306,7 @@ class MemoryHistoryStore(HistoryStore):
             SessionOwnershipError: the document is bound to another owner, or ``session`` is another tenant's.
         """
         self._check_usable()
-        if session.tenant != key.tenant:
-            raise SessionOwnershipError(
-                f"the session belongs to tenant {session.tenant!r}, not to the key's tenant {key.tenant!r}; "
-                "save it under SessionKey.of(session)"
-            )
+        self._check_session_tenant(key, session)
         document = json.dumps(session.to_dict(), ensure_ascii=False)
         data = self._data
         with data.lock:

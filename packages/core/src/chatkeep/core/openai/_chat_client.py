@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import os
 import re
 from collections.abc import AsyncIterator, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import openai
 from openai import AsyncOpenAI, omit
 
 from chatkeep.core._chat import ChatOptions, ChatResponse, ChatResponseUpdate
-from chatkeep.core._errors import AgentConfigurationError, ModelError, redact_url
+from chatkeep.core._errors import AgentConfigurationError, ModelError
 from chatkeep.core._messages import (
     Content,
     DataContent,
@@ -27,6 +23,7 @@ from chatkeep.core._messages import (
     Usage,
     UsageContent,
 )
+from chatkeep.core.openai._base import OpenAIClientBase, assistant_message, model_error
 
 if TYPE_CHECKING:
     from openai.types import CompletionUsage
@@ -37,13 +34,8 @@ if TYPE_CHECKING:
         ChatCompletionToolParam,
     )
 
-    from chatkeep.core._agent import Agent
-
 __all__ = ["OpenAIChatClient"]
 
-# The API key sent to a server on this machine when none is configured: local servers (Ollama, vLLM,
-# llama.cpp) ignore it, and the openai package refuses to start without one.
-_LOCAL_API_KEY = "not-needed"
 # What OpenAI accepts as a message's ``name``; an author name outside it is not sent (it would fail the call).
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # Request fields the client sets itself, so they cannot be defaults.
@@ -59,25 +51,7 @@ _AUDIO_FORMATS = {
 }
 
 
-def _env(*names: str) -> str | None:
-    for name in names:
-        value = os.environ.get(name)
-        if value:
-            return value
-    return None
-
-
-def _is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-class OpenAIChatClient:
+class OpenAIChatClient(OpenAIClientBase):
     """A :class:`~chatkeep.core.ChatClient` for the Chat Completions API (OpenAI or any compatible server).
 
     The service keeps no history (``keeps_history`` is ``False``): every call sends the instructions as a
@@ -107,6 +81,12 @@ class OpenAIChatClient:
             client sets itself (``messages``, ``tools``, ``stream``...).
     """
 
+    _client_name: ClassVar[str] = "OpenAIChatClient"
+    _api_name: ClassVar[str] = "Chat Completions"
+    _model_env: ClassVar[str] = "OPENAI_CHAT_MODEL_ID"
+    _reserved_options: ClassVar[frozenset[str]] = _RESERVED_OPTIONS
+    _reserved_hint: ClassVar[str] = "give tools to the agent (Agent(tools=...)) and per-call fields in ChatOptions"
+
     def __init__(
         self,
         model: str | None = None,
@@ -116,45 +96,7 @@ class OpenAIChatClient:
         client: AsyncOpenAI | None = None,
         **default_options: Any,
     ) -> None:
-        resolved_model = model or _env("OPENAI_MODEL", "OPENAI_CHAT_MODEL_ID")
-        if not resolved_model:
-            raise AgentConfigurationError(
-                "OpenAIChatClient needs a model: pass model='...' or set the OPENAI_MODEL environment variable "
-                "(OPENAI_CHAT_MODEL_ID is also read)"
-            )
-        reserved = sorted(_RESERVED_OPTIONS.intersection(default_options))
-        if reserved:
-            raise AgentConfigurationError(
-                f"OpenAIChatClient sets {', '.join(reserved)} itself, so it cannot be a default option; "
-                "give tools to the agent (Agent(tools=...)) and per-call fields in ChatOptions"
-            )
-        self.model: str = resolved_model
-        self._default_instructions: str | None = default_options.pop("instructions", None)
-        self._default_temperature: float | None = default_options.pop("temperature", None)
-        self._default_max_tokens: int | None = default_options.pop("max_tokens", None)
-        self._default_body: dict[str, Any] = default_options
-        self._owns_client = client is None
-        if client is None:
-            url = base_url or _env("OPENAI_BASE_URL")
-            key = api_key or _env("OPENAI_API_KEY")
-            if not key:
-                if url is None or not _is_loopback(url):
-                    raise AgentConfigurationError(
-                        "OpenAIChatClient needs an API key: pass api_key='...' or set the OPENAI_API_KEY "
-                        "environment variable (a server on localhost needs none)"
-                    )
-                key = _LOCAL_API_KEY
-            client = AsyncOpenAI(base_url=url, api_key=key)
-        self._client = client
-        self._closed = False
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatClient(model={self.model!r}, base_url={redact_url(str(self._client.base_url))!r})"
-
-    @property
-    def client(self) -> AsyncOpenAI:
-        """The underlying ``openai.AsyncOpenAI``."""
-        return self._client
+        super().__init__(model, base_url=base_url, api_key=api_key, client=client, default_options=default_options)
 
     @property
     def keeps_history(self) -> bool:
@@ -222,70 +164,32 @@ class OpenAIChatClient:
                 "Chat Completions keeps no conversations; use OpenAIResponsesClient, or a session without "
                 "a service_session_id"
             )
-        instructions = options.instructions if options.instructions is not None else self._default_instructions
+        settings = self._settings(options)
+        instructions = settings.instructions
         wire: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
         for message in messages:
             wire.extend(to_chat_messages(message))
-        temperature = options.temperature if options.temperature is not None else self._default_temperature
-        max_tokens = options.max_tokens if options.max_tokens is not None else self._default_max_tokens
         return _Request(
             model=options.model or self.model,
             messages=wire,
             tools=[t.to_openai() for t in options.tools],
-            temperature=temperature,
-            max_tokens=max_tokens,
-            extra_body={**self._default_body, **options.additional},
+            temperature=settings.temperature,
+            max_tokens=settings.max_tokens,
+            extra_body=settings.extra_body,
         )
 
     def _model_error(self, exc: openai.OpenAIError, model: str) -> ModelError:
-        where = redact_url(str(self._client.base_url))
-        if isinstance(exc, openai.APITimeoutError):
-            hint = f"the request to {where} timed out; check that the server is up and not overloaded"
-        elif isinstance(exc, openai.APIConnectionError):
-            hint = (
-                f"could not connect to {where}; check that the server is running and that base_url "
-                "(or OPENAI_BASE_URL) is right"
-            )
-        elif isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
-            hint = f"{where} refused the API key; check api_key (or OPENAI_API_KEY)"
-        elif isinstance(exc, openai.NotFoundError):
-            hint = (
-                f"{where} has no model {model!r} or no Chat Completions endpoint; check the model name and that "
+        return model_error(
+            exc,
+            where=self._where,
+            api_name=self._api_name,
+            model=model,
+            not_found_hint=(
+                f"has no model {model!r} or no Chat Completions endpoint; check the model name and that "
                 "base_url ends with /v1"
-            )
-        elif isinstance(exc, openai.RateLimitError):
-            hint = f"{where} is rate limiting the requests; wait and retry, or raise the account's limits"
-        elif isinstance(exc, openai.BadRequestError):
-            hint = f"{where} refused the request; check that model {model!r} supports the options and tools sent"
-        elif isinstance(exc, openai.APIStatusError):
-            hint = f"{where} failed with HTTP {exc.status_code}; check the server's logs, base_url and model"
-        else:
-            hint = f"the call to {where} failed; check base_url, api key and model {model!r}"
-        return ModelError(f"Chat Completions call failed: {hint} ({type(exc).__name__}: {exc})")
-
-    # -- life cycle -------------------------------------------------------------------------------------
-
-    async def close(self) -> None:
-        """Close the ``AsyncOpenAI`` this client created (one given with ``client=`` stays open); idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._owns_client:
-            await self._client.close()
-
-    async def __aenter__(self) -> OpenAIChatClient:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    def as_agent(self, **kwargs: Any) -> Agent:
-        """Build an :class:`~chatkeep.core.Agent` on this client; takes the Agent's keyword arguments."""
-        from chatkeep.core._agent import Agent
-
-        return Agent(self, **kwargs)
+            ),
+            bad_request_hint=f"refused the request; check that model {model!r} supports the options and tools sent",
+        )
 
 
 class _Request:
@@ -428,15 +332,6 @@ def _usage(usage: CompletionUsage | None) -> Usage | None:
     )
 
 
-def _assistant_message(text: str, calls: list[FunctionCallContent], usage: Usage | None) -> Message:
-    contents: list[Content] = [TextContent(text=text)] if text else []
-    contents.extend(calls)
-    if usage is not None:
-        # Kept on the message too, so a stored history still says what each model call cost.
-        contents.append(UsageContent(usage=usage))
-    return Message(role="assistant", contents=contents)
-
-
 def _response_from_completion(completion: ChatCompletion, model: str) -> ChatResponse:
     if not completion.choices:
         raise ModelError(
@@ -453,7 +348,7 @@ def _response_from_completion(completion: ChatCompletion, model: str) -> ChatRes
     ]
     usage = _usage(completion.usage)
     return ChatResponse(
-        messages=[_assistant_message(text, calls, usage)],
+        messages=[assistant_message(text, calls, usage)],
         usage=usage,
         response_id=completion.id,
         finish_reason=choice.finish_reason,
@@ -508,7 +403,7 @@ class _StreamAssembler:
                 FunctionCallContent(call_id=entry["id"], name=entry["name"], arguments="".join(entry["arguments"]))
             )
         return ChatResponse(
-            messages=[_assistant_message("".join(self.text), calls, self.usage)],
+            messages=[assistant_message("".join(self.text), calls, self.usage)],
             usage=self.usage,
             response_id=self.response_id,
             finish_reason=self.finish_reason,

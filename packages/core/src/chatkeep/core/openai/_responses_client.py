@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import openai
 from openai import AsyncOpenAI, omit
 
 from chatkeep.core._chat import ChatOptions, ChatResponse, ChatResponseUpdate
-from chatkeep.core._errors import AgentConfigurationError, ModelError, redact_url
+from chatkeep.core._errors import AgentConfigurationError, ModelError
 from chatkeep.core._messages import (
     Content,
     DataContent,
@@ -23,12 +22,11 @@ from chatkeep.core._messages import (
     Usage,
     UsageContent,
 )
-from chatkeep.core.openai._chat_client import _LOCAL_API_KEY, _env, _is_loopback
+from chatkeep.core.openai._base import OpenAIClientBase, assistant_message, model_error
 
 if TYPE_CHECKING:
     from openai.types.responses import Response, ResponseInputParam, ResponseStreamEvent, ToolParam
 
-    from chatkeep.core._agent import Agent
     from chatkeep.core._tools import FunctionTool
 
 __all__ = ["OpenAIResponsesClient"]
@@ -52,7 +50,7 @@ _CONVERSATION_PREFIX = "conv_"
 _RESPONSE_PREFIX = "resp_"
 
 
-class OpenAIResponsesClient:
+class OpenAIResponsesClient(OpenAIClientBase):
     """A :class:`~chatkeep.core.ChatClient` for the OpenAI Responses API, with service-managed history.
 
     With ``store=True`` (the default) the service keeps the conversation (``keeps_history`` is ``True``): the
@@ -91,6 +89,15 @@ class OpenAIResponsesClient:
             client sets itself (``input``, ``tools``, ``store``, ``previous_response_id``...).
     """
 
+    _client_name: ClassVar[str] = "OpenAIResponsesClient"
+    _api_name: ClassVar[str] = "Responses"
+    _model_env: ClassVar[str] = "OPENAI_RESPONSES_MODEL_ID"
+    _reserved_options: ClassVar[frozenset[str]] = _RESERVED_OPTIONS
+    _reserved_hint: ClassVar[str] = (
+        "give tools to the agent (Agent(tools=...)), use store= and use_conversations= for the "
+        "conversation, and ChatOptions for per-call fields"
+    )
+
     def __init__(
         self,
         model: str | None = None,
@@ -102,56 +109,22 @@ class OpenAIResponsesClient:
         use_conversations: bool = False,
         **default_options: Any,
     ) -> None:
-        resolved_model = model or _env("OPENAI_MODEL", "OPENAI_RESPONSES_MODEL_ID")
-        if not resolved_model:
-            raise AgentConfigurationError(
-                "OpenAIResponsesClient needs a model: pass model='...' or set the OPENAI_MODEL environment variable "
-                "(OPENAI_RESPONSES_MODEL_ID is also read)"
-            )
-        reserved = sorted(_RESERVED_OPTIONS.intersection(default_options))
-        if reserved:
-            raise AgentConfigurationError(
-                f"OpenAIResponsesClient sets {', '.join(reserved)} itself, so it cannot be a default option; "
-                "give tools to the agent (Agent(tools=...)), use store= and use_conversations= for the "
-                "conversation, and ChatOptions for per-call fields"
-            )
-        if use_conversations and not store:
+        self.store = store
+        self.use_conversations = use_conversations
+        super().__init__(model, base_url=base_url, api_key=api_key, client=client, default_options=default_options)
+
+    def _check_config(self) -> None:
+        if self.use_conversations and not self.store:
             raise AgentConfigurationError(
                 "OpenAIResponsesClient(use_conversations=True, store=False) is contradictory: a conversation is "
                 "kept by the service; drop use_conversations, or keep store=True"
             )
-        self.model: str = resolved_model
-        self.store = store
-        self.use_conversations = use_conversations
-        self._default_instructions: str | None = default_options.pop("instructions", None)
-        self._default_temperature: float | None = default_options.pop("temperature", None)
-        self._default_max_tokens: int | None = default_options.pop("max_tokens", None)
-        self._default_body: dict[str, Any] = default_options
-        self._owns_client = client is None
-        if client is None:
-            url = base_url or _env("OPENAI_BASE_URL")
-            key = api_key or _env("OPENAI_API_KEY")
-            if not key:
-                if url is None or not _is_loopback(url):
-                    raise AgentConfigurationError(
-                        "OpenAIResponsesClient needs an API key: pass api_key='...' or set the OPENAI_API_KEY "
-                        "environment variable (a server on localhost needs none)"
-                    )
-                key = _LOCAL_API_KEY
-            client = AsyncOpenAI(base_url=url, api_key=key)
-        self._client = client
-        self._closed = False
 
     def __repr__(self) -> str:
         return (
-            f"OpenAIResponsesClient(model={self.model!r}, base_url={redact_url(str(self._client.base_url))!r}, "
+            f"OpenAIResponsesClient(model={self.model!r}, base_url={self._where!r}, "
             f"store={self.store}, use_conversations={self.use_conversations})"
         )
-
-    @property
-    def client(self) -> AsyncOpenAI:
-        """The underlying ``openai.AsyncOpenAI``."""
-        return self._client
 
     @property
     def keeps_history(self) -> bool:
@@ -238,70 +211,35 @@ class OpenAIResponsesClient:
                 request.conversation = conversation_id
             else:
                 request.previous_response_id = conversation_id
-        instructions = options.instructions if options.instructions is not None else self._default_instructions
-        request.instructions = instructions or None
+        settings = self._settings(options)
+        request.instructions = settings.instructions or None
         request.input = [item for message in messages for item in to_response_items(message)]
         request.tools = [function_tool(t) for t in options.tools]
-        request.temperature = options.temperature if options.temperature is not None else self._default_temperature
-        request.max_tokens = options.max_tokens if options.max_tokens is not None else self._default_max_tokens
-        request.extra_body = {**self._default_body, **options.additional}
+        request.temperature = settings.temperature
+        request.max_tokens = settings.max_tokens
+        request.extra_body = settings.extra_body
         return request
 
     def _model_error(self, exc: openai.OpenAIError, request: _Request) -> ModelError:
-        where = redact_url(str(self._client.base_url))
         chained = request.conversation or request.previous_response_id
-        if isinstance(exc, openai.APITimeoutError):
-            hint = f"the request to {where} timed out; check that the server is up and not overloaded"
-        elif isinstance(exc, openai.APIConnectionError):
-            hint = (
-                f"could not connect to {where}; check that the server is running and that base_url "
-                "(or OPENAI_BASE_URL) is right"
-            )
-        elif isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
-            hint = f"{where} refused the API key; check api_key (or OPENAI_API_KEY)"
-        elif isinstance(exc, (openai.NotFoundError, openai.BadRequestError)) and chained and chained in str(exc):
-            hint = (
-                f"{where} does not know {chained!r}: it may have expired, been deleted, or been made with "
+        unknown_id: str | None = None
+        if isinstance(exc, (openai.NotFoundError, openai.BadRequestError)) and chained and chained in str(exc):
+            unknown_id = (
+                f"does not know {chained!r}: it may have expired, been deleted, or been made with "
                 "store=False; start a new session (without service_session_id) to begin a new conversation"
             )
-        elif isinstance(exc, openai.NotFoundError):
-            hint = (
-                f"{where} has no model {request.model!r} or no Responses endpoint; check the model name and that "
+        return model_error(
+            exc,
+            where=self._where,
+            api_name=self._api_name,
+            model=request.model,
+            not_found_hint=(
+                f"has no model {request.model!r} or no Responses endpoint; check the model name and that "
                 "base_url ends with /v1"
-            )
-        elif isinstance(exc, openai.RateLimitError):
-            hint = f"{where} is rate limiting the requests; wait and retry, or raise the account's limits"
-        elif isinstance(exc, openai.BadRequestError):
-            hint = f"{where} refused the request; check that model {request.model!r} supports the options and tools"
-        elif isinstance(exc, openai.APIStatusError):
-            hint = f"{where} failed with HTTP {exc.status_code}; check the server's logs, base_url and model"
-        else:
-            hint = f"the call to {where} failed; check base_url, api key and model {request.model!r}"
-        return ModelError(f"Responses call failed: {hint} ({type(exc).__name__}: {exc})")
-
-    # -- life cycle -------------------------------------------------------------------------------------
-
-    async def close(self) -> None:
-        """Close the ``AsyncOpenAI`` this client created (one given with ``client=`` stays open); idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._owns_client:
-            await self._client.close()
-
-    async def __aenter__(self) -> OpenAIResponsesClient:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    def as_agent(self, **kwargs: Any) -> Agent:
-        """Build an :class:`~chatkeep.core.Agent` on this client; takes the Agent's keyword arguments."""
-        from chatkeep.core._agent import Agent
-
-        return Agent(self, **kwargs)
+            ),
+            bad_request_hint=f"refused the request; check that model {request.model!r} supports the options and tools",
+            extra_hint=unknown_id,
+        )
 
 
 class _Request:
@@ -442,15 +380,6 @@ def _output_item(result: FunctionResultContent) -> dict[str, Any]:
 # -- Responses -> chatkeep ----------------------------------------------------------------------------------
 
 
-def _assistant_message(text: str, calls: list[FunctionCallContent], usage: Usage | None) -> Message:
-    contents: list[Content] = [TextContent(text=text)] if text else []
-    contents.extend(calls)
-    if usage is not None:
-        # Kept on the message too, so a stored history still says what each model call cost.
-        contents.append(UsageContent(usage=usage))
-    return Message(role="assistant", contents=contents)
-
-
 def _chat_response(response: Response, request: _Request) -> ChatResponse:
     if response.error is not None:
         raise ModelError(
@@ -476,7 +405,7 @@ def _chat_response(response: Response, request: _Request) -> ChatResponse:
     else:
         finish_reason = "stop" if response.status in (None, "completed") else response.status
     return ChatResponse(
-        messages=[_assistant_message("".join(texts), calls, usage)],
+        messages=[assistant_message("".join(texts), calls, usage)],
         usage=usage,
         response_id=response.id,
         conversation_id=request.continuation(response.id),
@@ -542,6 +471,6 @@ class _StreamAssembler:
                     )
                 arguments = entry["arguments"] if entry["arguments"] is not None else "".join(entry["pieces"])
                 calls.append(FunctionCallContent(call_id=entry["call_id"], name=entry["name"], arguments=arguments))
-            chat.messages = [_assistant_message(message.text, calls, chat.usage)]
+            chat.messages = [assistant_message(message.text, calls, chat.usage)]
             chat.finish_reason = "tool_calls"
         return chat

@@ -1,0 +1,247 @@
+"""What the OpenAI model clients share: configuration, the ``AsyncOpenAI`` they own, and their error messages."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from urllib.parse import urlsplit
+
+import openai
+from openai import AsyncOpenAI
+from typing_extensions import Self
+
+from chatkeep.core._agent import BaseChatClient
+from chatkeep.core._errors import AgentConfigurationError, ModelError, redact_url
+from chatkeep.core._messages import Content, FunctionCallContent, Message, TextContent, Usage, UsageContent
+
+if TYPE_CHECKING:
+    from chatkeep.core._chat import ChatOptions
+
+__all__ = ["CallSettings", "OpenAIClientBase", "assistant_message", "model_error"]
+
+# The API key sent to a server on this machine when none is configured: local servers (Ollama, vLLM,
+# llama.cpp) ignore it, and the openai package refuses to start without one.
+_LOCAL_API_KEY = "not-needed"
+
+
+def _env(*names: str) -> str | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class CallSettings(NamedTuple):
+    """The settings of one call: the call's :class:`~chatkeep.core.ChatOptions` over the client's defaults.
+
+    Attributes:
+        instructions: the instructions to send, if any.
+        temperature: the sampling temperature, if any.
+        max_tokens: the most tokens the model may write, if set.
+        extra_body: the other request fields: the client's default options, overridden by ``options.additional``.
+    """
+
+    instructions: str | None
+    temperature: float | None
+    max_tokens: int | None
+    extra_body: dict[str, Any]
+
+
+class OpenAIClientBase(BaseChatClient):
+    """The base of the OpenAI model clients: configuration, the ``AsyncOpenAI`` they use, and its life cycle.
+
+    A subclass names itself and its API in the class variables below, and passes its constructor's arguments
+    to :meth:`__init__`; ``as_agent`` comes from :class:`~chatkeep.core.BaseChatClient`.
+
+    Args:
+        model: the model name; defaults to ``OPENAI_MODEL``, then the subclass's own variable (``_model_env``).
+        base_url: the API's base URL; defaults to ``OPENAI_BASE_URL``, then OpenAI's.
+        api_key: defaults to ``OPENAI_API_KEY``; with neither set and a loopback ``base_url``, ``"not-needed"``.
+        client: an ``AsyncOpenAI`` to use as it is; ``base_url`` and ``api_key`` are then ignored, and
+            :meth:`close` leaves it open.
+        default_options: the subclass's ``**default_options``; ``instructions``, ``temperature`` and
+            ``max_tokens`` are taken out of it, the rest is sent with every call.
+
+    Raises:
+        AgentConfigurationError: no model or no API key is configured, a default option is one the client sets
+            itself (``_reserved_options``), or :meth:`_check_config` refuses the configuration.
+    """
+
+    # The client's name in messages, e.g. "OpenAIChatClient".
+    _client_name: ClassVar[str]
+    # The API's name in messages, e.g. "Chat Completions".
+    _api_name: ClassVar[str]
+    # The environment variable read for the model after OPENAI_MODEL.
+    _model_env: ClassVar[str]
+    # Request fields the client sets itself, so they cannot be defaults, and where to set them instead.
+    _reserved_options: ClassVar[frozenset[str]]
+    _reserved_hint: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str | None,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        client: AsyncOpenAI | None,
+        default_options: dict[str, Any],
+    ) -> None:
+        name = self._client_name
+        resolved_model = model or _env("OPENAI_MODEL", self._model_env)
+        if not resolved_model:
+            raise AgentConfigurationError(
+                f"{name} needs a model: pass model='...' or set the OPENAI_MODEL environment variable "
+                f"({self._model_env} is also read)"
+            )
+        reserved = sorted(self._reserved_options.intersection(default_options))
+        if reserved:
+            raise AgentConfigurationError(
+                f"{name} sets {', '.join(reserved)} itself, so it cannot be a default option; {self._reserved_hint}"
+            )
+        self._check_config()
+        self.model: str = resolved_model
+        self._default_instructions: str | None = default_options.pop("instructions", None)
+        self._default_temperature: float | None = default_options.pop("temperature", None)
+        self._default_max_tokens: int | None = default_options.pop("max_tokens", None)
+        self._default_body: dict[str, Any] = default_options
+        self._owns_client = client is None
+        if client is None:
+            url = base_url or _env("OPENAI_BASE_URL")
+            key = api_key or _env("OPENAI_API_KEY")
+            if not key:
+                if url is None or not _is_loopback(url):
+                    raise AgentConfigurationError(
+                        f"{name} needs an API key: pass api_key='...' or set the OPENAI_API_KEY "
+                        "environment variable (a server on localhost needs none)"
+                    )
+                key = _LOCAL_API_KEY
+            client = AsyncOpenAI(base_url=url, api_key=key)
+        self._client = client
+        self._closed = False
+
+    def _check_config(self) -> None:
+        """Refuse a contradictory configuration (after the model and reserved-option checks); none by default."""
+
+    def __repr__(self) -> str:
+        return f"{self._client_name}(model={self.model!r}, base_url={self._where!r})"
+
+    @property
+    def _where(self) -> str:
+        """The client's base URL with any credentials in it hidden, for messages."""
+        return redact_url(str(self._client.base_url))
+
+    @property
+    def client(self) -> AsyncOpenAI:
+        """The underlying ``openai.AsyncOpenAI``."""
+        return self._client
+
+    def _settings(self, options: ChatOptions) -> CallSettings:
+        """The call's instructions, sampling settings and extra request fields, falling back on the defaults."""
+        return CallSettings(
+            instructions=options.instructions if options.instructions is not None else self._default_instructions,
+            temperature=options.temperature if options.temperature is not None else self._default_temperature,
+            max_tokens=options.max_tokens if options.max_tokens is not None else self._default_max_tokens,
+            extra_body={**self._default_body, **options.additional},
+        )
+
+    # -- life cycle -------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the ``AsyncOpenAI`` this client created (one given with ``client=`` stays open); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+def model_error(
+    exc: openai.OpenAIError,
+    *,
+    where: str,
+    api_name: str,
+    model: str,
+    not_found_hint: str,
+    bad_request_hint: str,
+    extra_hint: str | None = None,
+) -> ModelError:
+    """The :class:`~chatkeep.core.ModelError` for a failed call, with a hint chosen by the kind of failure.
+
+    The hints after ``where`` (``not_found_hint``, ``bad_request_hint``, ``extra_hint``) are written without it:
+    each is said as ``f"{where} {hint}"``.
+
+    Args:
+        exc: the ``openai`` error the call raised.
+        where: the server's base URL, credentials hidden.
+        api_name: the API called, e.g. ``"Chat Completions"``.
+        model: the model the call asked for.
+        not_found_hint: the hint when the server answers 404 (no such model or endpoint).
+        bad_request_hint: the hint when the server answers 400.
+        extra_hint: a hint the caller chose for this error (e.g. an unknown conversation id); when given, it
+            wins over every hint but those for a timeout, a connection failure or a refused key.
+
+    Returns:
+        The error to raise, from ``exc``.
+    """
+    if isinstance(exc, openai.APITimeoutError):
+        hint = f"the request to {where} timed out; check that the server is up and not overloaded"
+    elif isinstance(exc, openai.APIConnectionError):
+        hint = (
+            f"could not connect to {where}; check that the server is running and that base_url "
+            "(or OPENAI_BASE_URL) is right"
+        )
+    elif isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+        hint = f"{where} refused the API key; check api_key (or OPENAI_API_KEY)"
+    elif extra_hint is not None:
+        hint = f"{where} {extra_hint}"
+    elif isinstance(exc, openai.NotFoundError):
+        hint = f"{where} {not_found_hint}"
+    elif isinstance(exc, openai.RateLimitError):
+        hint = f"{where} is rate limiting the requests; wait and retry, or raise the account's limits"
+    elif isinstance(exc, openai.BadRequestError):
+        hint = f"{where} {bad_request_hint}"
+    elif isinstance(exc, openai.APIStatusError):
+        hint = f"{where} failed with HTTP {exc.status_code}; check the server's logs, base_url and model"
+    else:
+        hint = f"the call to {where} failed; check base_url, api key and model {model!r}"
+    return ModelError(f"{api_name} call failed: {hint} ({type(exc).__name__}: {exc})")
+
+
+def assistant_message(text: str, calls: list[FunctionCallContent], usage: Usage | None) -> Message:
+    """The assistant message of a response: its text, then its tool calls, then its usage.
+
+    Args:
+        text: the response's text; no text content when empty.
+        calls: the tool calls the model made.
+        usage: the tokens the call used, if the service said.
+
+    Returns:
+        The message.
+    """
+    contents: list[Content] = [TextContent(text=text)] if text else []
+    contents.extend(calls)
+    if usage is not None:
+        # Kept on the message too, so a stored history still says what each model call cost.
+        contents.append(UsageContent(usage=usage))
+    return Message(role="assistant", contents=contents)
