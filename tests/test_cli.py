@@ -105,3 +105,35 @@ def test_no_command_prints_help(tmp_path: Path) -> None:
     result = run_cli(cwd=tmp_path)
     assert result.returncode == 2
     assert "demo" in result.stdout
+
+
+def test_sessions_pages_with_the_command_it_prints(tmp_path: Path) -> None:
+    import asyncio
+    import shlex
+
+    from chatkeep.core import Message, SessionKey, open_store
+
+    url = f"sqlite:///{tmp_path / 'paging.db'}"
+
+    async def seed() -> None:
+        async with open_store(url) as store:
+            for i in range(3):
+                await store.append(SessionKey("acme", f"chat-{i}"), [Message(role="user", text=f"hello {i}")])
+
+    asyncio.run(seed())
+    first = run_cli("sessions", "--store", url, "--tenant", "acme", "--limit", "2", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    listed = [line.split()[0] for line in first.stdout.splitlines() if line.startswith("chat-")]
+    assert listed == ["chat-2", "chat-1"]  # newest first
+    hint = next(line for line in first.stdout.splitlines() if line.startswith("more sessions: chatkeep "))
+    second = run_cli(*shlex.split(hint.removeprefix("more sessions: chatkeep ")), cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert [line.split()[0] for line in second.stdout.splitlines() if line.startswith("chat-")] == ["chat-0"]
+    assert "more sessions" not in second.stdout
+
+
+def test_a_bad_cursor_is_reported_without_a_traceback(tmp_path: Path) -> None:
+    result = run_cli("sessions", "--store", "memory://x", "--cursor", "bogus", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "cursor" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -150,9 +151,13 @@ def _backends(_args: argparse.Namespace) -> int:
     backends = installed_backends()
     if not backends:
         _print('No backends installed. Install one, e.g.: pip install "chatkeep-core[memory]"')
-    for info in backends:
-        schemes = ", ".join(f"{s}://" for s in info.schemes)
-        _print(f"{info.name:<10} {schemes:<40} {info.distribution} {info.version}".rstrip())
+    rows = [
+        (info.name, ", ".join(f"{s}://" for s in info.schemes), f"{info.distribution} {info.version}")
+        for info in backends
+    ]
+    widths = [max((len(row[i]) for row in rows), default=0) for i in range(2)]
+    for name, schemes, distribution in rows:
+        _print(f"{name:<{widths[0]}}  {schemes:<{widths[1]}}  {distribution}".rstrip())
     for plugin, reason in sorted(plugin_failures().items()):
         _print(f"unusable plugin {plugin!r}: {reason}")
     return 0
@@ -167,7 +172,10 @@ async def _sessions(args: argparse.Namespace) -> int:
         for info in page.items:
             _print(f"{info.session_id}  {info.message_count:>6} messages  updated {info.updated_at:%Y-%m-%d %H:%M:%S}")
         if page.next_cursor:
-            _print(f"more sessions: chatkeep sessions --store ... --cursor {page.next_cursor}")
+            _print(
+                f"more sessions: chatkeep sessions --store {shlex.quote(redact_url(url))} --tenant "
+                f"{shlex.quote(args.tenant)} --limit {args.limit} --cursor {page.next_cursor}"
+            )
     return 0
 
 
@@ -244,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if run_async is not None:
             return int(asyncio.run(run_async(args)))
         return int(args.run(args))
-    except ChatkeepError as exc:
+    except (ChatkeepError, ValueError) as exc:  # a bad cursor or option is the user's to fix, not a crash
         print(f"chatkeep: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

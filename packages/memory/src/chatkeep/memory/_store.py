@@ -28,10 +28,11 @@ from chatkeep.core import (
     SessionOwnershipError,
     SessionPage,
     StoredSession,
+    cutoff_time,
     decode_records,
     encode_records,
+    ttl_seconds,
 )
-from chatkeep.core._store import cutoff_time, ttl_seconds
 from chatkeep.memory._config import DEFAULT_NAMESPACE, parse_url
 
 __all__ = ["MemoryHistoryStore", "open_store"]
