@@ -3,6 +3,9 @@
 Run with ``python -m benchmarks redis [--quick] [--url redis://127.0.0.1:6379/0]``. Every path runs in the
 same process against the same server, interleaved round by round so a busy machine slows them alike.
 
+chatkeep's store talks to a standalone server over its own small asyncio connection (hiredis parsing) for the
+append script, ``LRANGE`` and ``LLEN``; the "store, redis-py asyncio only" row turns that off.
+
 The turn is what an agent does per run: ``load(last=20)`` then ``append`` of 2 new messages. The raw paths
 pipeline ``LRANGE key -20 -1`` and ``RPUSH`` in one round trip and decode/encode JSON themselves; they have
 no idempotency, no atomic index or TTL upkeep. "raw + guarantees" adds an idempotent Lua append to the raw
@@ -103,6 +106,10 @@ async def _turns(url: str, prefix: str, rounds: int, iterations: int) -> list[Re
     sync_client = redis.Redis.from_url(url)
     async_client = aredis.Redis.from_url(url)
     store = open_store(url, prefix=prefix)
+    # The same store on redis-py's asyncio client for every command (its fast connection turned off), to show
+    # what the store's own connection saves.
+    plain = open_store(url, prefix=prefix)
+    plain._fast_target = None
     sha = sync_client.script_load(IDEMPOTENT_APPEND)
     results: dict[tuple[str, int], list[Result]] = {}
     try:
@@ -115,12 +122,16 @@ async def _turns(url: str, prefix: str, rounds: int, iterations: int) -> list[Re
             def chatkeep_turn(key: SessionKey = key) -> Any:
                 return _chatkeep_turn(store, key)
 
+            def plain_turn(key: SessionKey = key) -> Any:
+                return _chatkeep_turn(plain, key)
+
             def raw_async(raw_key: str = raw_key) -> Any:
                 return _raw_turn_async(async_client, raw_key)
 
             for _ in range(rounds):
                 for result in (
                     await measure_async("chatkeep (asyncio)", size, chatkeep_turn, iterations=n),
+                    await measure_async("store, redis-py asyncio only", size, plain_turn, iterations=n),
                     measure(
                         "raw redis-py sync (pipelined)",
                         size,
@@ -140,6 +151,7 @@ async def _turns(url: str, prefix: str, rounds: int, iterations: int) -> list[Re
             sync_client.delete(raw_key, raw_key + ":ids")
     finally:
         await store.close()
+        await plain.close()
         await async_client.aclose()
         sync_client.close()
     return [_merge(r) for r in results.values()]
@@ -193,7 +205,7 @@ async def _concurrent(url: str, prefix: str, clients: int, turns: int) -> list[R
     return final
 
 
-async def _whole_load(url: str, prefix: str, size: int, iterations: int) -> list[Result]:
+async def _whole_load(url: str, prefix: str, size: int, rounds: int, iterations: int) -> list[Result]:
     store = open_store(url, prefix=prefix)
     sync_client = redis.Redis.from_url(url)
     async_client = aredis.Redis.from_url(url)
@@ -201,7 +213,8 @@ async def _whole_load(url: str, prefix: str, size: int, iterations: int) -> list
     results: dict[str, list[Result]] = {}
     try:
         await _seed(store, key, sync_client, raw_key, size)
-        for _ in range(3):
+        # Many short rounds: a load takes ~0.2 s, so the machine's load changes between rounds, not within.
+        for _ in range(rounds):
             for result in (
                 await measure_async("chatkeep load()", size, lambda: store.load(key), iterations=iterations, warmup=3),
                 measure(
@@ -301,7 +314,7 @@ def main(argv: list[str]) -> int:
         try:
             turns = await _turns(args.url, prefix, rounds, iterations)
             concurrent = await _concurrent(args.url, prefix, 16, 100 if args.quick else 400)
-            whole = await _whole_load(args.url, prefix, 10_000, 5 if args.quick else 15)
+            whole = await _whole_load(args.url, prefix, 10_000, *((3, 5) if args.quick else (9, 5)))
             memory = await _memory(args.url, prefix)
         finally:
             await _cleanup(args.url, prefix)

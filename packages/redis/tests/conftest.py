@@ -108,8 +108,10 @@ def free_port() -> int:
 class PrivateRedis:
     """A redis-server this test starts on its own port (never the shared one), to stop and start at will."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, *options: str, password: str | None = None) -> None:
         self.port = port
+        self.options = options
+        self.password = password
         self.process: asyncio.subprocess.Process | None = None
 
     @property
@@ -123,10 +125,10 @@ class PrivateRedis:
             pytest.skip("redis-server is not installed; the failure tests start a private one")
         self.process = await asyncio.create_subprocess_exec(
             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            *self.options, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
         for _ in range(100):
-            client = Redis(port=self.port, socket_connect_timeout=0.2)
+            client = Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
             try:
                 await client.ping()
                 return
@@ -147,6 +149,17 @@ class PrivateRedis:
 async def private_redis() -> AsyncIterator[PrivateRedis]:
     """A private redis-server, stopped at the end of the test."""
     server = PrivateRedis(free_port())
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def secured_redis() -> AsyncIterator[PrivateRedis]:
+    """A private redis-server that requires the password ``s3cret``."""
+    server = PrivateRedis(free_port(), "--requirepass", "s3cret", password="s3cret")
     await server.start()
     try:
         yield server

@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from redis import exceptions as redis_errors
 
@@ -30,6 +31,9 @@ try:
     import hiredis
 except ImportError:  # pragma: no cover - the fast path is off without hiredis
     hiredis = None  # type: ignore[assignment]
+
+# RESP encoding of a command, in C (hiredis's stub types the argument as a 1-tuple: it takes any tuple).
+_pack = cast(Callable[[tuple[Any, ...]], bytes], getattr(hiredis, "pack_command", None))
 
 __all__ = ["FastConnection", "fast_target"]
 
@@ -111,11 +115,11 @@ class _Protocol(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.fail(
-            redis_errors.ConnectionError(
-                f"the connection to {self.owner.address} was lost" + (f": {exc}" if exc else "")
-            )
+        error = redis_errors.ConnectionError(
+            f"the connection to {self.owner.address} was lost" + (f": {exc}" if exc else "")
         )
+        error.__cause__ = exc
+        self.fail(error)
         if not self.lost.done():
             self.lost.set_result(None)
 
@@ -128,7 +132,10 @@ class _Protocol(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
             if not future.done():
-                future.set_exception(error)
+                # One exception per waiter: a raised exception collects its raiser's traceback.
+                copy = type(error)(*error.args)
+                copy.__cause__ = error.__cause__
+                future.set_exception(copy)
         if self.transport is not None and not self.transport.is_closing():
             self.transport.abort()
 
@@ -168,23 +175,22 @@ class FastConnection:
         self.connect_timeout = connect_timeout
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Lock | None = None
-        self._scripts: set[str] = set()
         self.closed = False
 
     # -- commands ------------------------------------------------------------------------------
 
     async def execute(self, *args: Any) -> Any:
         """Run one command and return its reply (raises redis-py's exceptions)."""
-        return await self.execute_packed(hiredis.pack_command(args))
+        return await self.execute_packed(_pack(args))
 
     async def evalsha(self, sha: str, source: str, keys: Any, args: Any) -> Any:
         """Run a script by SHA; a server that does not know it gets ``SCRIPT LOAD`` and the command again."""
-        command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
+        command = _pack(("EVALSHA", sha, len(keys), *keys, *args))
         try:
             return await self.execute_packed(command)
         except redis_errors.NoScriptError:
             # Both in one write: the script is cached before the command runs (one round trip).
-            return await self.execute_packed(command, before=hiredis.pack_command(("SCRIPT", "LOAD", source)))
+            return await self.execute_packed(command, before=_pack(("SCRIPT", "LOAD", source)))
 
     async def execute_packed(self, command: bytes, *, before: bytes | None = None) -> Any:
         """Send a packed command (after ``before``, whose reply is ignored) and return its reply."""
@@ -263,11 +269,11 @@ class FastConnection:
                 username = target.get("username")
                 auth = ("AUTH", username, password) if username else ("AUTH", password)
                 try:
-                    await protocol.send([hiredis.pack_command(auth)], self.connect_timeout)[0]
+                    await protocol.send([_pack(auth)], self.connect_timeout)[0]
                 except redis_errors.ResponseError as exc:
                     raise redis_errors.AuthenticationError(f"{self.address} refused the password: {exc}") from exc
             if int(target.get("db") or 0):
-                await protocol.send([hiredis.pack_command(("SELECT", int(target["db"])))], self.connect_timeout)[0]
+                await protocol.send([_pack(("SELECT", int(target["db"])))], self.connect_timeout)[0]
         except BaseException:
             self._drop(protocol)
             raise

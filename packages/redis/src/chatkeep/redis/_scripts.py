@@ -14,6 +14,7 @@ node), the store falls back to EVAL, which also caches it there.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ class Script:
     name: str
     source: str
 
-    @property
+    @functools.cached_property
     def sha(self) -> str:
         return hashlib.sha1(self.source.encode()).hexdigest()
 

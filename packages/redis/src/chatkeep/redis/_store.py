@@ -50,8 +50,8 @@ from chatkeep.core import (
     ttl_seconds,
 )
 from chatkeep.redis import _scripts
-from chatkeep.redis._fastpath import FastConnection, fast_target
 from chatkeep.redis._config import check_prefix, parse_url
+from chatkeep.redis._fastpath import FastConnection, fast_target
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.retry import Retry
@@ -159,6 +159,10 @@ class RedisHistoryStore(HistoryStore):
     Every append is one Lua script: idempotent by ``message_id`` (for messages still stored: the ids of
     trimmed or deleted messages are forgotten), contiguous under concurrent writers, refreshing the TTL and
     trimming to ``max_messages`` in the same atomic step. ``load(last=k)`` reads only the k newest records.
+
+    Opened from a ``redis://`` or ``unix://`` URL with hiredis installed, the store runs ``append``, ``load``
+    and ``count`` on its own pipelined asyncio connection (``chatkeep.redis._fastpath``) and the rest on
+    redis-py; a cluster, a client handed in, TLS and redis-py query options use redis-py for everything.
 
     Args:
         url: ``redis://``, ``rediss://``, ``unix://`` or ``redis+cluster://`` (see :func:`open_store`);
