@@ -258,7 +258,7 @@ async def test_outage_raises_unavailable_and_recovers(sql_target: Any) -> None:
             assert caught.value.__cause__ is not None
             assert "secret" not in str(caught.value)
         proxy.restore()
-        # The very next call after the database is back succeeds (the pool pre-pings and reconnects).
+        # The very next call after the database is back succeeds (old pooled connections are replaced).
         assert await store.append(key, [Message(role="user", text="after")]) == 1
         assert [m.text for m in await store.load(key)] == ["before", "after"]
         await store.delete(key)

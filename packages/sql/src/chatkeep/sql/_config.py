@@ -63,7 +63,9 @@ class SQLConfig:
         max_message_bytes: the largest message record accepted, in UTF-8 bytes.
         busy_timeout: seconds a SQLite writer waits for the file's write lock.
         connect_timeout: seconds to wait for a server connection.
-        pool_size, max_overflow, pool_recycle, pool_pre_ping: the connection pool's settings.
+        pool_size, max_overflow, pool_recycle, pool_pre_ping: the connection pool's settings. ``pool_pre_ping`` is
+            off by default: instead of a round trip per call, a pooled connection found dead before the server
+            answered the call's first statement is replaced and the call runs once more.
     """
 
     family: str
@@ -77,7 +79,7 @@ class SQLConfig:
     pool_size: int = 5
     max_overflow: int = 10
     pool_recycle: int = 1800
-    pool_pre_ping: bool = True
+    pool_pre_ping: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -1,8 +1,10 @@
-"""Where the statements run: SQLite's ``sqlite3`` in worker threads, or a SQLAlchemy ``AsyncEngine``'s pool.
+"""Where the statements run: SQLite's ``sqlite3`` (inline or in worker threads), or a SQLAlchemy ``AsyncEngine``'s pool.
 
-Both run one synchronous function per store call on a DBAPI connection in autocommit mode (one hop from
-the event loop per call), check the schema once before the first call, and translate driver errors
-into :class:`StoreUnavailableError` with the driver's exception chained.
+Both run one synchronous function per store call on a DBAPI connection in autocommit mode (at most one
+hop from the event loop per call), check the schema once before the first call, and translate driver
+errors into :class:`StoreUnavailableError` with the driver's exception chained. The hot calls have
+faster paths: SQLite runs short calls inline on the event loop when they need not wait for a lock, and
+an engine the store made runs ``load(last=k)`` and ``append`` on asyncpg or asyncmy natively.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import os
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["EngineRunner", "Runner", "SQLiteRunner"]
+__all__ = ["EngineRunner", "NativeCall", "Runner", "SQLiteRunner"]
 
 T = TypeVar("T")
 
@@ -41,6 +43,21 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     async def run(self, op: Callable[[Any], T]) -> T:
         """Call ``op(dbapi_connection)`` on a pooled connection; driver errors raise StoreUnavailableError."""
+
+    #: Whether :meth:`fetch_native` runs statements with the driver's own async API.
+    native: bool = False
+
+    def run_inline(self, op: Callable[[Any], T]) -> T | None:
+        """Run a short ``op`` right here on the event loop if this runner can do so without waiting; else ``None``."""
+        return None
+
+    async def fetch_native(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        """Run one autocommitted statement natively (only when :attr:`native`); its rows."""
+        raise NotImplementedError
+
+    async def run_native(self, op: Callable[[NativeCall], Awaitable[T]]) -> T:
+        """Run ``op`` on a pooled connection's driver object (only when :attr:`native`)."""
+        raise NotImplementedError
 
     @abc.abstractmethod
     async def prepare(self, *, upgrade: bool = False) -> str:
@@ -63,12 +80,27 @@ class Runner(abc.ABC):
         )
 
 
+class _InlineConnection(sqlite3.Connection):
+    """The connection calls use on the event loop itself: never waits for a lock (``busy_timeout`` 0)."""
+
+    no_wait = True
+
+
+def _busy(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc).lower() or "busy" in str(exc).lower())
+
+
 class SQLiteRunner(Runner):
-    """SQLite through the built-in ``sqlite3`` module, each call in one of the store's worker threads.
+    """SQLite through the built-in ``sqlite3`` module: short calls inline, the rest in the store's worker threads.
 
     The async SQLite driver costs several times the sync one per statement, so a call runs all its
-    statements on a plain ``sqlite3`` connection in a thread: one hop per call. Connections are kept in a
-    small pool; each is in WAL mode (readers never wait for the writer) with a busy timeout.
+    statements on a plain ``sqlite3`` connection. A short call the store marks as such (``load(last=k)``
+    with a small k, an append of a small batch) runs on the event loop itself when it need not wait: on a
+    connection whose busy timeout is 0, WAL readers never wait for a writer, and a writer's ``BEGIN
+    IMMEDIATE`` either gets the write lock at once or fails with SQLITE_BUSY, before anything was written;
+    the call then runs again in a worker thread, where the busy timeout applies. A thread hop costs ~50-100
+    µs, about as much as the whole call. Other calls run in a worker thread, one hop per call. Connections
+    are kept in a small pool; each is in WAL mode (readers never wait for the writer).
     """
 
     def __init__(self, path: str, *, busy_timeout: float, pool_size: int) -> None:
@@ -81,13 +113,20 @@ class SQLiteRunner(Runner):
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
+        self._inline: sqlite3.Connection | None = None
+        self._inline_busy = False
 
-    def connect(self) -> sqlite3.Connection:
+    def connect(self, *, inline: bool = False) -> sqlite3.Connection:
         """A new connection to the file, set up for chatkeep (creating the file and its folder on first use)."""
         folder = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(folder, exist_ok=True)
         conn = sqlite3.connect(
-            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False, cached_statements=256
+            self.path,
+            timeout=0 if inline else self.busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+            cached_statements=256,
+            factory=_InlineConnection if inline else sqlite3.Connection,
         )
         try:
             conn.execute("PRAGMA journal_mode=WAL").fetchall()
@@ -120,6 +159,30 @@ class SQLiteRunner(Runner):
                 if not keep:
                     conn.close()
         return result
+
+    def run_inline(self, op: Callable[[Any], T]) -> T | None:
+        if self._closed or self._inline_busy:
+            return None
+        conn = self._inline
+        if conn is None:
+            if not os.path.exists(self.path):
+                return None  # the first call creates the file, in a thread
+            try:
+                conn = self._inline = self.connect(inline=True)
+            except sqlite3.Error:
+                return None
+        self._inline_busy = True  # not re-entrant: a nested call takes the thread path
+        try:
+            return op(conn)
+        except sqlite3.Error as exc:
+            if conn.in_transaction:  # its rollback failed: start over with a new connection
+                self._inline = None
+                conn.close()
+            if _busy(exc):
+                return None  # nothing was written (the write lock comes first): run it again in a thread
+            raise self._unavailable(exc) from exc
+        finally:
+            self._inline_busy = False
 
     async def run(self, op: Callable[[Any], T]) -> T:
         if self._executor is None:
@@ -154,19 +217,82 @@ class SQLiteRunner(Runner):
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        for conn in idle:
+        inline, self._inline = self._inline, None
+        for conn in idle + ([inline] if inline is not None else []):
             conn.close()
         if self._executor is not None:
             # Calls still running return their connection to a closed pool, which closes it.
             self._executor.shutdown(wait=False)
 
 
+class NativeCall:
+    """A pooled connection's driver object (asyncpg or asyncmy) for one call, and whether the server answered yet."""
+
+    __slots__ = ("answered", "conn", "driver")
+
+    def __init__(self, driver: str, conn: Any) -> None:
+        self.driver = driver
+        self.conn = conn
+        self.answered = False
+
+    async def fetch(self, statement: str, params: Sequence[Any]) -> tuple[Sequence[Sequence[Any]], int]:
+        """Run one statement; its rows (empty when it returns none) and, on asyncmy, the rows it changed."""
+        if self.driver == "asyncpg":
+            rows = await self.conn.fetch(statement, *params)
+            self.answered = True
+            return rows, len(rows)
+        async with self.conn.cursor() as cur:
+            changed = await cur.execute(statement, params or None)
+            self.answered = True
+            return (await cur.fetchall() if cur.description else ()), int(changed)
+
+
+async def _native_fetch(statement: str, params: Sequence[Any], call: NativeCall) -> Sequence[Sequence[Any]]:
+    return (await call.fetch(statement, params))[0]
+
+
+class _Tracked:
+    """A DBAPI connection that notes whether the server has answered any statement of the call yet."""
+
+    __slots__ = ("_conn", "answered")
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.answered = False
+
+    def cursor(self) -> _TrackedCursor:
+        return _TrackedCursor(self._conn.cursor(), self)
+
+
+class _TrackedCursor:
+    __slots__ = ("_cur", "_owner")
+
+    def __init__(self, cur: Any, owner: _Tracked) -> None:
+        self._cur = cur
+        self._owner = owner
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cur.rowcount)
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        result = self._cur.execute(sql, params) if params is not None else self._cur.execute(sql)
+        self._owner.answered = True
+        return result
+
+    def fetchall(self) -> Any:
+        return self._cur.fetchall()
+
+
 class EngineRunner(Runner):
     """A SQLAlchemy ``AsyncEngine`` (PostgreSQL, MySQL/MariaDB, or SQLite through aiosqlite).
 
-    Each call checks a connection out of the engine's pool (pre-pinged, recycled) and runs in SQLAlchemy's
-    greenlet bridge directly on the driver's DBAPI adapter: no SQL compilation per call, and the driver
-    caches the prepared statements.
+    Each call runs in SQLAlchemy's greenlet bridge directly on the driver's DBAPI adapter: no SQL
+    compilation per call, and the driver caches the prepared statements. On an engine the store made, a
+    call checks a DBAPI connection straight out of the pool (no ``Connection`` object, one greenlet hop),
+    without a pre-ping round trip: a pooled connection found dead (a database restart, an idle timeout)
+    before the server answered any statement of the call is dropped with every connection as old as it,
+    and the call runs once more on a new connection. An engine you hand in goes through ``engine.connect()``.
     """
 
     def __init__(self, engine: AsyncEngine, *, owned: bool, schema: str | None = None) -> None:
@@ -180,10 +306,117 @@ class EngineRunner(Runner):
         from sqlalchemy.exc import SQLAlchemyError
 
         errors: list[type[BaseException]] = [SQLAlchemyError, OSError, asyncio.TimeoutError]
+        from sqlalchemy.util import greenlet_spawn
+
+        self._spawn = greenlet_spawn
         dbapi = getattr(dialect, "loaded_dbapi", None)
         if dbapi is not None and isinstance(getattr(dbapi, "Error", None), type):
             errors.append(dbapi.Error)
+        # The native path (fetch_native) talks to asyncpg or asyncmy directly: their own exceptions.
+        self._native: str | None = None
+        self._stale_types: tuple[type[BaseException], ...] = (OSError,)
+        driver = getattr(dialect, "driver", "")
+        if owned and driver == "asyncpg":
+            import asyncpg  # type: ignore[import-untyped]
+
+            self._native = "asyncpg"
+            errors += [asyncpg.PostgresError, asyncpg.InterfaceError]
+            self._stale_types = (OSError, asyncpg.ConnectionDoesNotExistError)
+        elif owned and driver == "asyncmy":
+            from asyncmy import errors as asyncmy_errors
+
+            self._native = "asyncmy"
+            errors.append(asyncmy_errors.Error)
         self._errors = tuple(errors)
+        self.native = self._native is not None
+
+    def _pooled(self, op: Callable[[Any], T]) -> T:
+        """Run ``op`` on a connection checked out of the pool, retrying once on a stale pooled connection."""
+        pool = self.engine.sync_engine.pool
+        dialect = self.engine.dialect
+        for attempt in (0, 1):
+            fairy = pool.connect()
+            reused = bool(fairy.info.get("chatkeep_used"))  # info is cleared when the connection is replaced
+            tracked = _Tracked(fairy.dbapi_connection)
+            try:
+                result = op(tracked)
+            except ChatkeepError:
+                fairy.close()  # raised by the statements after a clean rollback: the connection is fine
+                raise
+            except BaseException as exc:
+                stale = isinstance(exc, Exception) and (
+                    isinstance(exc, OSError) or dialect.is_disconnect(exc, fairy.dbapi_connection, None)  # type: ignore[arg-type]
+                )
+                if stale:
+                    # Every connection opened before this one may be dead too: the pool replaces them on checkout.
+                    pool._invalidate(fairy, exc)  # what SQLAlchemy's Connection does on a disconnect
+                else:
+                    # The connection's state is unknown (a failed rollback, a cancelled call): never reuse it.
+                    fairy.invalidate(exc)
+                fairy.close()
+                if stale and reused and not tracked.answered and attempt == 0:
+                    continue  # the server never saw the call take effect: run it again on a new connection
+                raise
+            fairy.info["chatkeep_used"] = True
+            fairy.close()
+            return result
+        raise AssertionError("unreachable")
+
+    def _native_stale(self, exc: BaseException) -> bool:
+        """Whether a native driver error means the connection is dead (not a SQL error)."""
+        if isinstance(exc, self._stale_types):
+            return True
+        text = str(exc).lower()
+        if self._native == "asyncpg":
+            return type(exc).__name__ == "InterfaceError" and "closed" in text
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        # asyncmy: server gone / lost connection / not connected (InterfaceError(0, '') on a closed connection).
+        return code in (2006, 2013, 2055) or (type(exc).__name__ == "InterfaceError" and code in (0, None))
+
+    def _discard(self, fairy: Any, exc: BaseException, stale: bool) -> None:
+        if stale:
+            self.engine.sync_engine.pool._invalidate(fairy, exc)  # every connection as old as it is suspect too
+        else:
+            fairy.invalidate(exc)  # unknown state (a cancelled statement): never reuse it
+        fairy.close()
+
+    async def fetch_native(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        """Run one autocommitted statement with the driver's own async API on a pooled connection; its rows."""
+        return await self.run_native(partial(_native_fetch, statement, params))
+
+    async def run_native(self, op: Callable[[NativeCall], Awaitable[T]]) -> T:
+        """Run ``op`` with the driver's own async API on a pooled connection (asyncpg or asyncmy).
+
+        One greenlet hop to check the connection out of SQLAlchemy's pool (it may connect), then the driver
+        directly on the event loop: no DBAPI adapter in between. A pooled connection found dead before the
+        server answered any statement of ``op`` is replaced (with every connection as old as it) and ``op``
+        runs once more on a new one.
+        """
+        pool = self.engine.sync_engine.pool
+        try:
+            for attempt in (0, 1):
+                fairy = await self._spawn(pool.connect)
+                reused = bool(fairy.info.get("chatkeep_used"))
+                call = NativeCall(self._native or "", fairy.driver_connection)
+                try:
+                    result = await op(call)
+                except ChatkeepError:
+                    fairy.close()  # raised after a clean rollback: the connection is fine
+                    raise
+                except BaseException as exc:
+                    stale = self._native_stale(exc)
+                    await self._spawn(self._discard, fairy, exc, stale)
+                    if stale and reused and not call.answered and attempt == 0:
+                        continue
+                    raise
+                fairy.info["chatkeep_used"] = True
+                fairy.close()  # no reset on return (pool_reset_on_return=None): no I/O here
+                return result
+            raise AssertionError("unreachable")
+        except self._errors as exc:
+            if isinstance(exc, ChatkeepError):
+                raise
+            raise self._unavailable(exc) from exc
 
     @staticmethod
     def _call(conn: Connection, op: Callable[[Any], T]) -> T:
@@ -198,6 +431,8 @@ class EngineRunner(Runner):
 
     async def run(self, op: Callable[[Any], T]) -> T:
         try:
+            if self.owned:
+                return await self._spawn(self._pooled, op)
             async with self.engine.connect() as conn:
                 return await conn.run_sync(self._call, op)
         except self._errors as exc:

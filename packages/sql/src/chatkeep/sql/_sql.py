@@ -23,10 +23,28 @@ Why appends are contiguous and lose nothing, on each database:
 * Retries are idempotent: ``message_hash`` is unique per session, so a message already stored is skipped
   (``ON CONFLICT DO NOTHING`` / ``INSERT IGNORE``), also against a concurrent writer still in flight (the
   unique index waits for it). ``message_count`` is corrected in the same transaction when rows were skipped.
+
+PostgreSQL does the whole append in ONE autocommitted statement (see ``Statements.append_one`` and
+:func:`append_one`): one round trip, no ``BEGIN``/``COMMIT``. Why it is still correct:
+
+* Serialization: the statement's ``INSERT ... ON CONFLICT (key_hash) DO UPDATE`` of the session row locks
+  that row; a concurrent appender to the same session blocks on the lock until our statement (its own
+  transaction) commits, then updates the newest committed row version, so it reads the ``next_seq`` we
+  left. Two first appends to a new session meet on the unique index of ``key_hash`` the same way.
+* Contiguity: the range ``[next_seq, next_seq + c)`` is reserved under that lock and only the ``c`` new
+  messages take numbers from it, in batch order; no other append can use a number in it.
+* Idempotency and an exact ``message_count``: which messages are new is decided from the statement's
+  snapshot (``old``), taken before the lock. If a concurrent writer committed one of our message ids after
+  that snapshot (a retry racing its original), the insert skips it (``ON CONFLICT DO NOTHING``) and fewer
+  rows are inserted than were counted; likewise the session row may have been deleted and re-created or
+  changed since the snapshot that found old messages. The statement checks both at its end and, if so,
+  fails with a division by zero (SQLSTATE 22012) so the whole statement rolls back; it is then run again
+  with a fresh snapshot (:func:`append_one`). A batch whose messages are all stored changes nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -43,7 +61,7 @@ T = TypeVar("T")
 # and escaping can double a record's size on the wire).
 _ROWS_PER_INSERT = 500
 _CHARS_PER_INSERT = 4 * 1024 * 1024
-_ATTEMPTS = 8
+ATTEMPTS = _ATTEMPTS = 8
 
 
 class Cursor(Protocol):
@@ -138,6 +156,30 @@ class Statements:
             self.create_session = c(
                 f"INSERT INTO {SESSIONS} ({columns}) VALUES (?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT (key_hash) DO NOTHING"
             )
+        # PostgreSQL: the whole append in one statement (data-modifying CTEs); see the module docstring.
+        self.append_one = ""
+        if family == "postgresql":
+            self.append_one = c(
+                "WITH batch AS (SELECT h, r, ord FROM unnest(?::bytea[], ?::text[]) WITH ORDINALITY AS b(h, r, ord)), "
+                f"snap AS (SELECT id, next_seq FROM {SESSIONS} WHERE key_hash = ?), "
+                f"old AS (SELECT m.message_hash FROM {MESSAGES} m JOIN snap ON m.session_ref = snap.id "
+                "WHERE m.message_hash = ANY(?::bytea[])), "
+                "fresh AS (SELECT h, r, row_number() OVER (ORDER BY ord) AS k FROM batch "
+                "WHERE NOT EXISTS (SELECT 1 FROM old WHERE old.message_hash = batch.h)), "
+                "n AS (SELECT count(*) AS c FROM fresh), "
+                f"s AS (INSERT INTO {SESSIONS} ({columns}) SELECT ?, ?, ?, ?, ?, ?, c, c FROM n WHERE c > 0 "
+                f"ON CONFLICT (key_hash) DO UPDATE SET next_seq = {SESSIONS}.next_seq + excluded.next_seq, "
+                f"message_count = {SESSIONS}.message_count + excluded.message_count, "
+                f"updated_at = GREATEST({SESSIONS}.updated_at, excluded.updated_at) RETURNING id, next_seq), "
+                f"ins AS (INSERT INTO {MESSAGES} (session_ref, seq, message_hash, record) "
+                "SELECT s.id, s.next_seq - n.c + fresh.k - 1, fresh.h, fresh.r FROM s, n, fresh "
+                "ON CONFLICT (session_ref, message_hash) DO NOTHING RETURNING 1), "
+                "done AS (SELECT count(*) AS i FROM ins) "
+                # Divides by zero (rolling the statement back) when the snapshot was stale; see the docstring.
+                "SELECT done.i / (CASE WHEN done.i = n.c AND (n.c = 0 OR NOT EXISTS (SELECT 1 FROM old) "
+                "OR COALESCE((SELECT s.id = snap.id AND s.next_seq - n.c = snap.next_seq FROM s, snap), false)) "
+                "THEN 1 ELSE 0 END) FROM done, n"
+            )
         self.uncount = c(f"UPDATE {SESSIONS} SET message_count = message_count - ? WHERE id = ?")
         sub = f"(SELECT id FROM {SESSIONS} WHERE key_hash = ?)"
         self.load_all = c(f"SELECT record FROM {MESSAGES} WHERE session_ref = {sub} ORDER BY seq")
@@ -202,6 +244,11 @@ def _retryable(exc: BaseException) -> bool:
     return "database is locked" in text or "deadlock" in text
 
 
+def _may_wait(conn: DBConnection) -> bool:
+    """False on SQLite's inline connection (on the event loop): a busy database goes back to a worker thread."""
+    return not getattr(conn, "no_wait", False)
+
+
 def transaction(conn: DBConnection, sql: Statements, cancel: Flag, body: Callable[[Any], T]) -> T:
     """Run ``body(cursor)`` in a transaction, retried on deadlocks; committed only if the caller was not cancelled."""
     for attempt in range(_ATTEMPTS):
@@ -215,7 +262,7 @@ def transaction(conn: DBConnection, sql: Statements, cancel: Flag, body: Callabl
             return result
         except BaseException as exc:
             cur.execute("ROLLBACK")
-            if attempt + 1 < _ATTEMPTS and _retryable(exc) and not cancel.is_set:
+            if attempt + 1 < _ATTEMPTS and _retryable(exc) and not cancel.is_set and _may_wait(conn):
                 time.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
                 continue
             raise
@@ -271,6 +318,97 @@ def append(
         return transaction(conn, sql, cancel, body)
     except _NothingNew:
         return 0
+
+
+def append_one_params(
+    head: tuple[bytes, bytes, bytes, bytes], now: int, rows: Sequence[tuple[bytes, str]]
+) -> tuple[Any, ...]:
+    """The parameters of ``Statements.append_one``."""
+    hashes = [message_hash for message_hash, _ in rows]
+    return (hashes, [record for _, record in rows], head[0], hashes, *head, now, now)
+
+
+def append_one_retryable(exc: BaseException) -> bool:
+    """The one-statement append rolled back and may run again: a stale snapshot (22012, on purpose) or a deadlock."""
+    code = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+    return code == "22012" or _retryable(exc)
+
+
+def append_one(
+    conn: DBConnection,
+    sql: Statements,
+    cancel: Flag,
+    head: tuple[bytes, bytes, bytes, bytes],
+    now: int,
+    rows: Sequence[tuple[bytes, str]],
+) -> int:
+    """PostgreSQL: append ``rows`` in one autocommitted statement (see the module docstring); returns how many were new.
+
+    Run again when the statement found its snapshot stale (SQLSTATE 22012, raised on purpose) or hit a
+    deadlock; it rolled back as a whole each time, so a retry is safe.
+    """
+    params = append_one_params(head, now, rows)
+    for attempt in range(_ATTEMPTS):
+        if cancel.is_set:
+            raise Cancelled  # not sent yet: nothing to undo
+        cur = conn.cursor()
+        try:
+            cur.execute(sql.append_one, params)
+            return int(cur.fetchall()[0][0])
+        except Exception as exc:
+            if attempt + 1 < _ATTEMPTS and append_one_retryable(exc) and not cancel.is_set:
+                time.sleep(random.uniform(0.0, 0.002) * attempt)
+                continue
+            raise
+    raise AssertionError("unreachable")
+
+
+async def append_native(
+    call: Any,
+    sql: Statements,
+    cancel: Flag,
+    head: tuple[bytes, bytes, bytes, bytes],
+    now: int,
+    rows: Sequence[tuple[bytes, str]],
+) -> int:
+    """:func:`append` (the same statements and locking) on the driver's own async API (a ``NativeCall``).
+
+    MySQL/MariaDB: ``BEGIN``, the upsert that locks the session row and returns the reserved range, the
+    idempotent insert, ``COMMIT``: four round trips; MySQL's protocol has no way to send them as one
+    without multi-statements, which chatkeep does not enable.
+    """
+    n = len(rows)
+    for attempt in range(_ATTEMPTS):
+        await call.fetch(sql.begin, ())
+        try:
+            found, _ = await call.fetch(sql.upsert, (*head, now, now, n, n))
+            if not sql.append_returns:
+                found, _ = await call.fetch(sql.session_after_upsert, (head[0],))
+            session_ref, next_seq = found[0]
+            seq = next_seq - n
+            inserted = 0
+            for chunk in _chunks(rows):
+                params: list[Any] = []
+                for message_hash, record in chunk:
+                    params += (session_ref, seq, message_hash, record)
+                    seq += 1
+                inserted += (await call.fetch(sql.insert_messages(len(chunk)), params))[1]
+            if inserted == 0:
+                await call.fetch("ROLLBACK", ())  # a retry of messages all stored: change nothing
+                return 0
+            if inserted < n:
+                await call.fetch(sql.uncount, (n - inserted, session_ref))
+            if cancel.is_set:
+                raise Cancelled
+            await call.fetch("COMMIT", ())
+            return inserted
+        except BaseException as exc:
+            await call.fetch("ROLLBACK", ())
+            if attempt + 1 < _ATTEMPTS and _retryable(exc) and not cancel.is_set:
+                await asyncio.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
+                continue
+            raise
+    raise AssertionError("unreachable")
 
 
 def fetch(conn: DBConnection, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:

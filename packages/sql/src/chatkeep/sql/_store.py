@@ -7,6 +7,7 @@ import base64
 import binascii
 import contextlib
 import json
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta, timezone
@@ -24,6 +25,7 @@ from chatkeep.core import (
     SessionPage,
     StoredSession,
     StoreHistoryProvider,
+    StoreUnavailableError,
     decode_records,
     encode_records,
 )
@@ -39,6 +41,10 @@ if TYPE_CHECKING:
 __all__ = ["SQLHistoryProvider", "SQLHistoryStore", "migrate", "open_store"]
 
 T = TypeVar("T")
+#: Calls on at most this many messages are short: on SQLite they run on the event loop when no lock is in the way,
+#: and on PostgreSQL such an append is one statement. Longer appends keep a transaction whose COMMIT a
+#: cancellation can still prevent (a short statement already sent is over before a cancellation could matter).
+_SHORT_ROWS = 100
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -149,16 +155,29 @@ class SQLHistoryStore(HistoryStore):
         self._last_stamp = now
         return now
 
-    async def _call(self, op: Callable[[Any], T]) -> T:
-        """Run ``op`` on a connection (a read, or one autocommitted statement)."""
-        return await self._write(lambda conn, _flag: op(conn))
+    async def _call(self, op: Callable[[Any], T], *, short: bool = False) -> T:
+        """Run ``op`` on a connection (a read, or one autocommitted statement); ``short``: bounded, may run inline.
 
-    async def _write(self, op: Callable[[Any, _sql.Flag], T]) -> T:
+        Not shielded: a cancelled read leaves nothing to finish (the runner drops or returns the connection),
+        and one autocommitted statement is atomic either way.
+        """
+        return await self._write(lambda conn, _flag: op(conn), short=short, shield=False)
+
+    async def _write(
+        self,
+        op: Callable[[Any, _sql.Flag], T] | None = None,
+        *,
+        short: bool = False,
+        shield: bool = True,
+        native: Callable[[Any, _sql.Flag], Awaitable[T]] | None = None,
+    ) -> T:
         """Run ``op``; a cancelled caller's transaction rolls back unless it had already committed.
 
-        The work runs in a task of its own, shielded: on cancellation we set the flag the transaction checks
-        before committing, and wait for it to end, so the outcome is final (and the connection back in the
-        pool) when the cancellation reaches the caller.
+        A ``short`` call (bounded work) first tries to run inline on the event loop (SQLite, when it need not
+        wait for a lock); it cannot be cancelled half way there. Otherwise the work runs in a task of its
+        own, shielded: on cancellation we set the flag the transaction checks before committing, and wait
+        for it to end, so the outcome is final (and the connection back in the pool) when the cancellation
+        reaches the caller.
         """
         self._check_usable()
         if self._runner.loop_bound and self._guarded_loop is not asyncio.get_running_loop():
@@ -167,7 +186,19 @@ class SQLHistoryStore(HistoryStore):
             await self._runner.prepare()
             self._ready = True
         flag = _sql.Flag()
-        task: Awaitable[T] = asyncio.ensure_future(self._runner.run(lambda conn: op(conn, flag)))
+        if native is not None:
+            # The driver's own async API (asyncpg, asyncmy), in a task of its own like the others.
+            work: Awaitable[T] = self._runner.run_native(lambda call: native(call, flag))
+        else:
+            assert op is not None
+            if short:
+                result = self._runner.run_inline(lambda conn: op(conn, flag))
+                if result is not None:
+                    return result
+            if not shield:
+                return await self._runner.run(lambda conn: op(conn, flag))
+            work = self._runner.run(lambda conn: op(conn, flag))
+        task: Awaitable[T] = asyncio.ensure_future(work)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -231,7 +262,40 @@ class SQLHistoryStore(HistoryStore):
         if not rows:
             return 0
         head, now, sql = self._head(key), self._stamp(), self._sql
-        return await self._write(lambda conn, flag: _sql.append(conn, sql, flag, head, now, rows))
+        if sql.append_one and len(rows) <= _SHORT_ROWS and self._runner.native:
+            return await self._append_native(head, now, rows)
+        if sql.mysql and self._runner.native:
+            return await self._write(native=lambda call, flag: _sql.append_native(call, sql, flag, head, now, rows))
+        if sql.append_one and len(rows) <= _SHORT_ROWS:
+            return await self._write(lambda conn, flag: _sql.append_one(conn, sql, flag, head, now, rows))
+        return await self._write(
+            lambda conn, flag: _sql.append(conn, sql, flag, head, now, rows), short=len(rows) <= _SHORT_ROWS
+        )
+
+    async def _append_native(
+        self, head: tuple[bytes, bytes, bytes, bytes], now: int, rows: list[tuple[bytes, str]]
+    ) -> int:
+        """PostgreSQL on asyncpg: the one-statement append straight on the driver, run again if it rolled back."""
+        params = _sql.append_one_params(head, now, rows)
+        for attempt in range(_sql.ATTEMPTS):
+            try:
+                found = await self._fetch_native(self._sql.append_one, params)
+                return int(found[0][0])
+            except StoreUnavailableError as exc:
+                cause = exc.__cause__
+                if cause is None or attempt + 1 == _sql.ATTEMPTS or not _sql.append_one_retryable(cause):
+                    raise
+            await asyncio.sleep(random.uniform(0.0, 0.002) * attempt)
+        raise AssertionError("unreachable")
+
+    async def _fetch_native(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        self._check_usable()
+        if self._guarded_loop is not asyncio.get_running_loop():
+            await self._watch_loop()
+        if not self._ready:
+            await self._runner.prepare()
+            self._ready = True
+        return await self._runner.fetch_native(statement, params)
 
     async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
         """The history in append order; with ``last=k`` only the k newest, reading only those rows."""
@@ -244,7 +308,12 @@ class SQLHistoryStore(HistoryStore):
         if last is None:
             rows = await self._call(partial(_sql.fetch, statement=self._sql.load_all, params=(digest,)))
             return self._decode([row[0] for row in rows])
-        rows = await self._call(partial(_sql.fetch, statement=self._sql.load_last, params=(digest, last)))
+        if self._runner.native:
+            rows = await self._fetch_native(self._sql.load_last, (digest, last))
+        else:
+            rows = await self._call(
+                partial(_sql.fetch, statement=self._sql.load_last, params=(digest, last)), short=last <= _SHORT_ROWS
+            )
         return self._decode([row[0] for row in reversed(rows)])
 
     async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
