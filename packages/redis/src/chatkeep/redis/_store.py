@@ -541,11 +541,7 @@ class RedisHistoryStore(HistoryStore):
             SessionOwnershipError: the document is bound to another owner, or ``session`` is another tenant's.
         """
         self._check_usable()
-        if session.tenant != key.tenant:
-            raise SessionOwnershipError(
-                f"the session belongs to tenant {session.tenant!r}, not to the key's tenant {key.tenant!r}; "
-                "save it under SessionKey.of(session)"
-            )
+        self._check_session_tenant(key, session)
         document = json.dumps(session.to_dict(), ensure_ascii=False)
         version = uuid.uuid4().hex
         h, m, i, index = _session_keys(self.prefix, key.tenant, key.session_id)

@@ -26,10 +26,10 @@ from chatkeep.core import (
     StoredSession,
     StoreHistoryProvider,
     StoreUnavailableError,
+    cutoff_time,
     decode_records,
     encode_records,
 )
-from chatkeep.core._store import cutoff_time
 from chatkeep.sql import _sql
 from chatkeep.sql._config import SQLConfig, parse_url
 from chatkeep.sql._runner import EngineRunner, Runner, SQLiteRunner, create_engine_runner
@@ -398,11 +398,7 @@ class SQLHistoryStore(HistoryStore):
             SessionOwnershipError: the document is bound to another owner, or ``session`` is another tenant's.
         """
         self._check_usable()
-        if session.tenant != key.tenant:
-            raise SessionOwnershipError(
-                f"the session belongs to tenant {session.tenant!r}, not to the key's tenant {key.tenant!r}; "
-                "save it under SessionKey.of(session)"
-            )
+        self._check_session_tenant(key, session)
         document = json.dumps(session.to_dict(), ensure_ascii=False)
         head, now, sql = self._head(key), self._stamp(), self._sql
         owner_bytes = None if owner is None else owner.encode()
