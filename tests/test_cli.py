@@ -6,17 +6,10 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-
-def install_hint(extra: str) -> str:
-    """What the error offers for a known backend: the pip command once its extra is released, else a plain note."""
-    from importlib import metadata
-
-    released = set(metadata.metadata("chatkeep-core").get_all("Provides-Extra") or [])
-    return f'pip install "chatkeep-core[{extra}]"' if extra in released else "which is not released yet"
 
 
 def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -84,7 +77,9 @@ def test_backends_lists_the_installed_memory_backend(tmp_path: Path) -> None:
     # Blob Storage is a known backend this workspace does not install.
     [("azblob://bob:hunter2@account/chats", "blob"), ("azblob://account/chats?sig=hunter2", "blob")],
 )
-def test_unknown_backend_says_what_to_install_and_hides_the_password(tmp_path: Path, url: str, extra: str) -> None:
+def test_unknown_backend_says_what_to_install_and_hides_the_password(
+    tmp_path: Path, url: str, extra: str, install_hint: Callable[[str], str]
+) -> None:
     result = run_cli("sessions", "--store", url, cwd=tmp_path)
     assert result.returncode == 1
     assert install_hint(extra) in result.stderr

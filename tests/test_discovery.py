@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,14 +70,6 @@ for url in sys.argv[1:]:
         out["opened"][url] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(out))
 """
-
-
-def install_hint(extra: str) -> str:
-    """What the error offers for a known backend: the pip command once its extra is released, else a plain note."""
-    from importlib import metadata
-
-    released = set(metadata.metadata("chatkeep-core").get_all("Provides-Extra") or [])
-    return f'pip install "chatkeep-core[{extra}]"' if extra in released else "which is not released yet"
 
 
 def write_distribution(
@@ -161,7 +154,9 @@ def test_good_plugins_load_and_broken_or_incompatible_ones_are_reported(site: Pa
     assert "future" not in data["backends"]
 
 
-def test_unknown_scheme_error_in_a_real_process_names_the_unusable_plugins(site: Path) -> None:
+def test_unknown_scheme_error_in_a_real_process_names_the_unusable_plugins(
+    site: Path, install_hint: Callable[[str], str]
+) -> None:
     data = probe(site, "azblob://user:s3cret@account/chat")
 
     message = data["opened"]["azblob://user:s3cret@account/chat"]

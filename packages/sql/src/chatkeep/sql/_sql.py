@@ -294,11 +294,9 @@ def append(
 
     def body(cur: Any) -> int:
         cur.execute(sql.upsert, (*head, now, now, n, n))
-        if sql.append_returns:
-            session_ref, next_seq = cur.fetchall()[0]
-        else:
+        if not sql.append_returns:  # the engine's upsert returns nothing: read the reserved range back
             cur.execute(sql.session_after_upsert, (head[0],))
-            session_ref, next_seq = cur.fetchall()[0]
+        session_ref, next_seq = cur.fetchall()[0]
         seq = next_seq - n
         inserted = 0
         for chunk in _chunks(rows):
