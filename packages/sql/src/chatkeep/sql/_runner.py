@@ -14,6 +14,7 @@ import asyncio
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -129,7 +130,7 @@ class SQLiteRunner(Runner):
             factory=_InlineConnection if inline else sqlite3.Connection,
         )
         try:
-            conn.execute("PRAGMA journal_mode=WAL").fetchall()
+            self._use_wal(conn, wait=not inline)
             # NORMAL is durable across application crashes in WAL mode; only a power loss can undo the last commits.
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
@@ -137,6 +138,27 @@ class SQLiteRunner(Runner):
             conn.close()
             raise
         return conn
+
+    def _use_wal(self, conn: sqlite3.Connection, *, wait: bool) -> None:
+        """Put the file in WAL mode (it stays so: later connections only read the mode).
+
+        Switching needs a moment alone with the file, and SQLite does not call its busy handler for it, so
+        when several processes open a new file at once the switch can fail with "database is locked" at
+        once: try again until the busy timeout is spent (a connection that must not wait fails at once).
+        """
+        if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+            return
+        deadline = time.monotonic() + (self.busy_timeout if wait else 0)
+        delay = 0.001
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL").fetchall()
+                return
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     def _call(self, op: Callable[[Any], T]) -> T:
         with self._lock:
