@@ -68,18 +68,32 @@ def ratio(result: Result, baseline: Result) -> float:
     return result.p50 / baseline.p50
 
 
-def format_table(title: str, results: list[Result], baseline: Callable[[Result], Result]) -> str:
-    """A Markdown table: p50/p99 in ms, operations per second, and the p50 ratio to the baseline of each row's size."""
+def format_table(
+    title: str,
+    results: list[Result],
+    baseline: Callable[[Result], Result],
+    *,
+    also: tuple[str, Callable[[Result], Result | None]] | None = None,
+) -> str:
+    """A Markdown table: p50/p99 in ms, operations per second, and the p50 ratio to the baseline of each row's size.
+
+    ``also`` adds a column: its heading and a second baseline per row (``None`` leaves the cell empty).
+    """
+    extra_head, extra_rule = (f" p50 vs {also[0]} |", "---:|") if also else ("", "")
     lines = [
         f"### {title}",
         "",
-        "| path | messages in session | p50 ms | p99 ms | ops/s | p50 vs fastest raw |",
-        "|---|---:|---:|---:|---:|---:|",
+        f"| path | messages in session | p50 ms | p99 ms | ops/s | p50 vs fastest raw |{extra_head}",
+        f"|---|---:|---:|---:|---:|---:|{extra_rule}",
     ]
     for result in results:
         base = baseline(result)
-        lines.append(
+        line = (
             f"| {result.name} | {result.size:,} | {result.p50 * 1e3:.3f} | {result.p99 * 1e3:.3f} | "
             f"{result.per_second:,.0f} | {ratio(result, base):.2f}x |"
         )
+        if also:
+            other = also[1](result)
+            line += f" {ratio(result, other):.2f}x |" if other is not None else " |"
+        lines.append(line)
     return "\n".join(lines)

@@ -287,7 +287,13 @@ class RedisHistoryStore(HistoryStore):
     def _unavailable(self, exc: BaseException) -> NoReturn:
         where = self.config.address if self._owns_client else "the Redis client handed to the store"
         unreachable = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError, asyncio.TimeoutError)
-        if isinstance(exc, unreachable) or "reachable node" in str(exc):
+        if "CERTIFICATE_VERIFY_FAILED" in str(exc) or "SSL" in type(exc).__name__:
+            hint = (
+                "the TLS handshake failed: trust the server's CA with ?ssl_ca_certs=/path/ca.pem in the URL, "
+                "and check that the certificate names the host you connect to"
+            )
+            what = f"cannot reach Redis at {where}"
+        elif isinstance(exc, unreachable) or "reachable node" in str(exc):
             hint = "check that the server is running and reachable, and the URL's host, port and password"
             what = f"cannot reach Redis at {where}"
         else:
