@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,12 @@ def test_cli_migrate(fresh_backing: Any, capsys: pytest.CaptureFixture[str]) -> 
     assert cli_main(["migrate", "--store", fresh_backing.url]) == 0  # already there: nothing to do
     assert cli_main(["migrate", "--store", "memory://"]) == 0
     assert "no migrations" in capsys.readouterr().out
+
+
+async def test_first_use_logs_no_warnings(fresh_backing: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # A person's console stays quiet when a store creates its schema (MariaDB used to warn, through the
+    # driver's logger, about the name of the version table's primary key).
+    caplog.set_level(logging.WARNING)
+    async with SQLHistoryStore(fresh_backing.url) as store:
+        assert await store.count(SessionKey("t", "s")) == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

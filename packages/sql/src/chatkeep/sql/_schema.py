@@ -131,6 +131,12 @@ def _alembic_upgrade(conn: Connection, revision: str) -> None:
     config = Config()
     config.set_main_option("script_location", "chatkeep.sql:migrations")
     config.attributes["connection"] = conn
+    if conn.dialect.name in ("mysql", "mariadb"):
+        # Alembic names the version table's primary key, which MySQL/MariaDB ignore with a warning that the
+        # driver logs on a person's console: make the same table first, with an unnamed key (Alembic keeps it).
+        conn.exec_driver_sql(
+            f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL, PRIMARY KEY (version_num))"
+        )
     command.upgrade(config, revision)
 
 
