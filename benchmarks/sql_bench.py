@@ -15,7 +15,9 @@ A turn is what an agent does per user message: ``load(last=20)`` then ``append``
 
 Every path runs once per round, in a rotating order (the machine is shared: load spikes hit all paths
 alike); the tables report each path's median and 99th percentile. Also the load of a whole 10,000-message
-history: chatkeep's ``load(key)`` beside the raw fetch plus ``json`` decode.
+history: chatkeep's ``load(key)`` beside the raw fetch plus ``json`` decode. A last table splits the raw paths'
+turns and chatkeep's into their parts (read and decode the last 20, make the two new messages, append them),
+timed inside the same turns.
 Run with ``python -m benchmarks sql [--iterations N] [--only sqlite,postgresql,mysql]``.
 """
 
@@ -29,8 +31,11 @@ import asyncio
 import json
 import os
 import sqlite3
+import statistics
 import tempfile
+import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -188,20 +193,48 @@ def _session_ref(conn: Any, db: _Database, key: SessionKey) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def _raw_turn(conn: Any, db: _Database, ref: int, seq: list[int]) -> None:
+#: Where the turns spend their time: (session size, path, part) -> the part's duration in each turn.
+_PARTS: dict[tuple[int, str, str], list[float]] = defaultdict(list)
+_PART_NAMES = ("read the last 20 and decode them", "make the 2 new messages", "append them")
+
+
+def _laps(size: int, path: str) -> Callable[[str], None]:
+    """A stopwatch for one turn: each call records the time since the previous call under a part's name."""
+    last = [time.perf_counter()]
+
+    def lap(part: str) -> None:
+        now = time.perf_counter()
+        _PARTS[(size, path, part)].append(now - last[0])
+        last[0] = now
+
+    return lap
+
+
+def _raw_turn(conn: Any, db: _Database, ref: int, seq: list[int], lap: Callable[[str], None]) -> None:
     cur = conn.cursor()
     cur.execute(db.select_last(), (ref,))
     [json.loads(row[0]) for row in cur.fetchall()]
+    lap(_PART_NAMES[0])
     (h1, r1), (h2, r2) = _raw_records()
+    lap(_PART_NAMES[1])
     cur.execute(db.insert(False), (ref, seq[0], h1, r1, ref, seq[0] + 1, h2, r2))
     seq[0] += 2
+    lap(_PART_NAMES[2])
 
 
-def _guarded_turn(conn: Any, db: _Database, key: SessionKey) -> None:
+def _guarded_turn(conn: Any, db: _Database, key: SessionKey, lap: Callable[[str], None]) -> None:
     cur = conn.cursor()
     cur.execute(db.select_last(), (_ref_cache[key],))
     [json.loads(row[0]) for row in cur.fetchall()]
+    lap(_PART_NAMES[0])
     (h1, r1), (h2, r2) = _raw_records()
+    lap(_PART_NAMES[1])
+    _guarded_append(cur, db, key, (h1, r1), (h2, r2))
+    lap(_PART_NAMES[2])
+
+
+def _guarded_append(cur: Any, db: _Database, key: SessionKey, *records: tuple[bytes, str]) -> None:
+    (h1, r1), (h2, r2) = records
     head = (key_hash(key.tenant, key.session_id), tenant_hash(key.tenant), key.tenant.encode(), key.session_id.encode())
     now = int(uuid.uuid1().time)  # any increasing number will do here
     if db.family == "postgresql":
@@ -227,7 +260,6 @@ async def _interleaved(
     """Time every path once per round, in a rotating order, so a noisy (shared) machine slows them alike."""
     import gc
     import inspect
-    import time
 
     names = list(paths)
 
@@ -358,14 +390,21 @@ async def _bench_database(family: str, iterations: int) -> tuple[list[Result], l
             key = keys[size]
 
             async def chatkeep_turn() -> None:
+                lap = _laps(size, "chatkeep")
                 await store.load(key, last=20)
-                await store.append(key, _turn_messages())
+                lap(_PART_NAMES[0])
+                messages = _turn_messages()
+                lap(_PART_NAMES[1])
+                await store.append(key, messages)  # encoding them is part of the append here
+                lap(_PART_NAMES[2])
 
             results += await _interleaved(
                 size,
                 {
-                    "raw sync": lambda: _raw_turn(conn, db, ref, counters[("raw", size)]),
-                    "raw sync + guarantees": lambda: _guarded_turn(guarded_conn, db, guarded_key),
+                    "raw sync": lambda: _raw_turn(conn, db, ref, counters[("raw", size)], _laps(size, "raw sync")),
+                    "raw sync + guarantees": lambda: _guarded_turn(
+                        guarded_conn, db, guarded_key, _laps(size, "raw sync + guarantees")
+                    ),
                     "SQLAlchemy Core sync": core_turn,
                     "SQLAlchemy async": async_turn,
                     "chatkeep": chatkeep_turn,
@@ -404,6 +443,21 @@ def _fastest_raw(results: list[Result]) -> Callable[[Result], Result]:
     return baseline
 
 
+def _parts_table(family: str, size: int) -> str:
+    """The p50 of each part of a turn, per path, at one session size (the parts' p50s need not add up)."""
+    paths = ("raw sync", "raw sync + guarantees", "chatkeep")
+    lines = [
+        f"### {family}: where a turn's time goes, sessions of {size:,} messages (p50 of each part, µs)",
+        "",
+        "| part | " + " | ".join(paths) + " |",
+        "|---|" + "---:|" * len(paths),
+    ]
+    for part in _PART_NAMES:
+        cells = [f"{statistics.median(_PARTS[(size, path, part)]) * 1e6:.0f}" for path in paths]
+        lines.append(f"| {part} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _guarded(results: list[Result]) -> Callable[[Result], Result | None]:
     """The raw driver doing what chatkeep's guarantees need, at the row's size: what the library adds on top."""
 
@@ -437,6 +491,7 @@ async def _main(argv: list[str]) -> None:
         if problem:
             print(f"### {family}: skipped ({problem})\n")
             continue
+        _PARTS.clear()
         results, whole = await _bench_database(family, args.iterations)
         print(
             format_table(
@@ -449,6 +504,8 @@ async def _main(argv: list[str]) -> None:
         print()
         chatkeep = {r.size: r for r in results if r.name == "chatkeep"}
         print(f"chatkeep p50 at 100,000 vs 10 messages: {chatkeep[100_000].p50 / chatkeep[10].p50:.2f}x")
+        print()
+        print(_parts_table(family, 1_000))
         print()
         print(format_table(f"{family}: load a whole {WHOLE:,}-message history", whole, lambda r: whole[0]))
         print()
