@@ -114,7 +114,9 @@ class ConcurrencyConformance(ConformanceBase):
 
     async def test_writers_in_several_processes(self, kit: StoreKit, request: pytest.FixtureRequest) -> None:
         if not self.multi_process:
-            pytest.skip(f"{type(self).__name__}.multi_process is False: the backend's data lives in one process")
+            pytest.skip(
+                f"{type(self).__name__}.multi_process is False: its stores cannot be opened from another process"
+            )
         url = self._store_url(request)
         key = kit.key()
         writers = [f"proc{n}" for n in range(PROCESSES)]
