@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from chatkeep.core._agent import BaseChatClient
 from chatkeep.core._chat import ChatOptions, ChatResponse, ChatResponseUpdate
+from chatkeep.core._errors import AgentConfigurationError
 from chatkeep.core._messages import Message, Usage, new_message_id
 from chatkeep.core._reducers import approximate_token_count
 
@@ -36,7 +37,13 @@ class OfflineChatClient(BaseChatClient):
             f"Earlier you told me: {recalled}. Now you said: \u201c{latest}\u201d"
         )
 
-    def _response(self, messages: Sequence[Message]) -> ChatResponse:
+    def _response(self, messages: Sequence[Message], options: ChatOptions) -> ChatResponse:
+        if options.conversation_id is not None:
+            raise AgentConfigurationError(
+                f"the offline demo model cannot continue the service-side conversation {options.conversation_id!r}: "
+                "it keeps no conversations; use a session without a service_session_id (history then comes from "
+                "the session or the agent's history provider)"
+            )
         text = self._answer(messages)
         prompt_tokens = sum(approximate_token_count(m.text) for m in messages)
         output_tokens = approximate_token_count(text)
@@ -51,13 +58,13 @@ class OfflineChatClient(BaseChatClient):
 
     async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
         """Answer at once."""
-        return self._response(messages)
+        return self._response(messages, options)
 
     async def get_streaming_response(
         self, messages: Sequence[Message], *, options: ChatOptions
     ) -> AsyncIterator[ChatResponseUpdate]:
         """Answer word by word, then the whole response."""
-        response = self._response(messages)
+        response = self._response(messages, options)
         words = response.text.split(" ")
         for i, word in enumerate(words):
             yield ChatResponseUpdate(text=word if i == 0 else " " + word)
