@@ -254,9 +254,9 @@ async def _memory(url: str, prefix: str) -> str:
         batch = [_message(n) for n in range(1_000)]
         await store.append(key, batch)
         await client.rpush(raw_key, *[m.to_record() for m in batch])
-        from chatkeep.redis._store import _session_keys
+        from chatkeep.redis._layout import session_keys
 
-        h, m, i, _ = _session_keys(prefix, key.tenant, key.session_id)
+        h, m, i, _ = session_keys(prefix, key.tenant, key.session_id)
         usage = {
             name: int(await client.memory_usage(k, samples=0) or 0)
             for name, k in (("records", m), ("ids", i), ("meta", h))

@@ -22,7 +22,7 @@ from chatkeep.core import (
 )
 from chatkeep.redis import RedisHistoryProvider, RedisHistoryStore, RedisURLError, open_store
 from chatkeep.redis._config import parse_url
-from chatkeep.redis._store import INDEX_GRACE_US, _session_keys
+from chatkeep.redis._layout import INDEX_GRACE_US, session_keys
 
 
 def _msgs(n: int, label: str = "m") -> list[Message]:
@@ -126,7 +126,7 @@ async def test_session_keys_share_a_slot_and_ids_never_reach_other_keys(redis_ur
         for n, (tenant, session_id) in enumerate(pairs):
             assert [m.text for m in await store.load(SessionKey(tenant, session_id))] == [str(n)]
     for tenant, session_id in pairs:
-        h, m, i, index = _session_keys(redis_prefix, tenant, session_id)
+        h, m, i, index = session_keys(redis_prefix, tenant, session_id)
         assert key_slot(h.encode()) == key_slot(m.encode()) == key_slot(i.encode())
         assert all(key.startswith(f"{redis_prefix}:{{") for key in (h, m, i, index))
         assert session_id not in h[len(redis_prefix) :] or session_id in ("x",)
@@ -144,7 +144,7 @@ async def test_max_messages_trims_in_the_append_and_forgets_trimmed_ids(redis_ur
         assert await store.append(key, second) == 0
         assert await store.append(key, first[:1]) == 1
         assert await store.count(key) == 5
-        assert await raw_redis.zcard(_session_keys(store.prefix, "t", "capped")[2]) == 5
+        assert await raw_redis.zcard(session_keys(store.prefix, "t", "capped")[2]) == 5
 
 
 async def test_ttl_is_set_on_every_key_of_the_session(redis_url: str, raw_redis: Any) -> None:
@@ -153,16 +153,16 @@ async def test_ttl_is_set_on_every_key_of_the_session(redis_url: str, raw_redis:
         await store.append(key, _msgs(2))
         await store.save_session(key, chatkeep.core.AgentSession(session_id="ttl", tenant="t"))
         await plain.append(lasting, _msgs(1))
-        for name in _session_keys(store.prefix, "t", "ttl")[:3]:
+        for name in session_keys(store.prefix, "t", "ttl")[:3]:
             assert 0 < await raw_redis.pttl(name) <= 60_000, name
-        for name in _session_keys(store.prefix, "t", "lasting")[:3]:
+        for name in session_keys(store.prefix, "t", "lasting")[:3]:
             assert await raw_redis.pttl(name) == -1, name
 
 
 async def test_dead_index_entries_are_skipped_and_old_ones_dropped(redis_url: str, raw_redis: Any) -> None:
     async with open_store(redis_url) as store:
         await store.append(SessionKey("t", "alive"), _msgs(1))
-        index = _session_keys(store.prefix, "t", "x")[3]
+        index = session_keys(store.prefix, "t", "x")[3]
         now = time.time_ns() // 1000
         # A crash after the index write, long ago; and a write under way right now.
         await raw_redis.zadd(index, {"crashed": now - INDEX_GRACE_US - 1_000_000, "in-flight": now})

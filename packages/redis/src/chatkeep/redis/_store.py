@@ -1,33 +1,17 @@
 """The Redis history store: plain commands and Lua, on standalone Redis, Redis Cluster and Valkey.
 
-Layout (``P`` is the prefix, ``T`` and ``S`` the base64url of the tenant and session id in UTF-8)::
-
-    P:{T.S}:h       hash: next sequence number, created/updated stamps, session document, version, owner
-    P:{T.S}:m       list: message records in append order
-    P:{T.S}:i       sorted set: message ids still stored, scored by sequence number
-    P:{T}:sessions  sorted set: the tenant's session ids, scored by last update (microseconds)
-    P:tenants       sorted set: tenants, scored by last update
-
-The braces are the cluster hash tag: a session's three keys share a slot, so one Lua script updates
-them atomically. base64url has no ``.``, ``{`` or ``}``, so no id can reach another key. The tenant's
-index lives on another slot: writers update it *before* the session (an entry without a session is
-dropped by ``list_sessions`` and ``prune``; a session without an entry cannot happen), and removals
-are conditional on the entry's score, so a concurrent write keeps its entry.
+Where each session's data lives (key names, hash tags, the tenant index) is in :mod:`chatkeep.redis._layout`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import functools
 import json
 import math
-import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from chatkeep.core import (
@@ -49,7 +33,7 @@ from chatkeep.core import (
     redact_url,
     ttl_seconds,
 )
-from chatkeep.redis import _scripts
+from chatkeep.redis import _layout, _scripts
 from chatkeep.redis._config import check_prefix, parse_url
 from chatkeep.redis._fastpath import FastConnection, fast_target
 from redis import exceptions as redis_errors
@@ -61,71 +45,9 @@ __all__ = ["RedisHistoryStore", "open_store"]
 
 RedisClient = Redis | RedisCluster
 
-# An index entry whose session is missing is only dropped once it is this old: younger, it may belong to a
-# write that updated the index and has not reached the session yet.
-INDEX_GRACE_US = 60_000_000
 _SCAN_BATCH = 500
 # What the driver raises: its own errors (RedisClusterException is not a RedisError), sockets, timeouts.
 _DRIVER_ERRORS = (redis_errors.RedisError, redis_errors.RedisClusterException, OSError, asyncio.TimeoutError)
-
-
-def _b64(text: str) -> str:
-    return base64.urlsafe_b64encode(text.encode("utf-8")).rstrip(b"=").decode("ascii")
-
-
-@functools.lru_cache(maxsize=4096)
-def _session_keys(prefix: str, tenant: str, session_id: str) -> tuple[str, str, str, str]:
-    """The keys of one session: hash, messages, ids, and its tenant's index."""
-    tag_tenant = _b64(tenant)
-    tag = f"{prefix}:{{{tag_tenant}.{_b64(session_id)}}}"
-    return f"{tag}:h", f"{tag}:m", f"{tag}:i", f"{prefix}:{{{tag_tenant}}}:sessions"
-
-
-def _tenant_index(prefix: str, tenant: str) -> str:
-    return f"{prefix}:{{{_b64(tenant)}}}:sessions"
-
-
-_last_stamp = 0
-
-
-def _now_us() -> int:
-    """Microseconds since the epoch, strictly increasing within this process (so writes order within a tick)."""
-    global _last_stamp
-    now = time.time_ns() // 1000
-    if now <= _last_stamp:
-        now = _last_stamp + 1
-    _last_stamp = now
-    return now
-
-
-def _to_datetime(us: int | float | bytes | str) -> datetime:
-    return datetime.fromtimestamp(int(float(us)) / 1e6, tz=timezone.utc)
-
-
-def _check_tenant(tenant: str) -> None:
-    SessionKey(tenant, "-")  # validates the tenant exactly as a key would (InvalidSessionKeyError)
-
-
-def _encode_cursor(score: int, session_id: str) -> str:
-    raw = json.dumps([int(score), session_id], ensure_ascii=False).encode()
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-def _decode_cursor(cursor: str) -> tuple[int, bytes]:
-    try:
-        score, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        return int(score), str(session_id).encode()
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise ValueError(
-            f"{cursor!r} is not a list_sessions cursor; pass the next_cursor of the previous page"
-        ) from exc
-
-
-def _pairs(rows: list[Any]) -> list[tuple[bytes, int]]:
-    """``(member, score)`` pairs of a WITHSCORES reply (redis-py pairs them; a raw reply is flat)."""
-    if rows and isinstance(rows[0], (list, tuple)):
-        return [(member, int(float(score))) for member, score in rows]
-    return [(rows[n], int(float(rows[n + 1]))) for n in range(0, len(rows), 2)]
 
 
 def _abandon(client: RedisClient) -> None:
@@ -398,8 +320,8 @@ class RedisHistoryStore(HistoryStore):
         records = encode_records(messages, max_bytes=self.max_message_bytes)
         if not records:
             return 0
-        h, m, i, index = _session_keys(self.prefix, key.tenant, key.session_id)
-        now = _now_us()
+        h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
+        now = _layout.now_us()
         args = [now, self._ttl_ms, self._cap, len(records), key.tenant, key.session_id]
         args += [message.message_id for message in messages]
         args += records
@@ -423,7 +345,7 @@ class RedisHistoryStore(HistoryStore):
                 raise ValueError(f"last must be 0 or more, got {last}")
             if last == 0:
                 return []
-        m = _session_keys(self.prefix, key.tenant, key.session_id)[1]
+        m = _layout.session_keys(self.prefix, key.tenant, key.session_id)[1]
         records = await self._hot_command("LRANGE", m, 0 if last is None else -last, -1)
         return self._decode(records) if records else []
 
@@ -432,7 +354,7 @@ class RedisHistoryStore(HistoryStore):
         self._check_usable()
         if batch < 1:
             raise ValueError(f"batch must be 1 or more, got {batch}")
-        h, m, _, _ = _session_keys(self.prefix, key.tenant, key.session_id)
+        h, m, _, _ = _layout.session_keys(self.prefix, key.tenant, key.session_id)
         seq, created = -1, b""
         while True:
             reply = await self._script(_scripts.PAGE, (h, m), (seq, batch, created))
@@ -448,12 +370,12 @@ class RedisHistoryStore(HistoryStore):
     async def count(self, key: SessionKey) -> int:
         """How many messages the session holds."""
         self._check_usable()
-        return int(await self._hot_command("LLEN", _session_keys(self.prefix, key.tenant, key.session_id)[1]))
+        return int(await self._hot_command("LLEN", _layout.session_keys(self.prefix, key.tenant, key.session_id)[1]))
 
     async def delete(self, key: SessionKey) -> bool:
         """Delete the session's messages, ids and document; ``True`` if anything was there."""
         self._check_usable()
-        h, m, i, index = _session_keys(self.prefix, key.tenant, key.session_id)
+        h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
         updated = await self._script(_scripts.DELETE, (h, m, i), ())
         if updated is None:
             return False
@@ -465,7 +387,7 @@ class RedisHistoryStore(HistoryStore):
         self._check_usable()
         if keep_last < 0:
             raise ValueError(f"keep_last must be 0 or more, got {keep_last}")
-        h, m, i, _ = _session_keys(self.prefix, key.tenant, key.session_id)
+        h, m, i, _ = _layout.session_keys(self.prefix, key.tenant, key.session_id)
         return int(await self._script(_scripts.TRIM, (h, m, i), (keep_last, self._ttl_ms)))
 
     # -- sessions --------------------------------------------------------------------------------
@@ -475,21 +397,21 @@ class RedisHistoryStore(HistoryStore):
     ) -> SessionPage:
         """One tenant's sessions, most recently updated first, from the tenant's index (never a keyspace scan)."""
         self._check_usable()
-        _check_tenant(tenant)
+        _layout.check_tenant(tenant)
         if limit < 1:
             raise ValueError(f"limit must be 1 or more, got {limit}")
-        after = _decode_cursor(cursor) if cursor is not None else None
-        index = _tenant_index(self.prefix, tenant)
+        after = _layout.decode_cursor(cursor) if cursor is not None else None
+        index = _layout.tenant_index(self.prefix, tenant)
         top: Any = "+inf" if after is None else after[0]
         offset, want = 0, limit + 1
         live: list[tuple[SessionInfo, int]] = []
-        stale_before = _now_us() - INDEX_GRACE_US
+        stale_before = _layout.now_us() - _layout.INDEX_GRACE_US
         while len(live) < want:
             chunk = max(want - len(live), 16) * 2
             rows = await self._command("ZREVRANGEBYSCORE", index, top, "-inf", "WITHSCORES", "LIMIT", offset, chunk)
             if not rows:
                 break
-            entries = _pairs(rows)
+            entries = _layout.pairs(rows)
             offset += len(entries)
             if after is not None:
                 # Ties on the score come in reverse byte order: skip those at or after the cursor's id.
@@ -500,7 +422,7 @@ class RedisHistoryStore(HistoryStore):
         items = [info for info, _ in live[:want]]
         if len(items) > limit:
             last_info, last_score = live[limit - 1]
-            return SessionPage(items[:limit], _encode_cursor(last_score, last_info.session_id))
+            return SessionPage(items[:limit], _layout.encode_cursor(last_score, last_info.session_id))
         return SessionPage(items)
 
     async def _describe(
@@ -512,7 +434,7 @@ class RedisHistoryStore(HistoryStore):
         try:
             pipe = client.pipeline(transaction=False)
             for member, _ in entries:
-                h, m, _, _ = _session_keys(self.prefix, tenant, member.decode())
+                h, m, _, _ = _layout.session_keys(self.prefix, tenant, member.decode())
                 pipe.execute_command("HGET", h, "created")
                 pipe.execute_command("LLEN", m)
             replies = await pipe.execute()
@@ -526,8 +448,8 @@ class RedisHistoryStore(HistoryStore):
                 if score < stale_before:
                     dead.append(((index,), (member, int(score))))
                 continue
-            created_at = _to_datetime(created)
-            updated_at = max(_to_datetime(score), created_at)
+            created_at = _layout.to_datetime(created)
+            updated_at = max(_layout.to_datetime(score), created_at)
             found.append((SessionInfo(member.decode(), tenant, int(count), created_at, updated_at), score))
         await self._scripts(_scripts.DROP_INDEX_ENTRY, dead)
         return found
@@ -550,8 +472,8 @@ class RedisHistoryStore(HistoryStore):
         self._check_session_tenant(key, session)
         document = json.dumps(session.to_dict(), ensure_ascii=False)
         version = uuid.uuid4().hex
-        h, m, i, index = _session_keys(self.prefix, key.tenant, key.session_id)
-        now = _now_us()
+        h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
+        now = _layout.now_us()
         await self._touch_indexes(key.tenant, key.session_id, index, now)
         outcome = await self._script(
             _scripts.SAVE_SESSION,
@@ -583,7 +505,7 @@ class RedisHistoryStore(HistoryStore):
             SessionOwnershipError: ``owner`` is given and the document is bound to another owner.
         """
         self._check_usable()
-        h = _session_keys(self.prefix, key.tenant, key.session_id)[0]
+        h = _layout.session_keys(self.prefix, key.tenant, key.session_id)[0]
         document, version, stored_owner = await self._command("HMGET", h, "doc", "ver", "owner")
         if document is None or version is None:
             return None
@@ -598,7 +520,7 @@ class RedisHistoryStore(HistoryStore):
         self._check_usable()
         cutoff = int(cutoff_time(older_than).timestamp() * 1e6)
         if tenant is not None:
-            _check_tenant(tenant)
+            _layout.check_tenant(tenant)
             return await self._prune_tenant(tenant, cutoff)
         removed, offset = 0, 0
         while True:
@@ -606,10 +528,10 @@ class RedisHistoryStore(HistoryStore):
             if not rows:
                 return removed
             kept = 0
-            for member, score in _pairs(rows):
+            for member, score in _layout.pairs(rows):
                 name = member.decode()
                 removed += await self._prune_tenant(name, cutoff)
-                index = _tenant_index(self.prefix, name)
+                index = _layout.tenant_index(self.prefix, name)
                 if int(await self._command("ZCARD", index)) == 0:
                     kept += 1 - int(await self._script(_scripts.DROP_INDEX_ENTRY, (self._tenants_key,), (name, score)))
                 else:
@@ -617,7 +539,7 @@ class RedisHistoryStore(HistoryStore):
             offset += kept
 
     async def _prune_tenant(self, tenant: str, cutoff: int) -> int:
-        index = _tenant_index(self.prefix, tenant)
+        index = _layout.tenant_index(self.prefix, tenant)
         removed, offset = 0, 0
         while True:
             rows = await self._command(
@@ -625,8 +547,8 @@ class RedisHistoryStore(HistoryStore):
             )
             if not rows:
                 return removed
-            entries = _pairs(rows)
-            keys = [_session_keys(self.prefix, tenant, member.decode())[:3] for member, _ in entries]
+            entries = _layout.pairs(rows)
+            keys = [_layout.session_keys(self.prefix, tenant, member.decode())[:3] for member, _ in entries]
             outcomes = await self._scripts(_scripts.PRUNE, [(k, (cutoff,)) for k in keys])
             drops = [
                 ((index,), (member, score)) for (member, score), out in zip(entries, outcomes, strict=True) if out != 0
@@ -638,9 +560,9 @@ class RedisHistoryStore(HistoryStore):
     async def delete_tenant(self, tenant: str) -> int:
         """Delete every session of ``tenant`` (as listed in its index); returns how many existed."""
         self._check_usable()
-        _check_tenant(tenant)
-        index = _tenant_index(self.prefix, tenant)
-        started = _now_us()
+        _layout.check_tenant(tenant)
+        index = _layout.tenant_index(self.prefix, tenant)
+        started = _layout.now_us()
         removed, offset = 0, 0
         while True:
             rows = await self._command(
@@ -648,8 +570,8 @@ class RedisHistoryStore(HistoryStore):
             )
             if not rows:
                 break
-            entries = _pairs(rows)
-            keys = [_session_keys(self.prefix, tenant, member.decode())[:3] for member, _ in entries]
+            entries = _layout.pairs(rows)
+            keys = [_layout.session_keys(self.prefix, tenant, member.decode())[:3] for member, _ in entries]
             outcomes = await self._scripts(_scripts.DELETE, [(k, ()) for k in keys])
             removed += sum(1 for out in outcomes if out is not None)
             dropped = await self._scripts(_scripts.DROP_INDEX_ENTRY, [((index,), entry) for entry in entries])

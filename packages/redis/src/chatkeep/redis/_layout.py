@@ -1,0 +1,103 @@
+"""Where a session lives in Redis: key names, list_sessions cursors and timestamps.
+
+Layout (``P`` is the prefix, ``T`` and ``S`` the base64url of the tenant and session id in UTF-8)::
+
+    P:{T.S}:h       hash: next sequence number, created/updated stamps, session document, version, owner
+    P:{T.S}:m       list: message records in append order
+    P:{T.S}:i       sorted set: message ids still stored, scored by sequence number
+    P:{T}:sessions  sorted set: the tenant's session ids, scored by last update (microseconds)
+    P:tenants       sorted set: tenants, scored by last update
+
+The braces are the cluster hash tag: a session's three keys share a slot, so one Lua script updates
+them atomically. base64url has no ``.``, ``{`` or ``}``, so no id can reach another key. The tenant's
+index lives on another slot: writers update it *before* the session (an entry without a session is
+dropped by ``list_sessions`` and ``prune``; a session without an entry cannot happen), and removals
+are conditional on the entry's score, so a concurrent write keeps its entry.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from chatkeep.core import SessionKey
+
+__all__ = [
+    "INDEX_GRACE_US",
+    "check_tenant",
+    "decode_cursor",
+    "encode_cursor",
+    "now_us",
+    "pairs",
+    "session_keys",
+    "tenant_index",
+    "to_datetime",
+]
+
+# An index entry whose session is missing is only dropped once it is this old: younger, it may belong to a
+# write that updated the index and has not reached the session yet.
+INDEX_GRACE_US = 60_000_000
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode("utf-8")).rstrip(b"=").decode("ascii")
+
+
+@functools.lru_cache(maxsize=4096)
+def session_keys(prefix: str, tenant: str, session_id: str) -> tuple[str, str, str, str]:
+    """The keys of one session: hash, messages, ids, and its tenant's index."""
+    tag_tenant = _b64(tenant)
+    tag = f"{prefix}:{{{tag_tenant}.{_b64(session_id)}}}"
+    return f"{tag}:h", f"{tag}:m", f"{tag}:i", f"{prefix}:{{{tag_tenant}}}:sessions"
+
+
+def tenant_index(prefix: str, tenant: str) -> str:
+    return f"{prefix}:{{{_b64(tenant)}}}:sessions"
+
+
+_last_stamp = 0
+
+
+def now_us() -> int:
+    """Microseconds since the epoch, strictly increasing within this process (so writes order within a tick)."""
+    global _last_stamp
+    now = time.time_ns() // 1000
+    if now <= _last_stamp:
+        now = _last_stamp + 1
+    _last_stamp = now
+    return now
+
+
+def to_datetime(us: int | float | bytes | str) -> datetime:
+    return datetime.fromtimestamp(int(float(us)) / 1e6, tz=timezone.utc)
+
+
+def check_tenant(tenant: str) -> None:
+    SessionKey(tenant, "-")  # validates the tenant exactly as a key would (InvalidSessionKeyError)
+
+
+def encode_cursor(score: int, session_id: str) -> str:
+    raw = json.dumps([int(score), session_id], ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def decode_cursor(cursor: str) -> tuple[int, bytes]:
+    try:
+        score, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        return int(score), str(session_id).encode()
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise ValueError(
+            f"{cursor!r} is not a list_sessions cursor; pass the next_cursor of the previous page"
+        ) from exc
+
+
+def pairs(rows: list[Any]) -> list[tuple[bytes, int]]:
+    """``(member, score)`` pairs of a WITHSCORES reply (redis-py pairs them; a raw reply is flat)."""
+    if rows and isinstance(rows[0], (list, tuple)):
+        return [(member, int(float(score))) for member, score in rows]
+    return [(rows[n], int(float(rows[n + 1]))) for n in range(0, len(rows), 2)]
