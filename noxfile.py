@@ -4,10 +4,13 @@ nox -s tests                 every backend of the matrix
 nox -s "tests(backend='memory')"
 nox -s lint typecheck docs
 nox -s bench                 benchmarks beside the raw drivers (not in the default run)
+nox -s reliability           fault, recovery and concurrency tests on every backend, 3 rounds in a row
+                             (not in the default run; -- --rounds 5 for more, other arguments go to pytest)
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 
 import nox
@@ -35,6 +38,9 @@ BACKENDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "redis": (["packages/redis/tests"], {"CHATKEEP_TEST_REDIS_URL": REDIS_URL}),
     "redis-cluster": (["packages/redis/tests"], {"CHATKEEP_TEST_REDIS_URL": REDIS_CLUSTER_URL}),
 }
+
+
+RELIABILITY_ROUNDS = 3  # how many times `nox -s reliability` runs the marked tests; `-- --rounds N` changes it
 
 
 def sync(session: nox.Session, *groups: str) -> None:
@@ -81,3 +87,37 @@ def bench(session: nox.Session) -> None:
     """Run the benchmarks in benchmarks/: chatkeep beside the raw drivers, measured in the same run."""
     sync(session, "dev", "bench")
     session.run("python", "-m", "benchmarks", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def reliability(session: nox.Session) -> None:
+    """Run the fault, recovery and concurrency tests (pytest -m reliability) of every backend, several rounds in a row.
+
+    Each round runs every backend of the tests matrix the way the tests session does, so a flaky test shows up
+    here before CI meets it. Every service must be up, the Redis Cluster included: run scripts/redis-cluster up
+    first (./scripts/dev test does it before nox). An unreachable service is skipped, or fails the run with
+    CHATKEEP_REQUIRE_SERVICES=1. In `nox -s reliability -- --rounds 10 -k outage`, --rounds (default 3) sets
+    the number of rounds and everything else goes to pytest.
+    """
+    parser = argparse.ArgumentParser(prog="nox -s reliability --", add_help=False, allow_abbrev=False)
+    parser.add_argument("--rounds", type=int, default=RELIABILITY_ROUNDS)
+    options, pytest_args = parser.parse_known_args(session.posargs)
+    if options.rounds < 1:
+        session.error(f"--rounds must be 1 or more, not {options.rounds}")
+    sync(session, "dev")
+    # Only the backend's own target variable is set: one exported for another backend must not leak in.
+    unset: dict[str, str | None] = {"CHATKEEP_TEST_SQL_URL": None, "CHATKEEP_TEST_REDIS_URL": None}
+    # A -k or a path after -- may leave a backend with no test to run (pytest's exit code 5).
+    success_codes = [0, 5] if pytest_args else [0]
+    for round_ in range(1, options.rounds + 1):
+        for backend, (paths, env) in BACKENDS.items():
+            session.log(f"reliability round {round_} of {options.rounds}: {backend}")
+            session.run(
+                "pytest",
+                "-m",
+                "reliability",
+                *paths,
+                *pytest_args,
+                env={**unset, **env, "CHATKEEP_TEST_BACKEND": backend},
+                success_codes=success_codes,
+            )

@@ -184,6 +184,7 @@ async def test_shredding_a_tenant_key_makes_only_its_history_unreadable(backing:
             await fresh.load(shredded)
 
 
+@pytest.mark.reliability
 async def test_concurrent_first_writers_of_a_tenant_agree_on_one_data_key(backing: Backing) -> None:
     key = SessionKey("new-tenant", "s")
     stores = [backing.open() for _ in range(8)]

@@ -27,6 +27,8 @@ import pytest
 from chatkeep.core import Message, SessionKey, open_store
 from chatkeep.core.testing.openai_server import FakeOpenAIServer
 
+pytestmark = pytest.mark.reliability
+
 SESSION_ID = "kill-test"
 
 # The child's program. JsonLinesHistoryProvider is a test helper: one write and one fsync per append, so an

@@ -60,6 +60,7 @@ async def test_another_user_or_tenant_cannot_reach_the_session(store: HistorySto
     assert client.requests[0].texts == ["user: hello"]
 
 
+@pytest.mark.reliability
 async def test_two_concurrent_requests_on_one_session_do_not_lose_a_turn_silently(store: HistoryStore) -> None:
     agent = Agent(ScriptedChatClient())
     await handle_chat(store, agent, tenant="acme", user="alice", session_id="chat-1", text="first")

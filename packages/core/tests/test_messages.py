@@ -193,6 +193,7 @@ def test_ten_thousand_ids_in_a_tight_loop_are_unique_and_ordered() -> None:
     assert sorted(ids) == ids
 
 
+@pytest.mark.reliability
 def test_ids_made_by_concurrent_threads_are_unique() -> None:
     results: list[list[str]] = [[] for _ in range(8)]
 

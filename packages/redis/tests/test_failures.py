@@ -25,6 +25,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.reliability
 async def test_store_recovers_after_the_server_restarts(private_redis: Any) -> None:
     async with open_store(private_redis.url, socket_timeout=1, connect_timeout=1) as store:
         assert await store.append(KEY, make_messages(3, "before")) == 3
@@ -49,6 +50,7 @@ async def test_store_recovers_after_the_server_restarts(private_redis: Any) -> N
         assert await store.append(KEY, after) == 0
 
 
+@pytest.mark.reliability
 async def test_refused_connection_names_host_and_port_and_hides_the_password() -> None:
     port = free_port()
     async with open_store(f"redis://:hunter2@127.0.0.1:{port}/0", connect_timeout=1) as store:
@@ -63,6 +65,7 @@ async def test_refused_connection_names_host_and_port_and_hides_the_password() -
     assert isinstance(caught.value.__cause__, Exception)
 
 
+@pytest.mark.reliability
 async def test_unreachable_cluster_names_its_nodes() -> None:
     port = free_port()
     async with open_store(f"redis+cluster://:hunter2@127.0.0.1:{port}", connect_timeout=1) as store:
@@ -72,6 +75,7 @@ async def test_unreachable_cluster_names_its_nodes() -> None:
     assert "hunter2" not in str(caught.value)
 
 
+@pytest.mark.reliability
 async def test_lost_reply_leaves_the_append_whole_and_a_retry_adds_nothing(private_redis: Any, proxy: Any) -> None:
     url = f"redis://127.0.0.1:{proxy.port}/0"
     batch = make_messages(50, "lost")
@@ -92,6 +96,7 @@ async def test_lost_reply_leaves_the_append_whole_and_a_retry_adds_nothing(priva
         assert [m.message_id for m in await store.load(KEY)] == [m.message_id for m in batch]
 
 
+@pytest.mark.reliability
 async def test_cut_connections_are_replaced(private_redis: Any, proxy: Any) -> None:
     async with open_store(f"redis://127.0.0.1:{proxy.port}/0", socket_timeout=1, connect_timeout=1) as store:
         await store.append(KEY, [Message(role="user", text="one")])

@@ -56,6 +56,7 @@ async def test_cluster_and_handed_in_clients_keep_redis_py(private_redis: Any) -
         await client.aclose()
 
 
+@pytest.mark.reliability
 async def test_concurrent_callers_share_one_pipelined_connection(private_redis: Any) -> None:
     async with open_store(private_redis.url) as store:
         keys = [SessionKey("tenant", f"s{n}") for n in range(40)]
@@ -85,6 +86,7 @@ async def test_concurrent_callers_share_one_pipelined_connection(private_redis: 
         assert fast._protocol is protocol  # one connection served all of it
 
 
+@pytest.mark.reliability
 async def test_cancelled_waiters_do_not_desync_the_replies(private_redis: Any) -> None:
     async with open_store(private_redis.url, socket_timeout=5) as store:
         keys = [SessionKey("tenant", f"k{n}") for n in range(30)]
@@ -121,6 +123,7 @@ async def test_cancelled_waiters_do_not_desync_the_replies(private_redis: Any) -
         assert fast._protocol.broken is None
 
 
+@pytest.mark.reliability
 async def test_a_cancelled_append_is_whole_or_absent(private_redis: Any) -> None:
     async with open_store(private_redis.url) as store:
         await store.count(KEY)
@@ -136,6 +139,7 @@ async def test_a_cancelled_append_is_whole_or_absent(private_redis: Any) -> None
         assert await store.count(KEY) == 200
 
 
+@pytest.mark.reliability
 async def test_server_restart_fails_pending_calls_then_recovers(private_redis: Any) -> None:
     async with open_store(private_redis.url, socket_timeout=1, connect_timeout=1) as store:
         await store.append(KEY, make_messages(3, "before"))
@@ -163,6 +167,7 @@ async def test_server_restart_fails_pending_calls_then_recovers(private_redis: A
         assert await store.append(KEY, after) == 0
 
 
+@pytest.mark.reliability
 async def test_a_silent_server_times_out_every_waiter_and_the_next_call_reconnects(
     private_redis: Any, proxy: Any
 ) -> None:
@@ -184,6 +189,7 @@ async def test_a_silent_server_times_out_every_waiter_and_the_next_call_reconnec
         assert fast_of(store)._protocol is not protocol
 
 
+@pytest.mark.reliability
 async def test_script_flush_is_recovered_by_script_load(private_redis: Any) -> None:
     async with open_store(private_redis.url) as store:
         await store.append(KEY, make_messages(1, "a"))

@@ -208,6 +208,7 @@ async def test_rediss_round_trip_with_the_test_ca(tls_redis: TLSRedis) -> None:
         await raw.aclose()
 
 
+@pytest.mark.reliability
 async def test_rediss_without_the_ca_fails_certificate_verification(tls_redis: TLSRedis) -> None:
     # No ssl_ca_certs: the system CAs are used, and they do not know the test CA.
     async with open_store(f"rediss://127.0.0.1:{tls_redis.port}/0", socket_timeout=1, connect_timeout=1) as store:
@@ -227,6 +228,7 @@ async def test_rediss_without_the_ca_fails_certificate_verification(tls_redis: T
             assert caught.value.__cause__ is not None
 
 
+@pytest.mark.reliability
 async def test_plain_redis_url_to_the_tls_port_fails_cleanly(tls_redis: TLSRedis) -> None:
     # count/load go through the fast connection (with hiredis), delete through redis-py: both fail cleanly.
     async with open_store(f"redis://127.0.0.1:{tls_redis.port}/0", socket_timeout=1, connect_timeout=1) as store:

@@ -86,6 +86,7 @@ async def test_frozen_v1_database_upgrades_with_data_intact(fresh_backing: Any) 
         assert listed[0].created_at.year == 2023
 
 
+@pytest.mark.reliability
 async def test_first_use_creates_the_schema_once_under_concurrency(fresh_backing: Any) -> None:
     stores = [SQLHistoryStore(fresh_backing.url) for _ in range(4)]
     try:

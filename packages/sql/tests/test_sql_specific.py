@@ -127,6 +127,7 @@ async def test_default_sqlite_file_is_created_on_first_use_in_wal_mode(
     assert provider.store.closed
 
 
+@pytest.mark.reliability
 async def test_sqlite_writer_waits_for_the_lock_instead_of_failing(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'busy.db'}"
     key = SessionKey("t", "s")
@@ -142,6 +143,7 @@ async def test_sqlite_writer_waits_for_the_lock_instead_of_failing(tmp_path: Pat
         assert await task == 1
 
 
+@pytest.mark.reliability
 def test_many_first_connections_to_a_new_file_all_switch_it_to_wal(tmp_path: Path) -> None:
     # SQLite does not wait for its busy timeout while switching a file to WAL, so several processes opening a
     # new file at once used to fail with "database is locked"; each connection now retries within the timeout.
@@ -187,6 +189,7 @@ async def test_an_existing_engine_is_used_and_left_open(sql_target: Any) -> None
         await engine.dispose()
 
 
+@pytest.mark.reliability
 async def test_cancelled_calls_leak_no_connection(sql_target: Any) -> None:
     store = SQLHistoryStore(sql_target.url)
     key = SessionKey("cancel", "s")
@@ -263,6 +266,7 @@ class Proxy:
             await self.server.wait_closed()
 
 
+@pytest.mark.reliability
 async def test_outage_raises_unavailable_and_recovers(sql_target: Any) -> None:
     if sql_target.family == "sqlite":
         pytest.skip("SQLite has no server connection to lose")
