@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from chatkeep.core._errors import AgentConfigurationError
 from chatkeep.core._messages import Message, Usage
 
 if TYPE_CHECKING:
@@ -35,6 +36,18 @@ class ChatOptions:
     temperature: float | None = None
     max_tokens: int | None = None
     additional: dict[str, Any] = field(default_factory=dict)
+
+
+def refuse_service_conversation(options: ChatOptions, *, client: str, advice: str) -> None:
+    """For a client that keeps no conversations: refuse a call that names one (its history would be lost).
+
+    Raises:
+        AgentConfigurationError: ``options.conversation_id`` is set; the message ends with ``advice``.
+    """
+    if options.conversation_id is not None:
+        raise AgentConfigurationError(
+            f"{client} cannot continue the service-side conversation {options.conversation_id!r}: {advice}"
+        )
 
 
 @dataclass

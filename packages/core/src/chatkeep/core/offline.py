@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 
 from chatkeep.core._agent import BaseChatClient
-from chatkeep.core._chat import ChatOptions, ChatResponse, ChatResponseUpdate
-from chatkeep.core._errors import AgentConfigurationError
+from chatkeep.core._chat import ChatOptions, ChatResponse, ChatResponseUpdate, refuse_service_conversation
 from chatkeep.core._messages import Message, Usage, new_message_id
 from chatkeep.core._reducers import approximate_token_count
 
@@ -38,12 +37,12 @@ class OfflineChatClient(BaseChatClient):
         )
 
     def _response(self, messages: Sequence[Message], options: ChatOptions) -> ChatResponse:
-        if options.conversation_id is not None:
-            raise AgentConfigurationError(
-                f"the offline demo model cannot continue the service-side conversation {options.conversation_id!r}: "
-                "it keeps no conversations; use a session without a service_session_id (history then comes from "
-                "the session or the agent's history provider)"
-            )
+        refuse_service_conversation(
+            options,
+            client="the offline demo model",
+            advice="it keeps no conversations; use a session without a service_session_id (history then comes "
+            "from the session or the agent's history provider)",
+        )
         text = self._answer(messages)
         prompt_tokens = sum(approximate_token_count(m.text) for m in messages)
         output_tokens = approximate_token_count(text)

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import openai
 from openai import AsyncOpenAI, omit
 
-from chatkeep.core._chat import ChatOptions, ChatResponse, ChatResponseUpdate
-from chatkeep.core._errors import AgentConfigurationError, ModelError
+from chatkeep.core._chat import ChatOptions, ChatResponse, ChatResponseUpdate, refuse_service_conversation
+from chatkeep.core._errors import ModelError
 from chatkeep.core._messages import (
     Content,
     DataContent,
@@ -158,12 +158,12 @@ class OpenAIChatClient(OpenAIClientBase):
         yield ChatResponseUpdate(response=assembler.response(request.model))
 
     def _request(self, messages: Sequence[Message], options: ChatOptions) -> _Request:
-        if options.conversation_id is not None:
-            raise AgentConfigurationError(
-                f"OpenAIChatClient cannot continue the service-side conversation {options.conversation_id!r}: "
-                "Chat Completions keeps no conversations; use OpenAIResponsesClient, or a session without "
-                "a service_session_id"
-            )
+        refuse_service_conversation(
+            options,
+            client="OpenAIChatClient",
+            advice="Chat Completions keeps no conversations; use OpenAIResponsesClient, or a session without "
+            "a service_session_id",
+        )
         settings = self._settings(options)
         instructions = settings.instructions
         wire: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
