@@ -208,6 +208,18 @@ async def test_rediss_round_trip_with_the_test_ca(tls_redis: TLSRedis) -> None:
         await raw.aclose()
 
 
+async def fails_cleanly(call: Callable[[], Awaitable[object]], port: int) -> str:
+    """``call`` raises StoreUnavailableError within a bounded time, naming the server, cause chained; its message."""
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as caught:
+        await call()
+    assert time.monotonic() - started < 5, "a failed TLS connection did not fail within a bounded time"
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}" in message
+    assert caught.value.__cause__ is not None
+    return message
+
+
 @pytest.mark.reliability
 async def test_rediss_without_the_ca_fails_certificate_verification(tls_redis: TLSRedis) -> None:
     # No ssl_ca_certs: the system CAs are used, and they do not know the test CA.
@@ -217,15 +229,9 @@ async def test_rediss_without_the_ca_fails_certificate_verification(tls_redis: T
             lambda: store.count(KEY),
         ]
         for call in calls:
-            started = time.monotonic()
-            with pytest.raises(StoreUnavailableError) as caught:
-                await call()
-            assert time.monotonic() - started < 5, "a TLS handshake failure did not fail within a bounded time"
-            message = str(caught.value)
-            assert f"127.0.0.1:{tls_redis.port}" in message
+            message = await fails_cleanly(call, tls_redis.port)
             assert "certificate verify failed" in message
             assert "ssl_ca_certs" in message  # the hint says how to trust the server's CA
-            assert caught.value.__cause__ is not None
 
 
 @pytest.mark.reliability
@@ -238,9 +244,4 @@ async def test_plain_redis_url_to_the_tls_port_fails_cleanly(tls_redis: TLSRedis
             lambda: store.delete(KEY),
         ]
         for call in calls:
-            started = time.monotonic()
-            with pytest.raises(StoreUnavailableError) as caught:
-                await call()
-            assert time.monotonic() - started < 5, "plain TCP to a TLS port did not fail within a bounded time"
-            assert f"127.0.0.1:{tls_redis.port}" in str(caught.value)
-            assert caught.value.__cause__ is not None
+            await fails_cleanly(call, tls_redis.port)
