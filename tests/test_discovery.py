@@ -21,7 +21,7 @@ import pytest
 GOOD_PLUGIN = '''
 """A fake chatkeep plugin: a backend named fake, for fake:// URLs."""
 from chatkeep.core import HistoryStore
-from chatkeep.core.plugins import BackendSpec, hookimpl
+from chatkeep.core.backend import BackendSpec, hookimpl
 
 
 class FakeStore(HistoryStore):
@@ -48,7 +48,7 @@ raise RuntimeError("fake-broken cannot import its driver")
 """
 
 FUTURE_PLUGIN = """
-from chatkeep.core.plugins import BackendSpec, hookimpl
+from chatkeep.core.backend import BackendSpec, hookimpl
 
 raise AssertionError("an incompatible plugin must not even be imported")
 """

@@ -49,8 +49,8 @@ class Backing:
         self, master: dict[str, bytes] | None = None, current: str | None = None, **options: Any
     ) -> EncryptedStore:
         return EncryptedStore(
-            MemoryHistoryStore(self.data, **options),
-            key_store=MemoryHistoryStore(self.keys),
+            MemoryHistoryStore(namespace=self.data, **options),
+            key_store=MemoryHistoryStore(namespace=self.keys),
             master_keys=master or {"k1": K1},
             current_key_id=current,
         )
@@ -197,10 +197,10 @@ async def test_concurrent_first_writers_of_a_tenant_agree_on_one_data_key(backin
 
 
 def test_bad_configuration_is_refused() -> None:
-    inner = MemoryHistoryStore(f"x-{uuid.uuid4().hex}")
+    inner = MemoryHistoryStore(namespace=f"x-{uuid.uuid4().hex}")
     with pytest.raises(ValueError, match="32 bytes"):
-        EncryptedStore(inner, key_store=MemoryHistoryStore("k"), master_keys={"k": b"short"})
+        EncryptedStore(inner, key_store=MemoryHistoryStore(namespace="k"), master_keys={"k": b"short"})
     with pytest.raises(ValueError, match="another store"):
         EncryptedStore(inner, key_store=inner, master_keys={"k": K1})
     with pytest.raises(ValueError, match="current_key_id"):
-        EncryptedStore(inner, key_store=MemoryHistoryStore("k"), master_keys={"k": K1}, current_key_id="nope")
+        EncryptedStore(inner, key_store=MemoryHistoryStore(namespace="k"), master_keys={"k": K1}, current_key_id="nope")

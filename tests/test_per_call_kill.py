@@ -37,7 +37,8 @@ CHILD = '''
 import asyncio, json, os, sys, time
 from pathlib import Path
 
-from chatkeep.core import HistoryProvider, decode_records
+from chatkeep.core import HistoryProvider
+from chatkeep.core.backend import decode_records
 from chatkeep.core.openai import OpenAIChatClient
 
 

@@ -22,10 +22,9 @@ from chatkeep.core import (
     UriContent,
     Usage,
     UsageContent,
-    decode_records,
-    encode_records,
     new_message_id,
 )
+from chatkeep.core.backend import decode_records, encode_records
 
 GOLDEN = Path(__file__).parent / "golden"
 T0 = datetime(2024, 7, 1, 12, 0, 0, tzinfo=timezone.utc)

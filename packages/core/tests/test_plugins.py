@@ -14,16 +14,15 @@ import pytest
 from chatkeep.core import (
     AgentSession,
     BackendConflictError,
-    BackendSpec,
     HistoryStore,
     Message,
     SessionKey,
     SessionPage,
     StoredSession,
     UnknownBackendError,
-    redact_url,
 )
-from chatkeep.core.plugins import PluginRegistry, hookimpl
+from chatkeep.core.backend import BackendSpec, hookimpl, redact_url
+from chatkeep.core.plugins import PluginRegistry
 
 
 class TinyStore(HistoryStore):
@@ -34,42 +33,40 @@ class TinyStore(HistoryStore):
         self.url = url
         self.options = options
 
-    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
-        raise NotImplementedError
+    async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
+        raise AssertionError("not called: this store is only opened")
 
-    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
-        raise NotImplementedError
+    async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
+        raise AssertionError("not called: this store is only opened")
 
-    def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
-        raise NotImplementedError
+    def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
+        raise AssertionError("not called: this store is only opened")
 
-    async def count(self, key: SessionKey) -> int:
-        raise NotImplementedError
+    async def _count(self, key: SessionKey) -> int:
+        raise AssertionError("not called: this store is only opened")
 
-    async def delete(self, key: SessionKey) -> bool:
-        raise NotImplementedError
+    async def _delete(self, key: SessionKey) -> bool:
+        raise AssertionError("not called: this store is only opened")
 
-    async def trim(self, key: SessionKey, keep_last: int) -> int:
-        raise NotImplementedError
+    async def _trim(self, key: SessionKey, keep_last: int) -> int:
+        raise AssertionError("not called: this store is only opened")
 
-    async def list_sessions(
-        self, tenant: str = "default", *, limit: int = 100, cursor: str | None = None
-    ) -> SessionPage:
-        raise NotImplementedError
+    async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
+        raise AssertionError("not called: this store is only opened")
 
-    async def save_session(
-        self, key: SessionKey, session: AgentSession, *, expected_version: str | None = None, owner: str | None = None
+    async def _save_session(
+        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
     ) -> str:
-        raise NotImplementedError
+        raise AssertionError("not called: this store is only opened")
 
-    async def load_session(self, key: SessionKey, *, owner: str | None = None) -> StoredSession | None:
-        raise NotImplementedError
+    async def _load_session(self, key: SessionKey) -> StoredSession | None:
+        raise AssertionError("not called: this store is only opened")
 
-    async def prune(self, *, older_than: timedelta | datetime, tenant: str | None = None) -> int:
-        raise NotImplementedError
+    async def _prune(self, cutoff: datetime, tenant: str | None) -> int:
+        raise AssertionError("not called: this store is only opened")
 
-    async def delete_tenant(self, tenant: str) -> int:
-        raise NotImplementedError
+    async def _delete_tenant(self, tenant: str) -> int:
+        raise AssertionError("not called: this store is only opened")
 
 
 class BackendPlugin:

@@ -16,9 +16,8 @@ from chatkeep.core import (
     SummarizingReducer,
     TextContent,
     TokenBudgetReducer,
-    approximate_token_count,
 )
-from chatkeep.core._reducers import drop_orphan_tool_results
+from chatkeep.core._reducers import approximate_token_count, drop_orphan_tool_results
 from chatkeep.core.testing.scripted import ScriptedChatClient
 
 

@@ -21,7 +21,7 @@ class TestMemoryConformance(HistoryStoreConformance):
         namespace = f"conformance-{uuid.uuid4().hex}"
 
         def make(**options: Any) -> HistoryStore:
-            return MemoryHistoryStore(namespace, **options)
+            return MemoryHistoryStore(namespace=namespace, **options)
 
         return make
 

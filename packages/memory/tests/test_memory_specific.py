@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import chatkeep.core
+import chatkeep.core.backend
 from chatkeep.core import ChatkeepError, HistoryStore, Message, SessionKey
 from chatkeep.core.testing import HistoryStoreConformance, StoreFactory
 from chatkeep.memory import MemoryHistoryStore, MemoryURLError, open_store
@@ -40,9 +41,9 @@ def test_url_options_and_keyword_overrides() -> None:
     config = parse_url("memory://x?ttl=2.5&max_message_bytes=1000")
     assert (config.ttl, config.max_message_bytes) == (2.5, 1000)
     config = parse_url("memory://x?ttl=2.5&max_message_bytes=1000", ttl=timedelta(seconds=9), max_message_bytes=50)
-    assert (config.ttl, config.max_message_bytes) == (timedelta(seconds=9), 50)
+    assert (config.ttl, config.max_message_bytes) == (9.0, 50)  # a timedelta is normalized to seconds
     config = parse_url("memory://x?ttl=7", ttl=None, max_message_bytes=None)  # None means "not given"
-    assert (config.ttl, config.max_message_bytes) == (7.0, chatkeep.core.DEFAULT_MAX_MESSAGE_BYTES)
+    assert (config.ttl, config.max_message_bytes) == (7.0, chatkeep.core.backend.DEFAULT_MAX_MESSAGE_BYTES)
     store = open_store("memory://x?ttl=3", max_message_bytes=123)
     assert (store.namespace, store.ttl, store.max_message_bytes) == ("x", 3.0, 123)
 
@@ -70,10 +71,12 @@ def test_bad_urls_are_refused_clearly(url: str) -> None:
 
 
 def test_bad_options_are_refused() -> None:
-    with pytest.raises(TypeError, match="ttl, max_message_bytes"):
+    with pytest.raises(MemoryURLError, match="'tll'; the options are namespace, ttl, max_message_bytes"):
         open_store("memory://", tll=3)
-    with pytest.raises(ValueError, match="ttl must be positive"):
+    with pytest.raises(MemoryURLError, match="ttl=0 must be a positive"):
         open_store("memory://", ttl=0)
+    with pytest.raises(MemoryURLError, match="'bogus'; the options are"):
+        open_store("memory://x?bogus=1")
     with pytest.raises(MemoryURLError):
         MemoryHistoryStore(max_message_bytes=-1)
 
@@ -104,7 +107,7 @@ async def test_open_store_finds_the_plugin() -> None:
 
 
 async def test_read_probe_counts_decoded_records() -> None:
-    store = MemoryHistoryStore(_name())
+    store = MemoryHistoryStore(namespace=_name())
     key = SessionKey("t", "s")
     await store.append(key, [Message(role="user", text=str(n)) for n in range(30)])
     assert store.messages_read == 0
@@ -117,7 +120,7 @@ async def test_read_probe_counts_decoded_records() -> None:
 
 
 async def test_argument_checks() -> None:
-    store = MemoryHistoryStore(_name())
+    store = MemoryHistoryStore(namespace=_name())
     key = SessionKey("t", "s")
     with pytest.raises(ValueError, match="last"):
         await store.load(key, last=-1)
@@ -132,7 +135,7 @@ async def test_argument_checks() -> None:
 
 
 async def test_iteration_survives_a_trim_between_pages() -> None:
-    store = MemoryHistoryStore(_name())
+    store = MemoryHistoryStore(namespace=_name())
     key = SessionKey("t", "s")
     await store.append(key, [Message(role="user", text=str(n)) for n in range(10)])
     pages = store.iter_messages(key, batch=4)
@@ -143,7 +146,7 @@ async def test_iteration_survives_a_trim_between_pages() -> None:
 
 
 def test_describe_and_repr() -> None:
-    store = MemoryHistoryStore("docs", ttl=5)
+    store = MemoryHistoryStore("memory://docs", ttl=5)
     assert store.describe() == {"type": "MemoryHistoryStore", "namespace": "docs", "ttl": 5.0}
     assert repr(store) == "<MemoryHistoryStore namespace='docs'>"
 
@@ -151,7 +154,7 @@ def test_describe_and_repr() -> None:
 class _Kit(HistoryStoreConformance):
     @pytest.fixture
     def make_store(self) -> StoreFactory:
-        return lambda **options: MemoryHistoryStore(_name(), **options)
+        return lambda **options: MemoryHistoryStore(namespace=_name(), **options)
 
     async def messages_read(self, store: HistoryStore) -> int:
         assert isinstance(store, MemoryHistoryStore)

@@ -87,9 +87,21 @@ def test_bad_urls_are_refused_clearly(url: str) -> None:
     assert isinstance(caught.value, ChatkeepError)
 
 
-def test_unknown_option_is_refused() -> None:
-    with pytest.raises(TypeError, match="ttl"):
+def test_unknown_options_are_refused_at_open() -> None:
+    with pytest.raises(SQLURLError, match="no ttl option: it has no native TTL; delete old sessions with store.prune"):
         open_store("sqlite:///x.db", ttl=5)
+    with pytest.raises(SQLURLError, match="'bogus'; the options are max_message_bytes, schema"):
+        open_store("sqlite:///x.db?bogus=1")
+    with pytest.raises(SQLURLError, match="'synchronous'"):  # SQLite takes no driver options: nothing is ignored
+        open_store("sqlite:///x.db?synchronous=full")
+    with pytest.raises(SQLURLError, match="'bogus'.*or an option of the asyncpg driver"):
+        open_store("postgresql+asyncpg://u@127.0.0.1:1/db?bogus=1")
+    with pytest.raises(SQLURLError, match="pool_size=0 must be a whole number of 1 or more"):
+        open_store("postgresql+asyncpg://u@127.0.0.1:1/db", pool_size=0)
+    with pytest.raises(SQLURLError, match="keyword option 'pool'"):
+        open_store("sqlite:///x.db", pool=3)
+    # The driver's own connect options still pass through to it.
+    assert "command_timeout=5" in str(open_store("postgresql+asyncpg://u@127.0.0.1:1/db?command_timeout=5").config.url)
 
 
 def test_open_store_finds_the_plugin_and_does_no_io() -> None:
@@ -121,7 +133,7 @@ async def test_default_sqlite_file_is_created_on_first_use_in_wal_mode(
         conn.close()
     provider = SQLHistoryProvider("sqlite://")
     try:
-        assert [m.text for m in await provider.get_messages("s", tenant="t")] == ["hi"]
+        assert [m.text for m in await provider.get_messages("s", key=SessionKey("t", "s"))] == ["hi"]
     finally:
         await provider.close()
     assert provider.store.closed
@@ -177,7 +189,7 @@ async def test_an_existing_engine_is_used_and_left_open(sql_target: Any) -> None
     engine = create_async_engine(url, connect_args=connect_args)
     key = SessionKey("engine", "s")
     try:
-        async with SQLHistoryStore(engine=engine) as store:
+        async with SQLHistoryStore(client=engine) as store:
             assert await store.append(key, [Message(role="user", text="via your engine")]) == 1
             assert [m.text for m in await store.load(key, last=1)] == ["via your engine"]
         async with engine.connect() as conn:  # still usable after the store closed

@@ -1,4 +1,7 @@
-"""chatkeep core: message and session contracts, history providers, the store contract, the agent pipeline."""
+"""chatkeep core: messages, sessions, history providers, stores by URL, the agent pipeline.
+
+These are the names an application uses. Backend authors build on :mod:`chatkeep.core.backend`.
+"""
 
 from chatkeep.core._agent import Agent, AgentInput, AgentResponse, AgentResponseUpdate, BaseChatClient
 from chatkeep.core._chat import ChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
@@ -15,96 +18,74 @@ from chatkeep.core._messages import (
     UriContent,
     Usage,
     UsageContent,
-    decode_records,
-    encode_records,
     new_message_id,
 )
 from chatkeep.core._providers import (
+    BackendHistoryProvider,
     ContextProvider,
     HistoryProvider,
     InMemoryHistoryProvider,
     MessageFilter,
     SessionContext,
     StoreHistoryProvider,
+    history_provider,
 )
-from chatkeep.core._reducers import (
-    MessageCountingReducer,
-    Reducer,
-    SummarizingReducer,
-    TokenBudgetReducer,
-    approximate_token_count,
-)
-from chatkeep.core._session import DEFAULT_TENANT, MAX_ID_LENGTH, AgentSession, ProviderSessionState, validate_id
+from chatkeep.core._reducers import MessageCountingReducer, Reducer, SummarizingReducer, TokenBudgetReducer
+from chatkeep.core._session import DEFAULT_TENANT, MAX_ID_LENGTH, AgentSession, ProviderSessionState
 from chatkeep.core._signing import SessionSigner
-from chatkeep.core._store import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    HistoryStore,
-    SessionInfo,
-    SessionKey,
-    SessionPage,
-    StoredSession,
-    cutoff_time,
-    ttl_seconds,
-)
 from chatkeep.core._tools import FunctionTool, tool
-from chatkeep.core.plugins import BackendSpec, history_provider, installed_backends, open_store, register_plugin
+from chatkeep.core.backend import HistoryStore, SessionInfo, SessionKey, SessionPage, StoredSession
+from chatkeep.core.plugins import installed_backends, open_store, register_plugin
 
 __version__ = "0.1.0"
 
 __all__ = [
-    *_errors_all,
+    *(name for name in _errors_all if name != "redact_url"),
+    "DEFAULT_TENANT",
+    "MAX_ID_LENGTH",
     "Agent",
     "AgentInput",
     "AgentResponse",
     "AgentResponseUpdate",
+    "AgentSession",
+    "BackendHistoryProvider",
     "BaseChatClient",
     "ChatClient",
     "ChatOptions",
     "ChatResponse",
     "ChatResponseUpdate",
     "Content",
+    "ContextProvider",
     "DataContent",
     "FunctionCallContent",
     "FunctionResultContent",
-    "Message",
-    "Role",
-    "TextContent",
-    "UriContent",
-    "Usage",
-    "UsageContent",
-    "decode_records",
-    "encode_records",
-    "new_message_id",
-    "ContextProvider",
+    "FunctionTool",
     "HistoryProvider",
-    "InMemoryHistoryProvider",
-    "MessageFilter",
-    "SessionContext",
-    "StoreHistoryProvider",
-    "MessageCountingReducer",
-    "Reducer",
-    "SummarizingReducer",
-    "TokenBudgetReducer",
-    "approximate_token_count",
-    "DEFAULT_TENANT",
-    "MAX_ID_LENGTH",
-    "validate_id",
-    "cutoff_time",
-    "ttl_seconds",
-    "AgentSession",
-    "SessionSigner",
-    "ProviderSessionState",
-    "DEFAULT_MAX_MESSAGE_BYTES",
     "HistoryStore",
+    "InMemoryHistoryProvider",
+    "Message",
+    "MessageCountingReducer",
+    "MessageFilter",
+    "ProviderSessionState",
+    "Reducer",
+    "Role",
+    "SessionContext",
     "SessionInfo",
     "SessionKey",
     "SessionPage",
+    "SessionSigner",
+    "StoreHistoryProvider",
     "StoredSession",
-    "FunctionTool",
-    "tool",
-    "BackendSpec",
+    "SummarizingReducer",
+    "TextContent",
+    "TokenBudgetReducer",
+    "UriContent",
+    "Usage",
+    "UsageContent",
     "history_provider",
     "installed_backends",
+    "new_message_id",
     "open_store",
     "register_plugin",
+    "tool",
 ]

@@ -20,10 +20,11 @@ from chatkeep.core._providers import (
     InMemoryHistoryProvider,
     SessionContext,
     StoreHistoryProvider,
+    history_provider,
 )
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession
-from chatkeep.core._store import HistoryStore
 from chatkeep.core._tools import FunctionTool, as_tools
+from chatkeep.core.backend import HistoryStore
 
 __all__ = ["Agent", "AgentInput", "AgentResponse", "AgentResponseUpdate", "BaseChatClient"]
 
@@ -148,8 +149,6 @@ class Agent:
         if isinstance(history, HistoryStore):
             return StoreHistoryProvider(history)
         if isinstance(history, str):
-            from chatkeep.core.plugins import history_provider
-
             provider = history_provider(history)
             self._owned.append(provider)
             return provider

@@ -11,6 +11,7 @@ __all__ = [
     "ConcurrencyConflictError",
     "HistoryModeConflictError",
     "IncompatiblePluginError",
+    "InvalidArgumentError",
     "InvalidSessionKeyError",
     "MessageFormatError",
     "MessageTooLargeError",
@@ -63,6 +64,10 @@ class MessageTooLargeError(ChatkeepError, ValueError):
 
 class InvalidSessionKeyError(ChatkeepError, ValueError):
     """A tenant or session id is empty, too long or not valid unicode."""
+
+
+class InvalidArgumentError(ChatkeepError, ValueError):
+    """A store call got an argument out of its range (a negative ``last``, a ``limit`` of 0, a bad cursor...)."""
 
 
 class ConcurrencyConflictError(ChatkeepError):

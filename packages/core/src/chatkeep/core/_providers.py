@@ -7,24 +7,28 @@ history into the :class:`SessionContext`), the model call(s), then every provide
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from chatkeep.core._errors import AgentConfigurationError
 from chatkeep.core._messages import Message, decode_records
 from chatkeep.core._reducers import MessageCountingReducer, Reducer, drop_orphan_tool_results
 from chatkeep.core._session import AgentSession
-from chatkeep.core._store import HistoryStore, SessionKey
+from chatkeep.core.backend import HistoryStore, SessionKey
+from chatkeep.core.plugins import default_registry
 
 if TYPE_CHECKING:
     from chatkeep.core._agent import Agent, AgentResponse
 
 __all__ = [
+    "BackendHistoryProvider",
     "ContextProvider",
     "HistoryProvider",
     "InMemoryHistoryProvider",
     "MessageFilter",
     "SessionContext",
     "StoreHistoryProvider",
+    "history_provider",
 ]
 
 MessageFilter = Callable[[list[Message]], list[Message]]
@@ -266,9 +270,24 @@ class StoreHistoryProvider(HistoryProvider):
 
     @staticmethod
     def _key(session_id: str, kwargs: dict[str, Any]) -> SessionKey:
-        session = kwargs.get("session")
-        tenant = session.tenant if isinstance(session, AgentSession) else kwargs.get("tenant", "default")
-        return SessionKey(tenant, session_id)
+        """The store key: the tenant always comes from the session (or a key) the caller passes, never a default."""
+        session, key = kwargs.get("session"), kwargs.get("key")
+        if isinstance(key, SessionKey):
+            if key.session_id != session_id:
+                raise AgentConfigurationError(
+                    f"the key names session {key.session_id!r} but the call names {session_id!r}; pass one session"
+                )
+            if isinstance(session, AgentSession) and session.tenant != key.tenant:
+                raise AgentConfigurationError(
+                    f"the key's tenant {key.tenant!r} is not the session's tenant {session.tenant!r}"
+                )
+            return key
+        if isinstance(session, AgentSession):
+            return SessionKey(session.tenant, session_id)
+        raise AgentConfigurationError(
+            "StoreHistoryProvider needs to know whose history this is: pass session=AgentSession(...) or "
+            "key=SessionKey(tenant, session_id); it never assumes a tenant"
+        )
 
     async def get_messages(
         self, session_id: str, *, state: dict[str, Any] | None = None, **kwargs: Any
@@ -287,3 +306,66 @@ class StoreHistoryProvider(HistoryProvider):
         """Close the store if this provider owns it."""
         if self.owns_store:
             await self.store.close()
+
+
+class BackendHistoryProvider(StoreHistoryProvider):
+    """Base of each backend's named provider (``RedisHistoryProvider``, ``SQLHistoryProvider``...): one signature.
+
+    A subclass names its store class and default URL; every named provider then takes the same arguments
+    in the same order.
+
+    Args:
+        store: a URL (the provider opens the store and closes it with itself), or an open store of the
+            backend's class (the caller closes it). ``None`` opens the backend's default URL.
+        store_options: options for the store when the provider opens it (as the URL query takes them).
+        source_id: names this provider.
+        max_messages: how many of the newest messages to load per run (``None``: the whole history).
+        **options: the other :class:`HistoryProvider` options (``reducer``, ``store_inputs``...).
+    """
+
+    store_class: ClassVar[type[HistoryStore]]
+    default_url: ClassVar[str]
+
+    def __init__(
+        self,
+        store: str | HistoryStore | None = None,
+        *,
+        store_options: Mapping[str, Any] | None = None,
+        source_id: str = "history",
+        max_messages: int | None = 100,
+        **options: Any,
+    ) -> None:
+        if isinstance(store, HistoryStore):
+            if not isinstance(store, self.store_class):
+                raise AgentConfigurationError(
+                    f"{type(self).__name__} takes a {self.store_class.__name__} or a URL, got {type(store).__name__}"
+                )
+            if store_options:
+                raise AgentConfigurationError(
+                    "store_options configure a store the provider opens; give them when you open the store instead"
+                )
+            backend, owns = store, False
+        else:
+            open_backend: Callable[..., HistoryStore] = self.store_class
+            backend, owns = open_backend(store or self.default_url, **dict(store_options or {})), True
+        super().__init__(backend, source_id=source_id, max_messages=max_messages, owns_store=owns, **options)
+
+
+def history_provider(
+    url_or_name: str, *, store_options: Mapping[str, Any] | None = None, **provider_options: Any
+) -> StoreHistoryProvider:
+    """A history provider on the store a URL (or backend name) names; the provider owns and closes the store.
+
+    Args:
+        url_or_name: a store URL (``"redis://localhost:6379/0"``) or an installed backend's name (``"memory"``).
+        store_options: options for the store (what its URL query takes, as keywords).
+        **provider_options: the :class:`StoreHistoryProvider` options (``source_id``, ``max_messages``,
+            ``reducer``, ``load_messages``, ``store_*``, filters).
+
+    Raises:
+        UnknownBackendError: no installed backend handles it; the message names the extra to install.
+    """
+    registry = default_registry()
+    spec = registry.resolve(url_or_name)
+    url = url_or_name if "://" in url_or_name else f"{spec.schemes[0]}://"
+    return StoreHistoryProvider(spec.open(url, **dict(store_options or {})), owns_store=True, **provider_options)

@@ -18,7 +18,7 @@ from chatkeep.core._chat import ChatClient
 from chatkeep.core._errors import ChatkeepError, StoreConfigurationError, redact_url
 from chatkeep.core._providers import InMemoryHistoryProvider
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession
-from chatkeep.core._store import SessionKey
+from chatkeep.core.backend import SessionKey, SupportsMigrate
 from chatkeep.core.plugins import default_registry, installed_backends, open_store, plugin_failures
 
 __all__ = ["main"]
@@ -193,12 +193,11 @@ async def _history(args: argparse.Namespace) -> int:
 async def _migrate(args: argparse.Namespace) -> int:
     args.store = _store_of(args)
     async with open_store(args.store) as store:
-        # Backends with a schema (sql) expose migrate(); the others have nothing to upgrade.
-        migrate = getattr(store, "migrate", None)
-        if migrate is None:
+        # Backends with a schema (sql) support migrate(); the others have nothing to upgrade.
+        if not isinstance(store, SupportsMigrate):
             _print(f"{redact_url(args.store)}: this backend keeps no schema, so it needs no migrations")
             return 0
-        revision = await migrate()
+        revision = await store.migrate()
         _print(f"{redact_url(args.store)}: schema at revision {revision}")
     return 0
 

@@ -22,15 +22,15 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from chatkeep.core._errors import ChatkeepError, MissingExtraError
-from chatkeep.core._messages import Content, DataContent, Message, encode_records, new_message_id
-from chatkeep.core._session import AgentSession
-from chatkeep.core._store import HistoryStore, SessionKey, SessionPage, StoredSession
+from chatkeep.core._messages import Content, DataContent, Message, new_message_id
+from chatkeep.core._session import AgentSession, validate_id
+from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession, checked
 
 try:
     from cryptography.exceptions import InvalidTag
@@ -220,62 +220,43 @@ class EncryptedStore(HistoryStore):
             additional_properties=opened.additional_properties,
         )
 
-    # -- the contract ----------------------------------------------------------------------------
+    # -- the contract's hooks (the base class checks the arguments) ------------------------------
 
-    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
-        """Seal and append (atomic and idempotent as ``inner`` is)."""
-        self._check_usable()
-        if not messages:
-            return await self.inner.append(key, [])
-        encode_records(messages, max_bytes=self.max_message_bytes)  # the limit is on the plaintext record
+    async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
+        """Seal and append (atomic and idempotent as ``inner`` is); the size limit applied to the plaintext."""
         aead = await self._writing_key(key.tenant)
         return await self.inner.append(key, [self._seal(key, aead, m) for m in messages])
 
-    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
-        """Load from ``inner`` and open each message."""
-        self._check_usable()
+    async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
         sealed = await self.inner.load(key, last=last)
         if not sealed:
             return []
         aead = await self._reading_key(key.tenant)
         return [self._open(key, aead, m) for m in sealed]
 
-    async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
-        """Iterate and open the whole history."""
-        self._check_usable()
+    async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         aead: AESGCM | None = None
         async for message in self.inner.iter_messages(key, batch=batch):
             if aead is None:
                 aead = await self._reading_key(key.tenant)
             yield self._open(key, aead, message)
 
-    async def count(self, key: SessionKey) -> int:
-        """As ``inner``."""
-        self._check_usable()
+    async def _count(self, key: SessionKey) -> int:
         return await self.inner.count(key)
 
-    async def delete(self, key: SessionKey) -> bool:
-        """As ``inner``."""
-        self._check_usable()
+    async def _delete(self, key: SessionKey) -> bool:
         return await self.inner.delete(key)
 
-    async def trim(self, key: SessionKey, keep_last: int) -> int:
-        """As ``inner``."""
-        self._check_usable()
+    async def _trim(self, key: SessionKey, keep_last: int) -> int:
         return await self.inner.trim(key, keep_last)
 
-    async def list_sessions(
-        self, tenant: str = "default", *, limit: int = 100, cursor: str | None = None
-    ) -> SessionPage:
-        """As ``inner``."""
-        self._check_usable()
+    async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         return await self.inner.list_sessions(tenant, limit=limit, cursor=cursor)
 
-    async def save_session(
-        self, key: SessionKey, session: AgentSession, *, expected_version: str | None = None, owner: str | None = None
+    async def _save_session(
+        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
     ) -> str:
         """Seal the session's state and save it in ``inner``."""
-        self._check_usable()
         aead = await self._writing_key(key.tenant)
         nonce = os.urandom(_NONCE)
         state = json.dumps(session.to_dict()["state"], separators=(",", ":")).encode()
@@ -288,10 +269,9 @@ class EncryptedStore(HistoryStore):
         )
         return await self.inner.save_session(key, stored, expected_version=expected_version, owner=owner)
 
-    async def load_session(self, key: SessionKey, *, owner: str | None = None) -> StoredSession | None:
+    async def _load_session(self, key: SessionKey) -> StoredSession | None:
         """Load the session from ``inner`` and open its state."""
-        self._check_usable()
-        found = await self.inner.load_session(key, owner=owner)
+        found = await self.inner.load_session(key)
         if found is None:
             return None
         sealed = found.session.state.get(_SEALED)
@@ -312,34 +292,34 @@ class EncryptedStore(HistoryStore):
                 state=state,
             ),
             found.version,
+            found.owner,
         )
 
-    async def prune(self, *, older_than: timedelta | datetime, tenant: str | None = None) -> int:
+    async def _prune(self, cutoff: datetime, tenant: str | None) -> int:
         """As ``inner`` (data keys stay: a pruned tenant may write again)."""
-        self._check_usable()
-        return await self.inner.prune(older_than=older_than, tenant=tenant)
+        return await self.inner.prune(older_than=cutoff, tenant=tenant)
 
-    async def delete_tenant(self, tenant: str) -> int:
+    async def _delete_tenant(self, tenant: str) -> int:
         """Delete the tenant's data in ``inner`` and its data key."""
-        self._check_usable()
         removed = await self.inner.delete_tenant(tenant)
         await self.shred_tenant(tenant)
         return removed
 
     # -- key management --------------------------------------------------------------------------
 
+    @checked
     async def shred_tenant(self, tenant: str) -> bool:
         """Delete the tenant's wrapped data key: its stored history becomes unreadable (crypto-shredding)."""
-        self._check_usable()
+        validate_id(tenant, "tenant")
         self._cache.pop(tenant, None)
         return await self.key_store.delete(SessionKey(KEYS_TENANT, tenant))
 
+    @checked
     async def rotate_master_key(self) -> int:
         """Rewrap every data key not yet wrapped by ``current_key_id``; returns how many were rewrapped.
 
         Messages are not touched. Once this returns, retired master keys can leave ``master_keys``.
         """
-        self._check_usable()
         rewrapped = 0
         cursor: str | None = None
         while True:

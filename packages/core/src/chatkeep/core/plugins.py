@@ -16,7 +16,6 @@ import importlib.metadata as metadata
 import logging
 import os
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,22 +24,20 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from chatkeep.core import hookspecs
 from chatkeep.core._errors import (
     BackendConflictError,
     IncompatiblePluginError,
     UnknownBackendError,
     redact_url,
 )
-from chatkeep.core._providers import StoreHistoryProvider
-from chatkeep.core._store import HistoryStore
+from chatkeep.core.backend import BackendSpec, HistoryStore, hookimpl, hookspecs
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "BackendInfo",
     "BackendSpec",
     "PluginRegistry",
-    "history_provider",
+    "default_registry",
     "hookimpl",
     "installed_backends",
     "open_store",
@@ -52,7 +49,6 @@ log = logging.getLogger("chatkeep.plugins")
 
 ENTRY_POINT_GROUP = "chatkeep"
 CORE_DISTRIBUTION = "chatkeep-core"
-hookimpl = pluggy.HookimplMarker("chatkeep")
 
 # Schemes of backends chatkeep knows even when they are not installed: scheme -> (backend, extra, what it is).
 KNOWN_SCHEMES: dict[str, tuple[str, str, str]] = {
@@ -69,39 +65,6 @@ KNOWN_SCHEMES: dict[str, tuple[str, str, str]] = {
     "azblob": ("blob", "blob", "Azure Blob Storage"),
 }
 _TRUE = {"1", "true", "yes", "on"}
-
-# Options that configure the provider rather than the store, in history_provider().
-_PROVIDER_OPTIONS = {
-    "source_id",
-    "max_messages",
-    "load_messages",
-    "store_inputs",
-    "store_outputs",
-    "store_context_messages",
-    "store_context_from",
-    "reducer",
-    "provide_filter",
-    "store_filter",
-}
-
-
-@dataclass(frozen=True)
-class BackendSpec:
-    """What a plugin registers for one backend.
-
-    Attributes:
-        name: the backend's name (``"redis"``), also usable instead of a URL.
-        schemes: URL schemes it handles (``("redis", "rediss", "unix", "redis+cluster")``).
-        open: ``open(url, **options) -> HistoryStore``; synchronous, connects lazily on first use.
-        extra: the ``chatkeep-core`` extra that installs it (``pip install "chatkeep-core[EXTRA]"``).
-        description: one line for ``chatkeep backends``.
-    """
-
-    name: str
-    schemes: tuple[str, ...]
-    open: Callable[..., HistoryStore]
-    extra: str | None = None
-    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -254,7 +217,7 @@ class PluginRegistry:
         if unknown:
             self._failures[plugin_name] = (
                 f"it implements hooks chatkeep does not define: {', '.join(unknown)} "
-                "(check their names against chatkeep.core.hookspecs)"
+                "(check their names against chatkeep.core.backend.hookspecs)"
             )
             self._pm.unregister(plugin)
             return
@@ -399,19 +362,6 @@ def open_store(url: str, **options: Any) -> HistoryStore:
         UnknownBackendError: no installed backend handles the scheme; the message names the extra to install.
     """
     return _registry.open_store(url, **options)
-
-
-def history_provider(url_or_name: str, **options: Any) -> StoreHistoryProvider:
-    """A history provider on the store a URL (or backend name) names; the provider owns and closes the store.
-
-    Provider options (``source_id``, ``max_messages``, ``reducer``, ``load_messages``, ``store_*``, filters)
-    configure the provider; every other keyword goes to the backend's ``open``.
-    """
-    provider_options = {k: v for k, v in options.items() if k in _PROVIDER_OPTIONS}
-    store_options = {k: v for k, v in options.items() if k not in _PROVIDER_OPTIONS}
-    spec = _registry.resolve(url_or_name)
-    url = url_or_name if "://" in url_or_name else f"{spec.schemes[0]}://"
-    return StoreHistoryProvider(spec.open(url, **store_options), owns_store=True, **provider_options)
 
 
 def register_plugin(plugin: object, *, name: str | None = None) -> None:

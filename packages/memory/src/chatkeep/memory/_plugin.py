@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from chatkeep.core.plugins import BackendSpec, hookimpl
+from chatkeep.core.backend import BackendSpec, hookimpl
 from chatkeep.memory._store import open_store
 
 

@@ -17,25 +17,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from chatkeep.core import (
-    DEFAULT_TENANT,
-    AgentSession,
-    ConcurrencyConflictError,
+from chatkeep.core import AgentSession, BackendHistoryProvider, Message, SessionInfo, SessionKey, SessionPage
+from chatkeep.core.backend import (
     HistoryStore,
-    Message,
-    SessionInfo,
-    SessionKey,
-    SessionOwnershipError,
-    SessionPage,
     StoredSession,
-    cutoff_time,
+    conflict_error,
     decode_records,
-    encode_records,
-    ttl_seconds,
+    owner_error,
+    session_document,
 )
-from chatkeep.memory._config import DEFAULT_NAMESPACE, parse_url
+from chatkeep.memory._config import parse_url
 
-__all__ = ["MemoryHistoryStore", "open_store"]
+__all__ = ["MemoryHistoryProvider", "MemoryHistoryStore", "open_store"]
 
 
 @dataclass(eq=False)
@@ -107,10 +100,6 @@ def _namespace(name: str) -> _Namespace:
         return _namespaces.setdefault(name, _Namespace())
 
 
-def _check_tenant(tenant: str) -> None:
-    SessionKey(tenant, "-")  # validates the tenant exactly as a key would (InvalidSessionKeyError)
-
-
 def _encode_cursor(updated_at: datetime, session_id: str) -> str:
     raw = json.dumps([updated_at.isoformat(), session_id], ensure_ascii=False).encode()
     return base64.urlsafe_b64encode(raw).decode()
@@ -121,36 +110,31 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         stamp, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
         return datetime.fromisoformat(stamp), str(session_id)
     except (ValueError, TypeError, binascii.Error) as exc:
-        raise ValueError(
-            f"{cursor!r} is not a list_sessions cursor; pass the next_cursor of the previous page"
-        ) from exc
+        raise ValueError(f"{cursor!r} is not a list_sessions cursor") from exc
 
 
 class MemoryHistoryStore(HistoryStore):
     """A :class:`~chatkeep.core.HistoryStore` in this process's memory, for tests, demos and single-process apps.
 
-    Stores opened with the same ``namespace`` share their data (within the process), so several
-    instances behave like several connections to one server. Messages are kept as the same versioned
-    records other backends store, so the size limit and the record format are exercised here too.
+    Stores opened with the same namespace share their data (within the process), so several instances
+    behave like several connections to one server. Messages are kept as the same versioned records other
+    backends store, so the size limit and the record format are exercised here too.
 
     Args:
-        namespace: the name of the shared data; ``memory://NAME`` opens ``NAME``.
-        ttl: seconds (or a ``timedelta``) an idle session lives; each write by this store restarts it.
-        max_message_bytes: the largest message record accepted, in UTF-8 bytes.
+        url: ``memory://[NAME][?ttl=SECONDS&max_message_bytes=N]``; ``NAME`` is the namespace (default ``default``).
+        **options: the URL's options as keywords: ``namespace``, ``ttl`` (seconds or a ``timedelta`` an idle
+            session lives; each write by this store restarts it), ``max_message_bytes``.
+
+    Raises:
+        MemoryURLError: the URL or an option is unknown or malformed.
     """
 
-    def __init__(
-        self,
-        namespace: str = DEFAULT_NAMESPACE,
-        *,
-        ttl: float | timedelta | None = None,
-        max_message_bytes: int | None = None,
-    ) -> None:
-        config = parse_url("memory://", ttl=ttl, max_message_bytes=max_message_bytes)
+    def __init__(self, url: str | None = None, **options: Any) -> None:
+        config = parse_url(url, **options)
         super().__init__(max_message_bytes=config.max_message_bytes)
-        self.namespace = namespace
-        self.ttl = ttl_seconds(config.ttl)
-        self._data = _namespace(namespace)
+        self.namespace = config.namespace
+        self.ttl = config.ttl
+        self._data = _namespace(config.namespace)
         self._messages_read = 0
 
     @property
@@ -174,21 +158,15 @@ class MemoryHistoryStore(HistoryStore):
         self._messages_read += len(records)
         return decode_records(records)
 
-    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
-        """Append messages atomically, skipping those whose ``message_id`` is stored; returns how many were new."""
-        self._check_usable()
-        records = encode_records(messages, max_bytes=self.max_message_bytes)
+    async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
         data = self._data
         with data.lock:
             session = data.get(key)
-            new: list[tuple[str, str]] = []
-            in_batch: set[str] = set()
-            for message, record in zip(messages, records, strict=True):
-                message_id = message.message_id
-                if message_id in in_batch or (session is not None and message_id in session.id_set):
-                    continue
-                in_batch.add(message_id)
-                new.append((message_id, record))
+            new = [
+                (message.message_id, record)
+                for message, record in zip(messages, records, strict=True)
+                if session is None or message.message_id not in session.id_set
+            ]
             if not new:
                 return 0
             now = data.stamp()
@@ -201,23 +179,15 @@ class MemoryHistoryStore(HistoryStore):
             self._touch(session, now)
             return len(new)
 
-    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
-        """The history in append order; with ``last=k`` only the k newest, reading only those."""
-        self._check_usable()
-        if last is not None and last < 0:
-            raise ValueError(f"last must be 0 or more, got {last}")
+    async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
         with self._data.lock:
             session = self._data.get(key)
-            if session is None or last == 0:
+            if session is None:
                 return []
             records = session.records[-last:] if last is not None else list(session.records)
         return self._decode(records)
 
-    async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
-        """Iterate over the history in append order, ``batch`` records per read."""
-        self._check_usable()
-        if batch < 1:
-            raise ValueError(f"batch must be 1 or more, got {batch}")
+    async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         origin: _Session | None = None
         seq: int | None = None
         while True:
@@ -233,29 +203,20 @@ class MemoryHistoryStore(HistoryStore):
                 return
             for message in self._decode(records):
                 yield message
-            self._check_usable()
 
-    async def count(self, key: SessionKey) -> int:
-        """How many messages the session holds."""
-        self._check_usable()
+    async def _count(self, key: SessionKey) -> int:
         with self._data.lock:
             session = self._data.get(key)
             return 0 if session is None else len(session.records)
 
-    async def delete(self, key: SessionKey) -> bool:
-        """Delete the session's messages and document; ``True`` if anything was there."""
-        self._check_usable()
+    async def _delete(self, key: SessionKey) -> bool:
         with self._data.lock:
             if self._data.get(key) is None:
                 return False
             self._data.remove(key.tenant, key.session_id)
             return True
 
-    async def trim(self, key: SessionKey, keep_last: int) -> int:
-        """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
-        self._check_usable()
-        if keep_last < 0:
-            raise ValueError(f"keep_last must be 0 or more, got {keep_last}")
+    async def _trim(self, key: SessionKey, keep_last: int) -> int:
         with self._data.lock:
             session = self._data.get(key)
             if session is None:
@@ -267,14 +228,7 @@ class MemoryHistoryStore(HistoryStore):
                 session.first_seq += removed
             return removed
 
-    async def list_sessions(
-        self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
-    ) -> SessionPage:
-        """One tenant's sessions, most recently updated first, ``limit`` per page."""
-        self._check_usable()
-        _check_tenant(tenant)
-        if limit < 1:
-            raise ValueError(f"limit must be 1 or more, got {limit}")
+    async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         after = _decode_cursor(cursor) if cursor is not None else None
         with self._data.lock:
             rows = [
@@ -292,35 +246,18 @@ class MemoryHistoryStore(HistoryStore):
             return SessionPage(page[:limit], _encode_cursor(last.updated_at, last.session_id))
         return SessionPage(page)
 
-    async def save_session(
-        self,
-        key: SessionKey,
-        session: AgentSession,
-        *,
-        expected_version: str | None = None,
-        owner: str | None = None,
+    async def _save_session(
+        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
     ) -> str:
-        """Store a whole-session document; returns its new version.
-
-        Raises:
-            ConcurrencyConflictError: the stored version is not ``expected_version`` (or there is none).
-            SessionOwnershipError: the document is bound to another owner, or ``session`` is another tenant's.
-        """
-        self._check_usable()
-        self._check_session_tenant(key, session)
-        document = json.dumps(session.to_dict(), ensure_ascii=False)
+        document = session_document(session)
         data = self._data
         with data.lock:
             stored = data.get(key)
             if owner is not None and stored is not None and stored.owner not in (None, owner):
-                raise SessionOwnershipError("this session belongs to another owner; refuse the request")
+                raise owner_error()
             current = None if stored is None else stored.version
             if expected_version is not None and current != expected_version:
-                raise ConcurrencyConflictError(
-                    f"session {key.session_id!r} changed since version {expected_version!r} was read "
-                    f"({'it has no document now' if current is None else 'it has a newer version'}); "
-                    "load it again, reapply your change and save with the new version"
-                )
+                raise conflict_error(key.session_id, expected_version, exists=current is not None)
             now = data.stamp()
             if stored is None:
                 stored = data.tenants.setdefault(key.tenant, {})[key.session_id] = _Session(now, now)
@@ -330,28 +267,15 @@ class MemoryHistoryStore(HistoryStore):
             self._touch(stored, now)
             return stored.version
 
-    async def load_session(self, key: SessionKey, *, owner: str | None = None) -> StoredSession | None:
-        """Read a session document and its version; ``None`` when the key has none.
-
-        Raises:
-            SessionOwnershipError: ``owner`` is given and the document is bound to another owner.
-        """
-        self._check_usable()
+    async def _load_session(self, key: SessionKey) -> StoredSession | None:
         with self._data.lock:
             stored = self._data.get(key)
             if stored is None or stored.document is None or stored.version is None:
                 return None
-            if owner is not None and stored.owner not in (None, owner):
-                raise SessionOwnershipError("this session belongs to another owner; refuse the request")
-            document, version = stored.document, stored.version
-        return StoredSession(AgentSession.from_dict(json.loads(document)), version)
+            document, version, owner = stored.document, stored.version, stored.owner
+        return StoredSession(AgentSession.from_dict(json.loads(document)), version, owner)
 
-    async def prune(self, *, older_than: timedelta | datetime, tenant: str | None = None) -> int:
-        """Delete sessions not updated since ``older_than``; returns how many."""
-        self._check_usable()
-        cutoff = cutoff_time(older_than)
-        if tenant is not None:
-            _check_tenant(tenant)
+    async def _prune(self, cutoff: datetime, tenant: str | None) -> int:
         removed = 0
         with self._data.lock:
             for name in [tenant] if tenant is not None else list(self._data.tenants):
@@ -361,10 +285,7 @@ class MemoryHistoryStore(HistoryStore):
                         removed += 1
         return removed
 
-    async def delete_tenant(self, tenant: str) -> int:
-        """Delete every session of ``tenant``; returns how many."""
-        self._check_usable()
-        _check_tenant(tenant)
+    async def _delete_tenant(self, tenant: str) -> int:
         with self._data.lock:
             removed = len(list(self._data.live(tenant)))
             self._data.tenants.pop(tenant, None)
@@ -375,8 +296,16 @@ def open_store(url: str = "memory://", **options: Any) -> MemoryHistoryStore:
     """Open a store from ``memory://[NAME][?ttl=SECONDS&max_message_bytes=N]``; keyword options override the query.
 
     Raises:
-        MemoryURLError: the URL is malformed.
-        TypeError: an unknown option.
+        MemoryURLError: the URL or an option is unknown or malformed.
     """
-    config = parse_url(url, **options)
-    return MemoryHistoryStore(config.namespace, ttl=config.ttl, max_message_bytes=config.max_message_bytes)
+    return MemoryHistoryStore(url, **options)
+
+
+class MemoryHistoryProvider(BackendHistoryProvider):
+    """A history provider keeping each session's messages in this process's memory (``memory://``).
+
+    Takes the arguments every named provider takes: ``MemoryHistoryProvider("memory://app", max_messages=20)``.
+    """
+
+    store_class = MemoryHistoryStore
+    default_url = "memory://"

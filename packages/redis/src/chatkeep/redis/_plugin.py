@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chatkeep.core import HistoryStore
-from chatkeep.core.plugins import BackendSpec, hookimpl
+from chatkeep.core.backend import BackendSpec, hookimpl
 
 
 def _open(url: str, **options: Any) -> HistoryStore:

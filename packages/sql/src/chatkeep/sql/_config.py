@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import inspect
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+from urllib.parse import unquote, urlencode, urlsplit
 
 import platformdirs
 
-from chatkeep.core import DEFAULT_MAX_MESSAGE_BYTES, MissingExtraError, StoreConfigurationError, redact_url
+from chatkeep.core import MissingExtraError, StoreConfigurationError
+from chatkeep.core.backend import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    MAX_MESSAGE_BYTES,
+    OptionSet,
+    StoreOption,
+    boolean,
+    non_negative_int,
+    positive_int,
+    positive_seconds,
+    redact_url,
+    text,
+)
 
-__all__ = ["SQLConfig", "SQLURLError", "default_sqlite_path", "parse_url"]
-
-# chatkeep's own options (URL query or keywords); every other query parameter goes to the driver.
-_INT_OPTIONS = ("max_message_bytes", "pool_size", "max_overflow", "pool_recycle")
-_FLOAT_OPTIONS = ("busy_timeout", "connect_timeout")
-_BOOL_OPTIONS = ("pool_pre_ping",)
-_STR_OPTIONS = ("schema",)
-OPTIONS = _INT_OPTIONS + _FLOAT_OPTIONS + _BOOL_OPTIONS + _STR_OPTIONS
+__all__ = ["OPTIONS", "SQLConfig", "SQLURLError", "default_sqlite_path", "parse_url"]
 
 # backend family -> (default async driver, drivers in order of preference) ; driver -> (module, pip package, extra)
 _DRIVERS: dict[str, tuple[str, str, str]] = {
@@ -48,6 +56,25 @@ _FAMILIES = {
 
 class SQLURLError(StoreConfigurationError):
     """A SQL store URL or one of its options is malformed."""
+
+
+#: chatkeep's own options (URL query or keywords). Server URLs may also carry their driver's connect options.
+OPTIONS = OptionSet(
+    "SQL",
+    [
+        MAX_MESSAGE_BYTES,
+        StoreOption("schema", text, None, "the PostgreSQL schema holding chatkeep's tables"),
+        StoreOption("busy_timeout", positive_seconds, 30.0, "seconds a SQLite writer waits for the write lock"),
+        StoreOption("connect_timeout", positive_seconds, 10.0, "seconds to wait for a server connection"),
+        StoreOption("pool_size", positive_int, 5, "connections kept open"),
+        StoreOption("max_overflow", non_negative_int, 10, "connections opened beyond pool_size under load"),
+        StoreOption("pool_recycle", non_negative_int, 1800, "seconds before a pooled connection is replaced"),
+        StoreOption("pool_pre_ping", boolean, False, "test each pooled connection with a round trip before use"),
+    ],
+    error=SQLURLError,
+)
+# Query parameters SQLAlchemy's dialects read themselves rather than pass to the driver's connect().
+_DIALECT_QUERY = {"asyncmy": {"charset"}, "aiomysql": {"charset"}, "asyncpg": {"prepared_statement_cache_size"}}
 
 
 @dataclass(frozen=True)
@@ -101,43 +128,38 @@ def _missing(url: str, driver: str) -> MissingExtraError:
     )
 
 
-def _option(name: str, value: Any, url: str) -> Any:
-    if name in _STR_OPTIONS:
-        if not isinstance(value, str) or not value:
-            raise SQLURLError(f"the SQL store option {name} must be a non-empty name, got {value!r}")
-        return value
-    if name in _BOOL_OPTIONS:
-        if isinstance(value, bool):
-            return value
-        if str(value).lower() in ("1", "true", "yes", "on"):
+def _driver_option(driver: str) -> Callable[[str], bool]:
+    """Whether the driver's connect() takes a parameter of that name (so a misspelt one fails at open)."""
+    if driver in ("psycopg", "psycopg_async"):
+        from psycopg import conninfo
+
+        def libpq_option(name: str) -> bool:
+            try:
+                conninfo.make_conninfo("", **{name: "1"})
+            except Exception:  # psycopg.ProgrammingError: "invalid connection option"
+                return False
             return True
-        if str(value).lower() in ("0", "false", "no", "off"):
-            return False
-        raise SQLURLError(f"the SQL store option {name}={value!r} must be true or false")
-    try:
-        number = int(value) if name in _INT_OPTIONS else float(value)
-    except (TypeError, ValueError):
-        kind = "a whole number" if name in _INT_OPTIONS else "a number of seconds"
-        raise SQLURLError(f"the SQL store option {name}={value!r} in {redact_url(url)} must be {kind}") from None
-    if isinstance(value, bool) or number < (0 if name in ("max_overflow", "pool_recycle") else 1e-9):
-        raise SQLURLError(f"the SQL store option {name} must be positive, got {value!r}")
-    return number
+
+        return libpq_option
+    module = importlib.import_module(_DRIVERS[driver][0])
+    names = set(inspect.signature(module.connect).parameters) | _DIALECT_QUERY.get(driver, set())
+    target = getattr(module, "Connection", None)  # asyncmy and aiomysql: connect(**kwargs) -> Connection(...)
+    if isinstance(target, type):
+        names |= set(inspect.signature(target).parameters)
+    names -= {"self", "args", "kwargs", "dsn", "host", "port", "user", "password", "database", "db"}
+    return names.__contains__
 
 
 def parse_url(url: str, **options: Any) -> SQLConfig:
     """Read a SQL store URL: ``sqlite://``, ``sqlite:///path``, ``postgresql[+driver]://...``, ``mysql[+driver]://...``.
 
-    Keyword options override the query's chatkeep options; ``None`` means "not given". Query parameters
-    that are not chatkeep options are passed to the driver.
+    Keyword options override the query's chatkeep options; ``None`` means "not given". On a server URL,
+    query parameters that are not chatkeep options must be options of its driver's ``connect()``.
 
     Raises:
-        SQLURLError: the URL or an option is malformed.
+        SQLURLError: the URL or an option is malformed or unknown.
         MissingExtraError: the URL's driver is not installed (the message names the package).
-        TypeError: an unknown keyword option.
     """
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise TypeError(f"SQL stores take no option {', '.join(unknown)}; the options are {', '.join(OPTIONS)}")
     if url.lower() == "sql":  # the backend's name, as open_store("sql") passes it
         url = "sqlite://"
     if "://" not in url:
@@ -154,20 +176,14 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
     parts = urlsplit(url)
     if parts.fragment:
         raise SQLURLError(f"{redact_url(url)!r} has a fragment (#...); remove it")
-    chosen: dict[str, Any] = {}
-    passthrough: list[tuple[str, str]] = []
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in OPTIONS:
-            chosen[name] = _option(name, value, url)
-        else:
-            passthrough.append((name, value))
-    chosen.update({name: _option(name, value, url) for name, value in options.items() if value is not None})
-    query = urlencode(passthrough)
 
     if family == "sqlite":
         driver = driver or "pysqlite"
         if driver not in ("pysqlite", "aiosqlite"):
             raise SQLURLError(f"{redact_url(url)!r}: SQLite stores use sqlite:// (built-in) or sqlite+aiosqlite://")
+        values = OPTIONS.parse(parts.query, options, url=url).values
+        if values["schema"] is not None:
+            raise SQLURLError("the schema option is for PostgreSQL; a SQLite store is one file: name another file")
         path_part = rest.split("?", 1)[0]
         if path_part.startswith("/"):
             path_part = path_part[1:]
@@ -183,8 +199,8 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
             )
         if _module_missing(driver):
             raise _missing(url, driver)
-        sa_url = None if driver == "pysqlite" else f"sqlite+aiosqlite:///{path}" + (f"?{query}" if query else "")
-        return SQLConfig(family="sqlite", driver=driver, url=sa_url, sqlite_path=path, **chosen)
+        sa_url = None if driver == "pysqlite" else f"sqlite+aiosqlite:///{path}"
+        return SQLConfig(family="sqlite", driver=driver, url=sa_url, sqlite_path=path, **values)
 
     if driver in _SYNC_ONLY:
         raise SQLURLError(
@@ -201,11 +217,14 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
         driver = next((d for d in candidates if not _module_missing(d)), "")
         if not driver:
             raise _missing(url, candidates[0])
-    if family != "postgresql" and "schema" in chosen:
+    parsed = OPTIONS.with_driver(driver, _driver_option(driver)).parse(parts.query, options, url=url)
+    values = parsed.values
+    if family != "postgresql" and values["schema"] is not None:
         raise SQLURLError("the schema option is for PostgreSQL; on MySQL and MariaDB, name the database in the URL")
+    query = urlencode(parsed.driver)
     sa_scheme = f"{'postgresql' if family == 'postgresql' else family}+{driver}"
     netloc_path = rest.split("?", 1)[0]
     sa_url = f"{sa_scheme}://{netloc_path}" + (f"?{query}" if query else "")
-    if family in ("mysql", "mariadb") and "charset=" not in query:
+    if family in ("mysql", "mariadb") and "charset" not in dict(parsed.driver):
         sa_url += ("&" if query else "?") + "charset=utf8mb4"
-    return SQLConfig(family=family, driver=driver, url=sa_url, **chosen)
+    return SQLConfig(family=family, driver=driver, url=sa_url, **values)

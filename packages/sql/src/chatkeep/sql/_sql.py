@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from chatkeep.core import ConcurrencyConflictError, SessionOwnershipError
+from chatkeep.core.backend import conflict_error, owner_error
 from chatkeep.sql._schema import MESSAGES, SESSIONS
 
 __all__ = ["Cancelled", "Cursor", "DBConnection", "Flag", "Statements"]
@@ -445,14 +445,6 @@ def trim(conn: DBConnection, sql: Statements, cancel: Flag, key: bytes, keep_las
     return transaction(conn, sql, cancel, body)
 
 
-def _conflict(session_id: str, expected: str, current: str | None) -> ConcurrencyConflictError:
-    return ConcurrencyConflictError(
-        f"session {session_id!r} changed since version {expected!r} was read "
-        f"({'it has no document now' if current is None else 'it has a newer version'}); "
-        "load it again, reapply your change and save with the new version"
-    )
-
-
 def save_document(
     conn: DBConnection,
     sql: Statements,
@@ -475,10 +467,10 @@ def save_document(
         cur.execute(sql.doc_for_update, (head[0],))
         session_ref, doc_version, has_document, stored_owner = cur.fetchall()[0]
         if owner is not None and stored_owner is not None and bytes(stored_owner) != owner:
-            raise SessionOwnershipError("this session belongs to another owner; refuse the request")
+            raise owner_error()
         current = f"{session_ref}.{doc_version}" if has_document else None
         if expected_version is not None and current != expected_version:
-            raise _conflict(session_id, expected_version, current)
+            raise conflict_error(session_id, expected_version, exists=current is not None)
         cur.execute(sql.doc_write, (document, owner, now, session_ref))
         return f"{session_ref}.{doc_version + 1}"
 

@@ -15,23 +15,17 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatkeep.core import (
-    DEFAULT_TENANT,
     AgentSession,
-    HistoryStore,
+    BackendHistoryProvider,
     Message,
     SessionInfo,
     SessionKey,
-    SessionOwnershipError,
     SessionPage,
-    StoredSession,
-    StoreHistoryProvider,
     StoreUnavailableError,
-    cutoff_time,
-    decode_records,
-    encode_records,
 )
+from chatkeep.core.backend import HistoryStore, StoredSession, checked, decode_records, session_document
 from chatkeep.sql import _sql
-from chatkeep.sql._config import SQLConfig, parse_url
+from chatkeep.sql._config import SQLConfig, SQLURLError, parse_url
 from chatkeep.sql._runner import EngineRunner, Runner, SQLiteRunner, create_engine_runner
 from chatkeep.sql._schema import key_hash, message_hash, tenant_hash
 
@@ -57,10 +51,6 @@ def _us(moment: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def _check_tenant(tenant: str) -> None:
-    SessionKey(tenant, "-")  # validates the tenant exactly as a key would (InvalidSessionKeyError)
-
-
 def _encode_cursor(updated_at: int, row_id: int) -> str:
     return base64.urlsafe_b64encode(f"{updated_at}:{row_id}".encode()).decode()
 
@@ -70,9 +60,7 @@ def _decode_cursor(cursor: str) -> tuple[int, int]:
         updated_at, row_id = base64.urlsafe_b64decode(cursor.encode()).decode().split(":")
         return int(updated_at), int(row_id)
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
-        raise ValueError(
-            f"{cursor!r} is not a list_sessions cursor; pass the next_cursor of the previous page"
-        ) from exc
+        raise ValueError(f"{cursor!r} is not a list_sessions cursor") from exc
 
 
 class SQLHistoryStore(HistoryStore):
@@ -83,27 +71,27 @@ class SQLHistoryStore(HistoryStore):
     database creates chatkeep's tables. There is no native TTL: run :meth:`prune` as a scheduled job.
 
     Args:
-        url: a store URL (see :func:`open_store`); give either ``url`` or ``engine``.
-        engine: an existing SQLAlchemy ``AsyncEngine``; the store uses its pool and leaves it open on close.
+        url: a store URL (see :func:`open_store`); ``None`` with no ``client`` opens ``sqlite://``.
+        client: an existing SQLAlchemy ``AsyncEngine`` instead of a URL; the store uses its pool and leaves it
+            open on close.
         **options: the URL's options as keywords (``max_message_bytes``, ``schema``, ``busy_timeout``,
             ``connect_timeout``, ``pool_size``, ``max_overflow``, ``pool_recycle``, ``pool_pre_ping``).
 
     Raises:
-        SQLURLError: the URL or an option is malformed.
+        SQLURLError: the URL or an option is malformed or unknown, or both a URL and a client are given.
         MissingExtraError: the URL's driver is not installed.
     """
 
-    def __init__(self, url: str | None = None, *, engine: AsyncEngine | None = None, **options: Any) -> None:
-        if (url is None) == (engine is None):
-            raise TypeError("give SQLHistoryStore either a URL or an engine=, not both")
+    def __init__(self, url: str | None = None, *, client: AsyncEngine | None = None, **options: Any) -> None:
+        if url is not None and client is not None:
+            raise SQLURLError("give SQLHistoryStore a URL or a client= engine, not both")
         config: SQLConfig
         runner: Runner
-        if engine is not None:
+        if client is not None:
             config = parse_url("sqlite://", **options)  # only the options matter here
-            runner = EngineRunner(engine, owned=False)
+            runner = EngineRunner(client, owned=False)
         else:
-            assert url is not None
-            config = parse_url(url, **options)
+            config = parse_url(url or "sqlite://", **options)
             if config.driver == "pysqlite":
                 assert config.sqlite_path is not None
                 runner = SQLiteRunner(config.sqlite_path, busy_timeout=config.busy_timeout, pool_size=config.pool_size)
@@ -179,7 +167,6 @@ class SQLHistoryStore(HistoryStore):
         for it to end, so the outcome is final (and the connection back in the pool) when the cancellation
         reaches the caller.
         """
-        self._check_usable()
         if self._runner.loop_bound and self._guarded_loop is not asyncio.get_running_loop():
             await self._watch_loop()
         if not self._ready:
@@ -227,9 +214,9 @@ class SQLHistoryStore(HistoryStore):
         self._guard = guard()
         await self._guard.__anext__()
 
+    @checked
     async def migrate(self) -> str:
         """Create or upgrade chatkeep's tables to this release's schema; returns the revision (``chatkeep migrate``)."""
-        self._check_usable()
         revision = await self._runner.prepare(upgrade=True)
         self._ready = True
         return revision
@@ -248,19 +235,9 @@ class SQLHistoryStore(HistoryStore):
 
     # -- messages ------------------------------------------------------------------------------------
 
-    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
-        """Append messages atomically, skipping those whose ``message_id`` is stored; returns how many were new."""
-        self._check_usable()
-        records = encode_records(messages, max_bytes=self.max_message_bytes)
-        rows: list[tuple[bytes, str]] = []
-        seen: set[bytes] = set()
-        for message, record in zip(messages, records, strict=True):
-            digest = message_hash(message.message_id)
-            if digest not in seen:
-                seen.add(digest)
-                rows.append((digest, record))
-        if not rows:
-            return 0
+    async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
+        """Append atomically, skipping ids the session holds (a unique index on the id's hash)."""
+        rows = [(message_hash(message.message_id), record) for message, record in zip(messages, records, strict=True)]
         head, now, sql = self._head(key), self._stamp(), self._sql
         if sql.append_one and len(rows) <= _SHORT_ROWS and self._runner.native:
             return await self._append_native(head, now, rows)
@@ -289,7 +266,6 @@ class SQLHistoryStore(HistoryStore):
         raise AssertionError("unreachable")
 
     async def _fetch_native(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        self._check_usable()
         if self._guarded_loop is not asyncio.get_running_loop():
             await self._watch_loop()
         if not self._ready:
@@ -297,13 +273,8 @@ class SQLHistoryStore(HistoryStore):
             self._ready = True
         return await self._runner.fetch_native(statement, params)
 
-    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
+    async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
         """The history in append order; with ``last=k`` only the k newest, reading only those rows."""
-        if last is not None and last < 0:
-            raise ValueError(f"last must be 0 or more, got {last}")
-        self._check_usable()
-        if last == 0:
-            return []
         digest = key_hash(key.tenant, key.session_id)
         if last is None:
             rows = await self._call(partial(_sql.fetch, statement=self._sql.load_all, params=(digest,)))
@@ -316,11 +287,8 @@ class SQLHistoryStore(HistoryStore):
             )
         return self._decode([row[0] for row in reversed(rows)])
 
-    async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
+    async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         """Iterate over the history in append order, ``batch`` rows per read (keyset pages on the sequence)."""
-        if batch < 1:
-            raise ValueError(f"batch must be 1 or more, got {batch}")
-        self._check_usable()
         rows = await self._call(
             partial(_sql.fetch, statement=self._sql.page_first, params=(key_hash(key.tenant, key.session_id), batch))
         )
@@ -335,37 +303,29 @@ class SQLHistoryStore(HistoryStore):
                 partial(_sql.fetch, statement=self._sql.page_next, params=(session_ref, seq, batch))
             )
 
-    async def count(self, key: SessionKey) -> int:
+    async def _count(self, key: SessionKey) -> int:
         """How many messages the session holds (a counter kept with the session: no messages are read)."""
         rows = await self._call(
             partial(_sql.fetch, statement=self._sql.count, params=(key_hash(key.tenant, key.session_id),))
         )
         return int(rows[0][0]) if rows else 0
 
-    async def delete(self, key: SessionKey) -> bool:
+    async def _delete(self, key: SessionKey) -> bool:
         """Delete the session's messages and document; ``True`` if anything was there."""
         changed = await self._call(
             partial(_sql.execute, statement=self._sql.delete, params=(key_hash(key.tenant, key.session_id),))
         )
         return changed > 0
 
-    async def trim(self, key: SessionKey, keep_last: int) -> int:
+    async def _trim(self, key: SessionKey, keep_last: int) -> int:
         """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
-        if keep_last < 0:
-            raise ValueError(f"keep_last must be 0 or more, got {keep_last}")
         digest, sql = key_hash(key.tenant, key.session_id), self._sql
         return await self._write(lambda conn, flag: _sql.trim(conn, sql, flag, digest, keep_last))
 
     # -- sessions ------------------------------------------------------------------------------------
 
-    async def list_sessions(
-        self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
-    ) -> SessionPage:
+    async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One tenant's sessions, most recently updated first, ``limit`` per page (keyset pagination)."""
-        self._check_usable()
-        _check_tenant(tenant)
-        if limit < 1:
-            raise ValueError(f"limit must be 1 or more, got {limit}")
         digest = tenant_hash(tenant)
         params: tuple[Any, ...]
         if cursor is None:
@@ -383,23 +343,11 @@ class SQLHistoryStore(HistoryStore):
             return SessionPage(items, _encode_cursor(int(last[4]), int(last[0])))
         return SessionPage(items)
 
-    async def save_session(
-        self,
-        key: SessionKey,
-        session: AgentSession,
-        *,
-        expected_version: str | None = None,
-        owner: str | None = None,
+    async def _save_session(
+        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
     ) -> str:
-        """Store a whole-session document; returns its new version.
-
-        Raises:
-            ConcurrencyConflictError: the stored version is not ``expected_version`` (or there is none).
-            SessionOwnershipError: the document is bound to another owner, or ``session`` is another tenant's.
-        """
-        self._check_usable()
-        self._check_session_tenant(key, session)
-        document = json.dumps(session.to_dict(), ensure_ascii=False)
+        """Store a whole-session document (version and owner checked in the same transaction)."""
+        document = session_document(session)
         head, now, sql = self._head(key), self._stamp(), self._sql
         owner_bytes = None if owner is None else owner.encode()
         return await self._write(
@@ -408,42 +356,32 @@ class SQLHistoryStore(HistoryStore):
             )
         )
 
-    async def load_session(self, key: SessionKey, *, owner: str | None = None) -> StoredSession | None:
-        """Read a session document and its version; ``None`` when the key has none.
-
-        Raises:
-            SessionOwnershipError: ``owner`` is given and the document is bound to another owner.
-        """
+    async def _load_session(self, key: SessionKey) -> StoredSession | None:
         rows = await self._call(
             partial(_sql.fetch, statement=self._sql.doc_read, params=(key_hash(key.tenant, key.session_id),))
         )
         if not rows or rows[0][2] is None:
             return None
         row_id, doc_version, document, stored_owner = rows[0]
-        if owner is not None and stored_owner is not None and bytes(stored_owner) != owner.encode():
-            raise SessionOwnershipError("this session belongs to another owner; refuse the request")
         session = AgentSession.from_dict(json.loads(document), tenant=key.tenant)
-        return StoredSession(session, f"{row_id}.{doc_version}")
+        owner = None if stored_owner is None else bytes(stored_owner).decode()
+        return StoredSession(session, f"{row_id}.{doc_version}", owner)
 
     # -- retention -----------------------------------------------------------------------------------
 
-    async def prune(self, *, older_than: timedelta | datetime, tenant: str | None = None) -> int:
-        """Delete sessions not updated since ``older_than`` (an age or an aware cut-off); returns how many."""
-        self._check_usable()
-        cutoff = _us(cutoff_time(older_than))
+    async def _prune(self, cutoff_at: datetime, tenant: str | None) -> int:
+        """Delete sessions last updated before ``cutoff_at``; returns how many."""
+        cutoff = _us(cutoff_at)
         sql = self._sql
         params: tuple[Any, ...]
         if tenant is None:
             select, params = sql.old_sessions, (cutoff,)
         else:
-            _check_tenant(tenant)
             select, params = sql.old_tenant_sessions, (tenant_hash(tenant), cutoff)
         return await self._call(lambda conn: _sql.delete_sessions(conn, sql, select, params, cutoff))
 
-    async def delete_tenant(self, tenant: str) -> int:
+    async def _delete_tenant(self, tenant: str) -> int:
         """Delete every session of ``tenant``; returns how many."""
-        self._check_usable()
-        _check_tenant(tenant)
         sql = self._sql
         return await self._call(
             lambda conn: _sql.delete_sessions(conn, sql, sql.tenant_sessions, (tenant_hash(tenant),), None)
@@ -477,23 +415,12 @@ async def migrate(url: str = "sqlite://", **options: Any) -> str:
         return await store.migrate()
 
 
-class SQLHistoryProvider(StoreHistoryProvider):
+class SQLHistoryProvider(BackendHistoryProvider):
     """A history provider keeping each session's messages in a SQL database.
 
-    Args:
-        url: the store URL (``sqlite://`` by default); ignored when ``store`` is given.
-        store: an open :class:`SQLHistoryStore` to use (the provider does not close it).
-        store_options: options for :func:`open_store` when the provider opens the store itself.
-        **options: the :class:`~chatkeep.core.StoreHistoryProvider` options (``source_id``, ``max_messages``...).
+    Takes the arguments every named provider takes: ``SQLHistoryProvider("sqlite:///app.db", max_messages=20)``
+    (``None`` opens ``sqlite://``, the file in the user's data folder).
     """
 
-    def __init__(
-        self,
-        url: str = "sqlite://",
-        *,
-        store: SQLHistoryStore | None = None,
-        store_options: dict[str, Any] | None = None,
-        **options: Any,
-    ) -> None:
-        owns = store is None
-        super().__init__(store or open_store(url, **(store_options or {})), owns_store=owns, **options)
+    store_class = SQLHistoryStore
+    default_url = "sqlite://"

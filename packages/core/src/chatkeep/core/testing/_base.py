@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from chatkeep.core._messages import Message
-from chatkeep.core._store import HistoryStore, SessionKey
+from chatkeep.core.backend import HistoryStore, SessionKey
 
 __all__ = [
     "WINDOW_SLACK",

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from chatkeep.core._messages import Message
-from chatkeep.core._store import HistoryStore, SessionKey
+from chatkeep.core.backend import HistoryStore, SessionKey
 from chatkeep.core.testing._base import (
     WINDOW_SLACK,
     ConformanceBase,

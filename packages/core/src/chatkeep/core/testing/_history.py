@@ -18,7 +18,7 @@ from chatkeep.core._messages import (
     UsageContent,
 )
 from chatkeep.core._session import AgentSession
-from chatkeep.core._store import HistoryStore
+from chatkeep.core.backend import HistoryStore
 from chatkeep.core.testing._base import WINDOW_SLACK, ConformanceBase, StoreKit, make_messages, message_ids, texts
 
 __all__ = ["AppendConformance", "ContentConformance", "ReadConformance"]

@@ -9,7 +9,7 @@ import pytest
 
 from chatkeep.core._errors import ConcurrencyConflictError, SessionOwnershipError
 from chatkeep.core._session import AgentSession
-from chatkeep.core._store import HistoryStore, SessionKey, SessionPage, StoredSession
+from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession
 from chatkeep.core.testing._base import ConformanceBase, StoreKit, make_messages
 
 __all__ = ["ListingConformance", "SessionDocumentConformance"]

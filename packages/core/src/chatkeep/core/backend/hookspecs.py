@@ -5,22 +5,20 @@ A plugin is a module (or object) registered under the ``chatkeep`` entry-point g
     [project.entry-points.chatkeep]
     redis = "chatkeep.redis._plugin"
 
-whose functions are marked with :data:`chatkeep.core.plugins.hookimpl`.
+whose functions are marked with :data:`chatkeep.core.backend.hookimpl`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import pluggy
 
-if TYPE_CHECKING:
-    from chatkeep.core.plugins import BackendSpec
+from chatkeep.core.backend._spec import PROJECT, BackendSpec
 
 __all__ = ["chatkeep_register_backends", "hookspec"]
 
-hookspec = pluggy.HookspecMarker("chatkeep")
+hookspec = pluggy.HookspecMarker(PROJECT)
 
 
 @hookspec

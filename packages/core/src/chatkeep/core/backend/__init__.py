@@ -1,0 +1,70 @@
+"""The API for backend authors: the store contract as a base class, the option parser, capabilities, the plugin hook.
+
+A backend subclasses :class:`HistoryStore` and implements its protected hooks (``_append``, ``_load``, ...):
+the public methods check arguments and state once, for every backend alike. It declares its options in an
+:class:`OptionSet`, registers a :class:`BackendSpec` from a :func:`hookimpl` of
+``chatkeep_register_backends``, and proves itself with the conformance kit. User code imports
+:mod:`chatkeep.core` instead.
+"""
+
+from chatkeep.core._errors import redact_url
+from chatkeep.core._messages import decode_records, encode_records
+from chatkeep.core.backend import hookspecs
+from chatkeep.core.backend._capabilities import SupportsMigrate, SupportsNativeTTL, SupportsReadProbe
+from chatkeep.core.backend._options import (
+    MAX_MESSAGE_BYTES,
+    TTL,
+    OptionSet,
+    StoreOption,
+    StoreOptions,
+    boolean,
+    non_negative_int,
+    positive_int,
+    positive_seconds,
+    text,
+)
+from chatkeep.core.backend._spec import BackendSpec, hookimpl
+from chatkeep.core.backend._store import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    HistoryStore,
+    SessionInfo,
+    SessionKey,
+    SessionPage,
+    StoredSession,
+    checked,
+    conflict_error,
+    owner_error,
+    session_document,
+)
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "TTL",
+    "BackendSpec",
+    "HistoryStore",
+    "OptionSet",
+    "SessionInfo",
+    "SessionKey",
+    "SessionPage",
+    "StoreOption",
+    "StoreOptions",
+    "StoredSession",
+    "SupportsMigrate",
+    "SupportsNativeTTL",
+    "SupportsReadProbe",
+    "boolean",
+    "checked",
+    "conflict_error",
+    "decode_records",
+    "encode_records",
+    "hookimpl",
+    "hookspecs",
+    "non_negative_int",
+    "owner_error",
+    "positive_int",
+    "positive_seconds",
+    "redact_url",
+    "session_document",
+    "text",
+]

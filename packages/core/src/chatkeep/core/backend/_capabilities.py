@@ -1,0 +1,36 @@
+"""What only some backends can do, as protocols checked with ``isinstance`` (never ``getattr``)."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+__all__ = ["SupportsMigrate", "SupportsNativeTTL", "SupportsReadProbe"]
+
+
+@runtime_checkable
+class SupportsMigrate(Protocol):
+    """A store with a schema that ``chatkeep migrate`` creates or upgrades."""
+
+    async def migrate(self) -> str:
+        """Create or upgrade the store's schema to this release's; returns the schema revision."""
+        ...
+
+
+@runtime_checkable
+class SupportsNativeTTL(Protocol):
+    """A store whose engine expires idle sessions itself (the ``ttl`` option)."""
+
+    @property
+    def ttl(self) -> float | None:
+        """Seconds an idle session lives (``None``: no expiry)."""
+        ...
+
+
+@runtime_checkable
+class SupportsReadProbe(Protocol):
+    """A store that counts the message records it has read: the conformance kit proves windowed reads with it."""
+
+    @property
+    def messages_read(self) -> int:
+        """How many message records this store instance has read from its backing so far."""
+        ...

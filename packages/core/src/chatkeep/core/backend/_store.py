@@ -1,0 +1,503 @@
+"""The contract every storage backend implements: :class:`HistoryStore`, a template method.
+
+Each public method checks what every backend shares once (the store is open and on its own event loop,
+the key and tenant, argument ranges, the message size limit, the session's tenant and owner), then calls
+the protected hook a backend writes (``_append``, ``_load``, ...). A backend implements only storage.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import functools
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Concatenate, TypeVar
+
+from typing_extensions import ParamSpec, Self
+
+from chatkeep.core._errors import (
+    ConcurrencyConflictError,
+    InvalidArgumentError,
+    InvalidSessionKeyError,
+    SessionOwnershipError,
+    StoreClosedError,
+    StoreLoopError,
+)
+from chatkeep.core._messages import Message, encode_records
+from chatkeep.core._session import DEFAULT_TENANT, AgentSession, validate_id
+
+if TYPE_CHECKING:
+    from chatkeep.core._sync import SyncHistoryStore
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "HistoryStore",
+    "SessionInfo",
+    "SessionKey",
+    "SessionPage",
+    "StoredSession",
+    "checked",
+    "conflict_error",
+    "owner_error",
+    "session_document",
+]
+
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    """Addresses one conversation in a store: a tenant and a session id, both compared exactly.
+
+    Raises:
+        InvalidSessionKeyError: an id is empty, longer than 1,024 characters or not valid unicode.
+    """
+
+    tenant: str = DEFAULT_TENANT
+    session_id: str = field(default="")
+
+    def __post_init__(self) -> None:
+        validate_id(self.tenant, "tenant")
+        validate_id(self.session_id, "session_id")
+
+    @classmethod
+    def of(cls, session: AgentSession) -> SessionKey:
+        """The key of ``session`` (its tenant and session id)."""
+        return cls(session.tenant, session.session_id)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """What ``list_sessions`` tells about one stored session."""
+
+    session_id: str
+    tenant: str
+    message_count: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPage:
+    """One page of ``list_sessions``, newest first; pass ``next_cursor`` back for the next (``None`` at the end)."""
+
+    items: list[SessionInfo]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSession:
+    """A session document read by ``load_session``, its opaque version (pass it to ``save_session``) and owner.
+
+    ``owner`` is the user the document is bound to within its tenant (``None``: not bound); it takes no part in
+    comparisons, so a stored session equals ``StoredSession(session, version)``. It unpacks as
+    ``session, version = await store.load_session(key)``.
+    """
+
+    session: AgentSession
+    version: str
+    owner: str | None = field(default=None, compare=False)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.session, self.version))
+
+
+def session_document(session: AgentSession) -> str:
+    """The JSON text a backend stores for a session document (what ``load_session`` hands back to the base)."""
+    return json.dumps(session.to_dict(), ensure_ascii=False)
+
+
+def owner_error() -> SessionOwnershipError:
+    """The error for a session document bound to another owner (raise it from ``_save_session``)."""
+    return SessionOwnershipError("this session belongs to another owner; refuse the request")
+
+
+def conflict_error(session_id: str, expected_version: str, *, exists: bool | None = None) -> ConcurrencyConflictError:
+    """The error for a stale ``save_session``: raise it from ``_save_session`` when the version does not match.
+
+    Args:
+        session_id: the session's id.
+        expected_version: the version the caller expected.
+        exists: whether the key has a document now (``None``: unknown).
+    """
+    now = {None: "", True: " (it has a newer version)", False: " (it has no document now)"}[exists]
+    return ConcurrencyConflictError(
+        f"session {session_id!r} changed since version {expected_version!r} was read{now}; "
+        "load it again, reapply your change and save with the new version"
+    )
+
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+def checked(
+    method: Callable[Concatenate[_S, _P], Coroutine[Any, Any, _T]],
+) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, _T]]:
+    """Give a backend's own public coroutine method (beyond the contract) the contract's lifecycle check.
+
+    A store method decorated with it raises :class:`StoreClosedError` on a closed store and
+    :class:`StoreLoopError` on another running event loop, as every contract method does.
+    """
+
+    async def call(self: _S, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        self._check_usable()
+        return await method(self, *args, **kwargs)
+
+    return functools.update_wrapper(call, method)
+
+
+def _check_key(key: object) -> SessionKey:
+    if not isinstance(key, SessionKey):
+        raise InvalidSessionKeyError(
+            f"a store call takes a SessionKey, got {type(key).__name__}; write SessionKey(tenant, session_id)"
+        )
+    return key
+
+
+def _check_count(value: object, name: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidArgumentError(f"{name} must be a whole number of {minimum} or more, got {value!r}")
+    return value
+
+
+def _check_tenant(tenant: object) -> str:
+    # Exactly the rule a SessionKey applies (InvalidSessionKeyError).
+    return validate_id(tenant, "tenant")
+
+
+def _cutoff(older_than: timedelta | datetime) -> datetime:
+    if isinstance(older_than, timedelta):
+        return datetime.now(timezone.utc) - older_than
+    if not isinstance(older_than, datetime):
+        raise InvalidArgumentError(
+            f"older_than must be a timedelta or an aware datetime, got {type(older_than).__name__}"
+        )
+    if older_than.tzinfo is None:
+        raise InvalidArgumentError(
+            "older_than must be timezone-aware (for example datetime.now(timezone.utc) - timedelta(days=30))"
+        )
+    return older_than.astimezone(timezone.utc)
+
+
+_S = TypeVar("_S", bound="HistoryStore")
+
+
+class HistoryStore(abc.ABC):
+    """Base class of a storage backend: subclass it, implement the protected hooks, and pass the conformance kit.
+
+    The public methods are the contract users call. Each checks its arguments and the store's state once,
+    then calls the hook a backend implements: ``_append``, ``_load``, ``_iter_messages``, ``_count``,
+    ``_delete``, ``_trim``, ``_list_sessions``, ``_save_session``, ``_load_session``, ``_prune`` and
+    ``_delete_tenant`` (and optionally ``_aclose`` and ``_on_loop_change``). A hook is only called with
+    valid arguments, on an open store, on the store's own event loop.
+
+    The base class keeps the rules every backend shares: ``close()`` is idempotent, a closed store raises
+    :class:`StoreClosedError`, and a store used from another running event loop than its own raises
+    :class:`StoreLoopError` (drivers' connections belong to one loop); once its loop is closed (an
+    ``asyncio.run`` ended), the next loop adopts the store.
+
+    Contract, per call:
+
+    * ``append`` is atomic (all or none, also when cancelled), acknowledged when it returns, and
+      idempotent by ``message_id`` for messages still stored; it returns how many messages were new.
+      Its cost does not depend on the history's length.
+    * ``load`` returns messages in append order; ``last=k`` reads only the k newest.
+    * ``iter_messages`` pages through the whole history in constant memory.
+    * ``count``, ``delete``, ``trim`` are exact; ``delete`` removes everything the key owned.
+    * ``list_sessions`` lists one tenant's sessions, newest first, by pages.
+    * ``save_session``/``load_session`` keep whole-session documents with opaque versions. A version is
+      never reused for a key, even after a delete, so a stale writer cannot overwrite a newer document.
+    * ``prune`` and ``delete_tenant`` remove old sessions and whole tenants.
+    * With a TTL, a session (messages and document) expires as a whole; every write restarts its TTL,
+      and an expired session is invisible to every call, ``list_sessions`` included.
+    * ``owner=None`` asserts nothing: a document bound to an owner still loads without one.
+    * Driver errors are raised as :class:`StoreUnavailableError` with the driver's exception as the cause.
+    """
+
+    #: Each stored message record may be at most this many bytes (UTF-8).
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+    def __init__(self, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        self.max_message_bytes = max_message_bytes
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    # -- lifecycle shared by every backend -------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        """Raise unless this store is open and used from its own event loop (the base calls it; backends don't)."""
+        if self._closed:
+            raise StoreClosedError(f"{type(self).__name__} is closed; open a new store to keep using it")
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop.is_closed():
+            # The loop it ran on is gone (a previous asyncio.run); its connections died with it.
+            self._loop = loop
+            self._on_loop_change()
+        else:
+            raise StoreLoopError(
+                f"{type(self).__name__} was opened on another event loop than the one running now; "
+                "open one store per event loop (for example one per thread running asyncio.run), "
+                "or use store.sync() from plain threads"
+            )
+
+    def _on_loop_change(self) -> None:  # noqa: B027 - optional hook
+        """Drop connections bound to a closed event loop (override when the backend keeps any)."""
+
+    async def close(self) -> None:
+        """Release connections; safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not loop and self._loop.is_closed():
+            # Connections of a loop that is gone cannot be closed gracefully: drop them, then release the rest.
+            self._loop = loop
+            self._on_loop_change()
+        await self._aclose()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    async def _aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release the backend's resources (called once by :meth:`close`)."""
+
+    async def __aenter__(self) -> Self:
+        if self._closed:
+            raise StoreClosedError(f"{type(self).__name__} is closed; open a new store to use it in async with")
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def sync(self) -> SyncHistoryStore:
+        """A blocking view of this store for code without asyncio (Flask, Django, notebooks).
+
+        It runs this store on a private event-loop thread; close the view (or use ``with``) to close both.
+        """
+        from chatkeep.core._sync import SyncHistoryStore
+
+        return SyncHistoryStore(self)
+
+    # -- the contract (checked here, stored by the backend's hooks) ------------------------------
+
+    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
+        """Append messages atomically; messages whose ``message_id`` is already stored are skipped.
+
+        Returns:
+            How many messages were new.
+
+        Raises:
+            MessageTooLargeError: a message is over ``max_message_bytes`` (nothing is stored).
+            StoreUnavailableError: the server failed (nothing is stored).
+        """
+        self._check_usable()
+        _check_key(key)
+        messages = list(messages)
+        records = encode_records(messages, max_bytes=self.max_message_bytes)
+        if not records:
+            return 0
+        ids = [message.message_id for message in messages]
+        if len(set(ids)) != len(ids):  # the first of each id counts, as if appended one after another
+            first = {message_id: n for n, message_id in reversed(list(enumerate(ids)))}
+            keep = sorted(first.values())
+            messages, records = [messages[n] for n in keep], [records[n] for n in keep]
+        return await self._append(key, messages, records)
+
+    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
+        """Return the history in append order; with ``last=k``, only the k newest (reading only those)."""
+        self._check_usable()
+        _check_key(key)
+        if last is not None and _check_count(last, "last", minimum=0) == 0:
+            return []
+        return await self._load(key, last)
+
+    async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
+        """Iterate over the whole history in append order, ``batch`` messages per read."""
+        self._check_usable()
+        _check_key(key)
+        _check_count(batch, "batch", minimum=1)
+        async for message in self._iter_messages(key, batch):
+            yield message
+            self._check_usable()
+
+    async def count(self, key: SessionKey) -> int:
+        """How many messages the session holds."""
+        self._check_usable()
+        return await self._count(_check_key(key))
+
+    async def delete(self, key: SessionKey) -> bool:
+        """Delete the session's messages and document; ``True`` if anything was there."""
+        self._check_usable()
+        return await self._delete(_check_key(key))
+
+    async def trim(self, key: SessionKey, keep_last: int) -> int:
+        """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
+        self._check_usable()
+        _check_key(key)
+        return await self._trim(key, _check_count(keep_last, "keep_last", minimum=0))
+
+    async def list_sessions(
+        self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
+    ) -> SessionPage:
+        """List one tenant's sessions, most recently updated first.
+
+        Raises:
+            InvalidArgumentError: ``limit`` is below 1, or ``cursor`` is not a ``next_cursor`` of this store.
+        """
+        self._check_usable()
+        _check_tenant(tenant)
+        _check_count(limit, "limit", minimum=1)
+        if cursor is not None and (not isinstance(cursor, str) or not cursor):
+            raise InvalidArgumentError(f"cursor must be the next_cursor of a previous page (a string), got {cursor!r}")
+        try:
+            return await self._list_sessions(tenant, limit, cursor)
+        except InvalidArgumentError:
+            raise
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            if cursor is None:
+                raise
+            raise InvalidArgumentError(
+                f"{cursor!r} is not a list_sessions cursor of this store; pass the next_cursor of the previous page"
+            ) from exc
+
+    async def save_session(
+        self,
+        key: SessionKey,
+        session: AgentSession,
+        *,
+        expected_version: str | None = None,
+        owner: str | None = None,
+    ) -> str:
+        """Store a whole-session document and return its new version.
+
+        Args:
+            key: where to store it (its tenant must be the session's tenant).
+            session: the session to store (as ``session.to_dict()``).
+            expected_version: ``None`` writes unconditionally; a version from ``load_session`` or an earlier
+                ``save_session`` writes only if the stored document still has that version.
+            owner: binds the document to a user within the tenant; a document bound to another owner is refused.
+
+        Raises:
+            ConcurrencyConflictError: the stored version is not ``expected_version`` (or there is none).
+            SessionOwnershipError: the document belongs to another owner, or ``session`` to another tenant.
+        """
+        self._check_usable()
+        _check_key(key)
+        if not isinstance(session, AgentSession):
+            raise InvalidArgumentError(f"save_session takes an AgentSession, got {type(session).__name__}")
+        if session.tenant != key.tenant:
+            raise SessionOwnershipError(
+                f"the session belongs to tenant {session.tenant!r}, not to the key's tenant {key.tenant!r}; "
+                "save it under SessionKey.of(session)"
+            )
+        if expected_version is not None and not isinstance(expected_version, str):
+            raise InvalidArgumentError(f"expected_version must be a version string or None, got {expected_version!r}")
+        if owner is not None:
+            validate_id(owner, "owner")
+        return await self._save_session(key, session, expected_version, owner)
+
+    async def load_session(self, key: SessionKey, *, owner: str | None = None) -> StoredSession | None:
+        """Read a session document and its version; ``None`` when there is none.
+
+        Another tenant's key is simply not found.
+
+        Raises:
+            SessionOwnershipError: ``owner`` is given and the document is bound to another owner.
+        """
+        self._check_usable()
+        _check_key(key)
+        found = await self._load_session(key)
+        if found is None:
+            return None
+        if owner is not None and found.owner is not None and found.owner != owner:
+            raise owner_error()
+        return found
+
+    async def prune(self, *, older_than: timedelta | datetime, tenant: str | None = None) -> int:
+        """Delete sessions not updated since ``older_than`` (an age or a cut-off time); returns how many."""
+        self._check_usable()
+        cutoff = _cutoff(older_than)
+        if tenant is not None:
+            _check_tenant(tenant)
+        return await self._prune(cutoff, tenant)
+
+    async def delete_tenant(self, tenant: str) -> int:
+        """Delete every session of a tenant; returns how many sessions were deleted."""
+        self._check_usable()
+        return await self._delete_tenant(_check_tenant(tenant))
+
+    # -- what a backend implements ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
+        """Store ``records`` (the encoded ``messages``, distinct ids, within the size limit) atomically.
+
+        Skip messages whose id the session still holds; return how many were new. Never called empty.
+        """
+
+    @abc.abstractmethod
+    async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
+        """The history in append order; ``last`` (1 or more) reads only the newest ``last``."""
+
+    @abc.abstractmethod
+    def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
+        """Iterate over the history, reading ``batch`` (1 or more) records at a time; stop if it is deleted."""
+
+    @abc.abstractmethod
+    async def _count(self, key: SessionKey) -> int:
+        """How many messages the session holds."""
+
+    @abc.abstractmethod
+    async def _delete(self, key: SessionKey) -> bool:
+        """Delete the session's messages and document; ``True`` if anything was there."""
+
+    @abc.abstractmethod
+    async def _trim(self, key: SessionKey, keep_last: int) -> int:
+        """Delete all but the newest ``keep_last`` (0 or more); return how many were deleted."""
+
+    @abc.abstractmethod
+    async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
+        """One page of ``tenant``'s sessions, newest first; raise ``ValueError`` for a cursor it cannot read."""
+
+    @abc.abstractmethod
+    async def _save_session(
+        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
+    ) -> str:
+        """Store :func:`session_document` of ``session`` atomically; return a version never used before for ``key``.
+
+        Raise :func:`conflict_error` when ``expected_version`` is given and not the stored one, and
+        :func:`owner_error` when ``owner`` is given and the stored document is bound to another owner;
+        bind the document to ``owner`` when given.
+        """
+
+    @abc.abstractmethod
+    async def _load_session(self, key: SessionKey) -> StoredSession | None:
+        """The stored document with its version and owner (``None`` when there is none); the base checks the owner."""
+
+    @abc.abstractmethod
+    async def _prune(self, cutoff: datetime, tenant: str | None) -> int:
+        """Delete sessions (of ``tenant``, or of every tenant) last updated before ``cutoff`` (UTC); return how many."""
+
+    @abc.abstractmethod
+    async def _delete_tenant(self, tenant: str) -> int:
+        """Delete every session of ``tenant``; return how many there were."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}{' closed' if self._closed else ''}>"
+
+    def describe(self) -> dict[str, Any]:
+        """What this store is, for logs and the CLI (no secrets)."""
+        return {"type": type(self).__name__}
