@@ -19,7 +19,7 @@ from chatkeep.core import (
     approximate_token_count,
 )
 from chatkeep.core._reducers import drop_orphan_tool_results
-from chatkeep.core.testing.scripted import ScriptedChatClient
+from chatkeep.testing.scripted import ScriptedChatClient
 
 
 def user(text: str) -> Message:

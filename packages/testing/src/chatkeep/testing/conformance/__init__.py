@@ -8,7 +8,7 @@ windowed reads, hostile ids, tenant isolation, versioned documents, listing, pru
 
     import pytest
 
-    from chatkeep.core.testing import HistoryStoreConformance, StoreFactory
+    from chatkeep.testing import HistoryStoreConformance, StoreFactory
     from chatkeep.acme import AcmeHistoryStore
 
 
@@ -52,18 +52,18 @@ The subclass contract:
   still runs and reports when the backend starts passing. Any other override, a skip mark or a
   removed standard test raises ``TypeError`` when the subclass is defined.
 
-The kit's tests are async and run on a function-scoped event loop (``pytest-asyncio``, which the
-``testing`` extra installs, in auto or strict mode). The smaller classes (:class:`AppendConformance`,
+The kit's tests are async and run on a function-scoped event loop (``pytest-asyncio``, which
+``chatkeep-testing`` installs, in auto or strict mode). The smaller classes (:class:`AppendConformance`,
 :class:`SessionDocumentConformance`, ...) can be subclassed alone while a backend is being built.
 """
 
-from chatkeep.core.testing._base import WINDOW_SLACK, ConformanceBase, StoreFactory, StoreKit
-from chatkeep.core.testing._concurrency import ConcurrencyConformance
-from chatkeep.core.testing._conformance import HistoryStoreConformance
-from chatkeep.core.testing._history import AppendConformance, ContentConformance, ReadConformance
-from chatkeep.core.testing._keys import KeyConformance, TenantIsolationConformance
-from chatkeep.core.testing._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
-from chatkeep.core.testing._sessions import ListingConformance, SessionDocumentConformance
+from chatkeep.testing.conformance._base import WINDOW_SLACK, ConformanceBase, StoreFactory, StoreKit
+from chatkeep.testing.conformance._concurrency import ConcurrencyConformance
+from chatkeep.testing.conformance._conformance import HistoryStoreConformance
+from chatkeep.testing.conformance._history import AppendConformance, ContentConformance, ReadConformance
+from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationConformance
+from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
+from chatkeep.testing.conformance._sessions import ListingConformance, SessionDocumentConformance
 
 __all__ = [
     "WINDOW_SLACK",
