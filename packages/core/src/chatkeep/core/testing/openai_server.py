@@ -1,0 +1,32 @@
+"""Deprecated: moved to :mod:`chatkeep.testing.openai_server` (see :mod:`chatkeep.core.testing`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from chatkeep.core.testing import _moved
+
+if TYPE_CHECKING:
+    from chatkeep.testing.openai_server import (
+        FakeFailure,
+        FakeHTTPResponse,
+        FakeOpenAIServer,
+        FakeReply,
+        FakeRequest,
+        FakeToolCall,
+        RouteHandler,
+    )
+
+__all__ = [
+    "FakeFailure",
+    "FakeHTTPResponse",
+    "FakeOpenAIServer",
+    "FakeReply",
+    "FakeRequest",
+    "FakeToolCall",
+    "RouteHandler",
+]
+
+
+def __getattr__(name: str) -> Any:
+    return _moved(__name__, "chatkeep.testing.openai_server", __all__, name)

@@ -1,0 +1,16 @@
+"""Deprecated: moved to :mod:`chatkeep.testing.scripted` (see :mod:`chatkeep.core.testing`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from chatkeep.core.testing import _moved
+
+if TYPE_CHECKING:
+    from chatkeep.testing.scripted import ChatRequest, ScriptedChatClient
+
+__all__ = ["ChatRequest", "ScriptedChatClient"]
+
+
+def __getattr__(name: str) -> Any:
+    return _moved(__name__, "chatkeep.testing.scripted", __all__, name)
