@@ -1,6 +1,6 @@
 """Repository-wide test configuration: which conformance-kit tests count as ``reliability`` tests here.
 
-The kit in ``chatkeep.core.testing`` ships to other projects, so its tests carry no marks of their own: its
+The kit in ``chatkeep.testing`` ships to other projects, so its tests carry no marks of their own: its
 override guard refuses any mark on a standard test, and other projects do not register this repository's
 markers. This hook marks them in this repository's runs instead, so ``pytest -m reliability`` selects them
 in every backend's conformance class.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatkeep.core.testing import ConcurrencyConformance, SessionDocumentConformance
+from chatkeep.testing import ConcurrencyConformance, SessionDocumentConformance
 
 # Kit tests with concurrent writers (tasks, event loops, processes) or cancellations.
 KIT_RELIABILITY_TESTS = frozenset(

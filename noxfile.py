@@ -31,7 +31,7 @@ REDIS_CLUSTER_URL = os.environ.get("CHATKEEP_TEST_REDIS_CLUSTER_URL", "redis+clu
 # backend -> (test paths, extra environment). Core and cross-package tests run with the reference backend.
 # CHATKEEP_TEST_SQL_URL / CHATKEEP_TEST_REDIS_URL name the one server a backend session tests against.
 BACKENDS: dict[str, tuple[list[str], dict[str, str]]] = {
-    "memory": (["packages/core/tests", "packages/memory/tests", "tests"], {}),
+    "memory": (["packages/core/tests", "packages/memory/tests", "packages/testing/tests", "tests"], {}),
     "sql-sqlite": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": "sqlite://"}),
     "sql-postgres": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": POSTGRES_URL}),
     "sql-mysql": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": MYSQL_URL}),

@@ -15,7 +15,7 @@ import pytest
 
 from chatkeep.core import AgentSession, SessionKey, open_store
 from chatkeep.core.openai import OpenAIChatClient
-from chatkeep.core.testing.openai_server import FakeOpenAIServer
+from chatkeep.testing.openai_server import FakeOpenAIServer
 
 INTERNAL = ("message_id", "created_at", "additional_properties", "_source", "source", "author_name", '"v"')
 

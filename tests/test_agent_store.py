@@ -17,7 +17,7 @@ from chatkeep.core import (
     history_provider,
     open_store,
 )
-from chatkeep.core.testing.scripted import ScriptedChatClient
+from chatkeep.testing.scripted import ScriptedChatClient
 
 
 def url() -> str:

@@ -17,9 +17,9 @@ from chatkeep.core import (
     SessionKey,
 )
 from chatkeep.core.encryption import KEYS_TENANT, DecryptionError, EncryptedStore
-from chatkeep.core.testing import HistoryStoreConformance, StoreFactory
 from chatkeep.memory import MemoryHistoryStore
 from chatkeep.memory import _store as memory_internals
+from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 CANARY = "canary-7f3a-plaintext-must-never-be-stored"
 K1, K2 = os.urandom(32), os.urandom(32)

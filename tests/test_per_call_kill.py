@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from chatkeep.core import Message, SessionKey, open_store
-from chatkeep.core.testing.openai_server import FakeOpenAIServer
+from chatkeep.testing.openai_server import FakeOpenAIServer
 
 pytestmark = pytest.mark.reliability
 

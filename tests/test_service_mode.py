@@ -26,7 +26,7 @@ from chatkeep.core import (
     open_store,
 )
 from chatkeep.core.openai import OpenAIResponsesClient
-from chatkeep.core.testing.openai_server import FakeOpenAIServer
+from chatkeep.testing.openai_server import FakeOpenAIServer
 
 
 @pytest.fixture

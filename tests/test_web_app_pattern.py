@@ -19,7 +19,7 @@ from chatkeep.core import (
     SessionOwnershipError,
     open_store,
 )
-from chatkeep.core.testing.scripted import ScriptedChatClient
+from chatkeep.testing.scripted import ScriptedChatClient
 
 
 async def handle_chat(store: HistoryStore, agent: Agent, *, tenant: str, user: str, session_id: str, text: str) -> str:

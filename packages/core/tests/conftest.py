@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from chatkeep.core.testing.openai_server import FakeOpenAIServer
+from chatkeep.testing.openai_server import FakeOpenAIServer
 
 
 @pytest.fixture

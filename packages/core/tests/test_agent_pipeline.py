@@ -23,7 +23,7 @@ from chatkeep.core import (
     SessionContext,
     ToolError,
 )
-from chatkeep.core.testing.scripted import ScriptedChatClient
+from chatkeep.testing.scripted import ScriptedChatClient
 
 
 class DictHistoryProvider(HistoryProvider):

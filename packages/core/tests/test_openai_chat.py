@@ -28,7 +28,7 @@ from chatkeep.core import (
     UsageContent,
 )
 from chatkeep.core.openai import OpenAIChatClient
-from chatkeep.core.testing.openai_server import FakeOpenAIServer
+from chatkeep.testing.openai_server import FakeOpenAIServer
 
 _ENV = ("OPENAI_MODEL", "OPENAI_CHAT_MODEL_ID", "OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_CUSTOM_HEADERS")
 

@@ -28,7 +28,7 @@ from chatkeep.core import (
     open_store,
 )
 from chatkeep.core.openai import OpenAIResponsesClient
-from chatkeep.core.testing.openai_server import FakeHTTPResponse, FakeOpenAIServer, FakeRequest
+from chatkeep.testing.openai_server import FakeHTTPResponse, FakeOpenAIServer, FakeRequest
 
 _ENV = ("OPENAI_MODEL", "OPENAI_RESPONSES_MODEL_ID", "OPENAI_BASE_URL", "OPENAI_API_KEY")
 INTERNAL = ("message_id", "created_at", "additional_properties", "_source", "author_name", '"v"', "usage")

@@ -18,7 +18,7 @@ from chatkeep.core import (
     TokenBudgetReducer,
 )
 from chatkeep.core._reducers import approximate_token_count, drop_orphan_tool_results
-from chatkeep.core.testing.scripted import ScriptedChatClient
+from chatkeep.testing.scripted import ScriptedChatClient
 
 
 def user(text: str) -> Message:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from chatkeep.core import HistoryStore
-from chatkeep.core.testing import HistoryStoreConformance, StoreFactory
 from chatkeep.memory import MemoryHistoryStore
+from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 
 class TestMemoryConformance(HistoryStoreConformance):

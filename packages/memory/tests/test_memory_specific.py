@@ -11,9 +11,9 @@ import pytest
 import chatkeep.core
 import chatkeep.core.backend
 from chatkeep.core import ChatkeepError, HistoryStore, Message, SessionKey
-from chatkeep.core.testing import HistoryStoreConformance, StoreFactory
 from chatkeep.memory import MemoryHistoryStore, MemoryURLError, open_store
 from chatkeep.memory._config import DEFAULT_NAMESPACE, parse_url
+from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 
 def _name() -> str:

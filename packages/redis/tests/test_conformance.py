@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from chatkeep.core import HistoryStore
-from chatkeep.core.testing import HistoryStoreConformance, StoreFactory
 from chatkeep.redis import RedisHistoryStore, open_store
+from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 
 class TestRedisConformance(HistoryStoreConformance):

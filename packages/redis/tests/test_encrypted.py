@@ -9,8 +9,8 @@ import pytest
 
 from chatkeep.core import AgentSession, HistoryStore, Message, SessionKey
 from chatkeep.core.encryption import EncryptedStore
-from chatkeep.core.testing import HistoryStoreConformance, StoreFactory
 from chatkeep.redis import RedisHistoryStore, open_store
+from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 MASTER = {"k1": os.urandom(32)}
 CANARY = "canary-9c2d-plaintext-must-never-be-stored"

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from chatkeep.core import HistoryStore
-from chatkeep.core.testing import HistoryStoreConformance, StoreFactory
 from chatkeep.sql import SQLHistoryStore
+from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 
 class TestSQLConformance(HistoryStoreConformance):

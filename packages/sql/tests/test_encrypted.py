@@ -11,8 +11,8 @@ import pytest
 
 from chatkeep.core import AgentSession, HistoryStore, Message, SessionKey
 from chatkeep.core.encryption import EncryptedStore
-from chatkeep.core.testing import HistoryStoreConformance, StoreFactory
 from chatkeep.sql import SQLHistoryStore
+from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 MASTER = {"k1": os.urandom(32)}
 CANARY = "canary-5b1e-plaintext-must-never-be-stored"

@@ -1,69 +1,36 @@
-"""The conformance kit: the tests every :class:`~chatkeep.core.HistoryStore` backend must pass.
+"""Deprecated: the conformance kit moved to :mod:`chatkeep.testing`, in the ``chatkeep-testing`` distribution.
 
-A backend's test module subclasses :class:`HistoryStoreConformance` and tells the kit how to open
-stores; the kit brings the tests (order, idempotent retries, concurrent writers, cancellation,
-windowed reads, hostile ids, tenant isolation, versioned documents, listing, prune, TTL, lifecycle)::
-
-    import uuid
-
-    import pytest
-
-    from chatkeep.core.testing import HistoryStoreConformance, StoreFactory
-    from chatkeep.acme import AcmeHistoryStore
-
-
-    class TestAcmeConformance(HistoryStoreConformance):
-        native_ttl = True  # the engine expires keys itself; the TTL tests run
-        multi_process = True  # child processes reach the data through store_url
-
-        @pytest.fixture
-        def store_url(self) -> str:
-            return f"acme://127.0.0.1:9999/?prefix=test-{uuid.uuid4().hex}"  # this test's own keys
-
-        @pytest.fixture
-        def make_store(self, store_url: str) -> StoreFactory:
-            # A new instance on the same data at every call; options are ttl= and max_message_bytes=.
-            return lambda **options: AcmeHistoryStore.from_url(store_url, **options)
-
-        async def messages_read(self, store) -> int:
-            return store.stats.records_read  # rows fetched or records decoded, never a timing
-
-        @pytest.mark.xfail(strict=True, reason="Acme keys hold 255 bytes at most")
-        async def test_hostile_session_ids_are_kept_apart(self, kit, store):
-            await super().test_hostile_session_ids_are_kept_apart(kit, store)
-
-The subclass contract:
-
-* ``make_store`` (a fixture, sync or async): returns a :class:`StoreFactory`, a callable
-  ``make_store(**options)`` that opens a **new** store instance on the **same** backing data each time
-  (it may return the store or an awaitable of it). The options are ``ttl=`` (seconds or a
-  ``timedelta``) and ``max_message_bytes=``. Give each test (or each run) its own backing, such as a
-  namespace, schema, key prefix or container: the kit writes under random tenants and deletes them
-  afterwards, but ``prune(tenant=None)`` is tested too and reaches everything in the backing. The kit
-  closes every store it opens.
-* ``messages_read(store)``: the read probe, the number of message records this store instance has
-  read from its backing so far. Windowed reads (``load(last=20)`` on 100,000 messages, one page of
-  ``iter_messages``) and cheap appends are proven with it, never with timings.
-* ``native_ttl`` and ``multi_process``: the only capability flags. With ``multi_process`` set,
-  ``store_url`` (a class attribute or a fixture) is a URL that ``chatkeep.core.open_store`` opens
-  in a child process on the same data.
-* Anything else the backend cannot do is declared, not hidden: override that one test with
-  ``@pytest.mark.xfail(strict=True, reason=...)`` and call ``super()`` in its body, so the test
-  still runs and reports when the backend starts passing. Any other override, a skip mark or a
-  removed standard test raises ``TypeError`` when the subclass is defined.
-
-The kit's tests are async and run on a function-scoped event loop (``pytest-asyncio``, which the
-``testing`` extra installs, in auto or strict mode). The smaller classes (:class:`AppendConformance`,
-:class:`SessionDocumentConformance`, ...) can be subclassed alone while a backend is being built.
+``chatkeep.core.testing`` and its modules ``openai_server`` and ``scripted`` still give the moved names for
+one release, each use with a ``DeprecationWarning`` naming the import to write instead. The ``testing``
+extra of ``chatkeep-core`` installs ``chatkeep-testing``.
 """
 
-from chatkeep.core.testing._base import WINDOW_SLACK, ConformanceBase, StoreFactory, StoreKit
-from chatkeep.core.testing._concurrency import ConcurrencyConformance
-from chatkeep.core.testing._conformance import HistoryStoreConformance
-from chatkeep.core.testing._history import AppendConformance, ContentConformance, ReadConformance
-from chatkeep.core.testing._keys import KeyConformance, TenantIsolationConformance
-from chatkeep.core.testing._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
-from chatkeep.core.testing._sessions import ListingConformance, SessionDocumentConformance
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chatkeep.testing.conformance import (
+        WINDOW_SLACK,
+        AppendConformance,
+        ConcurrencyConformance,
+        ConformanceBase,
+        ContentConformance,
+        HistoryStoreConformance,
+        KeyConformance,
+        LifecycleConformance,
+        ListingConformance,
+        ReadConformance,
+        RetentionConformance,
+        SessionDocumentConformance,
+        StoreFactory,
+        StoreKit,
+        TenantIsolationConformance,
+        TTLConformance,
+    )
 
 __all__ = [
     "WINDOW_SLACK",
@@ -83,3 +50,30 @@ __all__ = [
     "TTLConformance",
     "TenantIsolationConformance",
 ]
+
+
+def _moved(old: str, new: str, names: Collection[str], name: str) -> Any:
+    """``name`` from module ``new``, with a ``DeprecationWarning`` that ``old`` is the path it moved from."""
+    if name not in names:
+        raise AttributeError(f"module {old!r} has no attribute {name!r}")
+    try:
+        module = importlib.import_module(new)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not f"{new}.".startswith(f"{exc.name}."):
+            raise
+        raise ModuleNotFoundError(
+            f"{old} moved to {new}, in the chatkeep-testing distribution: "
+            'pip install chatkeep-testing (or pip install "chatkeep-core[testing]")',
+            name=exc.name,
+        ) from exc
+    warnings.warn(
+        f"{old} is deprecated and will be removed in the next release: use 'from {new} import {name}' "
+        "(the chatkeep-testing distribution, which the chatkeep-core[testing] extra installs)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return getattr(module, name)
+
+
+def __getattr__(name: str) -> Any:
+    return _moved(__name__, "chatkeep.testing", __all__, name)

@@ -1,4 +1,4 @@
-"""The Chat Completions protocol of :class:`~chatkeep.core.testing.openai_server.FakeOpenAIServer`.
+"""The Chat Completions protocol of :class:`~chatkeep.testing.openai_server.FakeOpenAIServer`.
 
 ``POST /v1/chat/completions``: a JSON completion, or SSE chunks when ``stream`` is true (with the usage chunk
 when ``stream_options.include_usage`` is set). Requests the real service would refuse get HTTP 400.

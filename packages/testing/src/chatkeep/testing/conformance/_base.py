@@ -27,7 +27,7 @@ __all__ = [
 #: How many records beyond the requested window a backend may read (a page boundary, a look-ahead row).
 WINDOW_SLACK = 10
 
-_KIT_PACKAGE = "chatkeep.core.testing"
+_KIT_PACKAGE = "chatkeep.testing.conformance"
 
 
 class StoreFactory(Protocol):

@@ -10,7 +10,7 @@ from chatkeep.core._errors import InvalidSessionKeyError, SessionOwnershipError
 from chatkeep.core._messages import Message
 from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore, SessionKey
-from chatkeep.core.testing._base import ConformanceBase, StoreKit, make_messages, message_ids, texts
+from chatkeep.testing.conformance._base import ConformanceBase, StoreKit, make_messages, message_ids, texts
 
 __all__ = ["KeyConformance", "TenantIsolationConformance"]
 

@@ -19,7 +19,14 @@ from chatkeep.core._messages import (
 )
 from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore
-from chatkeep.core.testing._base import WINDOW_SLACK, ConformanceBase, StoreKit, make_messages, message_ids, texts
+from chatkeep.testing.conformance._base import (
+    WINDOW_SLACK,
+    ConformanceBase,
+    StoreKit,
+    make_messages,
+    message_ids,
+    texts,
+)
 
 __all__ = ["AppendConformance", "ContentConformance", "ReadConformance"]
 

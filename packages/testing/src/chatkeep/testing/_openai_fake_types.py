@@ -1,6 +1,6 @@
-"""The value types :class:`~chatkeep.core.testing.openai_server.FakeOpenAIServer` is scripted and extended with.
+"""The value types :class:`~chatkeep.testing.openai_server.FakeOpenAIServer` is scripted and extended with.
 
-They are re-exported by :mod:`chatkeep.core.testing.openai_server`, the import path to use; the protocol
+They are re-exported by :mod:`chatkeep.testing.openai_server`, the import path to use; the protocol
 modules share them (and the small helpers below) without importing the server.
 """
 

@@ -10,7 +10,7 @@ import pytest
 from chatkeep.core._errors import ConcurrencyConflictError, SessionOwnershipError
 from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession
-from chatkeep.core.testing._base import ConformanceBase, StoreKit, make_messages
+from chatkeep.testing.conformance._base import ConformanceBase, StoreKit, make_messages
 
 __all__ = ["ListingConformance", "SessionDocumentConformance"]
 

@@ -13,7 +13,7 @@ from chatkeep.core._errors import StoreClosedError, StoreLoopError
 from chatkeep.core._messages import Message
 from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore, SessionKey
-from chatkeep.core.testing._base import ConformanceBase, StoreKit, make_messages, message_ids, open_from
+from chatkeep.testing.conformance._base import ConformanceBase, StoreKit, make_messages, message_ids, open_from
 
 __all__ = ["LifecycleConformance", "RetentionConformance", "TTLConformance"]
 

@@ -1,4 +1,4 @@
-"""The Responses and Conversations protocols of :class:`~chatkeep.core.testing.openai_server.FakeOpenAIServer`.
+"""The Responses and Conversations protocols of :class:`~chatkeep.testing.openai_server.FakeOpenAIServer`.
 
 ``POST /v1/responses`` (JSON, or SSE events when ``stream`` is true), ``GET /v1/responses/{id}``,
 ``POST /v1/conversations``, ``GET /v1/conversations/{id}`` and ``GET /v1/conversations/{id}/items``, with the

@@ -15,7 +15,7 @@ import pytest
 
 from chatkeep.core._messages import Message
 from chatkeep.core.backend import HistoryStore, SessionKey
-from chatkeep.core.testing._base import (
+from chatkeep.testing.conformance._base import (
     WINDOW_SLACK,
     ConformanceBase,
     StoreKit,

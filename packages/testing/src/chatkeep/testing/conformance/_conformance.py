@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from chatkeep.core.testing._concurrency import ConcurrencyConformance
-from chatkeep.core.testing._history import AppendConformance, ContentConformance, ReadConformance
-from chatkeep.core.testing._keys import KeyConformance, TenantIsolationConformance
-from chatkeep.core.testing._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
-from chatkeep.core.testing._sessions import ListingConformance, SessionDocumentConformance
+from chatkeep.testing.conformance._concurrency import ConcurrencyConformance
+from chatkeep.testing.conformance._history import AppendConformance, ContentConformance, ReadConformance
+from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationConformance
+from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
+from chatkeep.testing.conformance._sessions import ListingConformance, SessionDocumentConformance
 
 __all__ = ["HistoryStoreConformance"]
 
@@ -28,5 +28,5 @@ class HistoryStoreConformance(
 
     Subclass it once per backend (or per engine of a backend) in a ``Test*`` class, provide the
     ``make_store`` fixture and :meth:`messages_read`, set ``native_ttl`` and ``multi_process``, and
-    ``store_url`` when ``multi_process`` is true. See :mod:`chatkeep.core.testing` for an example.
+    ``store_url`` when ``multi_process`` is true. See :mod:`chatkeep.testing.conformance` for an example.
     """
