@@ -46,6 +46,7 @@ from chatkeep.core._store import (
     cutoff_time,
     ttl_seconds,
 )
+from chatkeep.core._sync import SyncHistoryStore
 from chatkeep.core._tools import FunctionTool, tool
 from chatkeep.core.plugins import BackendSpec, history_provider, installed_backends, open_store, register_plugin
 
@@ -100,6 +101,7 @@ __all__ = [
     "SessionKey",
     "SessionPage",
     "StoredSession",
+    "SyncHistoryStore",
     "FunctionTool",
     "tool",
     "BackendSpec",
