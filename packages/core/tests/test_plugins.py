@@ -6,7 +6,7 @@ Real entry-point discovery is tested in a subprocess, in the repository's tests/
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import pytest

@@ -33,6 +33,7 @@ from chatkeep.core._providers import (
 from chatkeep.core._reducers import MessageCountingReducer, Reducer, SummarizingReducer, TokenBudgetReducer
 from chatkeep.core._session import DEFAULT_TENANT, MAX_ID_LENGTH, AgentSession, ProviderSessionState
 from chatkeep.core._signing import SessionSigner
+from chatkeep.core._sync import SyncHistoryStore
 from chatkeep.core._tools import FunctionTool, tool
 from chatkeep.core.backend import HistoryStore, SessionInfo, SessionKey, SessionPage, StoredSession
 from chatkeep.core.plugins import installed_backends, open_store, register_plugin
@@ -77,6 +78,7 @@ __all__ = [
     "StoreHistoryProvider",
     "StoredSession",
     "SummarizingReducer",
+    "SyncHistoryStore",
     "TextContent",
     "TokenBudgetReducer",
     "UriContent",

@@ -23,6 +23,7 @@ from chatkeep.core._providers import (
     history_provider,
 )
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession
+from chatkeep.core._sync import LoopThread
 from chatkeep.core._tools import FunctionTool, as_tools
 from chatkeep.core.backend import HistoryStore
 
@@ -138,6 +139,8 @@ class Agent:
         self.require_per_service_call_history_persistence = require_per_service_call_history_persistence
         self.context_providers: list[ContextProvider] = list(context_providers or [])
         self._owned: list[ContextProvider] = []
+        # run_sync's private event loop; its thread starts on first use.
+        self._loop_thread = LoopThread(f"chatkeep-agent-{name}" if name else "chatkeep-agent")
         if history is not None:
             provider = self._history_provider(history)
             self.context_providers.append(provider)
@@ -397,7 +400,13 @@ class Agent:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close the stores this agent opened itself (from ``history=URL``); safe to call twice."""
+        """Close the stores this agent opened itself (from ``history=URL``); safe to call twice.
+
+        After :meth:`run_sync`, they are closed on its loop thread (the loop they ran on), which then stops.
+        """
+        await self._take_loop_thread().astop(self._close_owned())
+
+    async def _close_owned(self) -> None:
         owned, self._owned = self._owned, []
         for provider in owned:
             await provider.close()
@@ -409,6 +418,44 @@ class Agent:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+    # -- blocking use: scripts, Flask or Django views, notebooks ---------------------------------
+
+    def run_sync(
+        self, input: AgentInput = None, *, session: AgentSession | None = None, options: ChatOptions | None = None
+    ) -> AgentResponse:
+        """Run the agent like :meth:`run`, blocking until its response: for code that is not async.
+
+        The run happens on a private event-loop thread that the agent starts on first use and keeps, so the
+        stores it opened stay on one loop from call to call. It works from any thread, also from one whose
+        event loop is running (a notebook cell; that loop waits meanwhile). :meth:`close_sync` stops the thread.
+
+        Args:
+            input: text, a :class:`Message`, or a list of them.
+            session: the conversation to continue (a new one when omitted: the run then has no history).
+            options: per-run model options (``conversation_id``, ``temperature``...).
+
+        Raises:
+            SyncCallError: called from code the agent's loop thread runs (a tool of a ``run_sync`` run); await
+                :meth:`run` there.
+            HistoryModeConflictError: the run mixes service-managed and local history.
+            ModelError: the model service failed.
+            ToolError: the tool loop did not finish within ``max_tool_iterations``.
+        """
+        return self._loop_thread.run(self.run(input, session=session, options=options))
+
+    def close_sync(self) -> None:
+        """:meth:`close` for code that is not async: close the stores this agent opened, stop its loop thread.
+
+        Runs in flight on other threads finish first. ``run_sync`` still works afterwards (on a new thread), but
+        not with the stores the agent opened from ``history=URL``: they are closed.
+        """
+        self._take_loop_thread().stop(self._close_owned() if self._owned else None)
+
+    def _take_loop_thread(self) -> LoopThread:
+        """The loop thread used so far, to stop; later ``run_sync`` calls get a fresh one."""
+        loop_thread, self._loop_thread = self._loop_thread, LoopThread(self._loop_thread.name)
+        return loop_thread
 
 
 async def _call_hook(

@@ -24,6 +24,7 @@ __all__ = [
     "StoreConfigurationError",
     "StoreLoopError",
     "StoreUnavailableError",
+    "SyncCallError",
     "ToolError",
     "UnknownBackendError",
     "redact_url",
@@ -88,6 +89,13 @@ class StoreClosedError(ChatkeepError, RuntimeError):
 
 class StoreLoopError(ChatkeepError, RuntimeError):
     """A store was used from another event loop than the one it was opened on."""
+
+
+class SyncCallError(ChatkeepError, RuntimeError):
+    """A blocking call (``SyncHistoryStore``, ``Agent.run_sync``) cannot run on its private event-loop thread.
+
+    It was made from that very thread (it would wait on itself forever), or after the thread was stopped.
+    """
 
 
 class UnknownBackendError(ChatkeepError, LookupError):
