@@ -17,6 +17,7 @@ from chatkeep.core import (
     AgentSession,
     ConcurrencyConflictError,
     HistoryStore,
+    InvalidArgumentError,
     Message,
     SessionKey,
     StoreClosedError,
@@ -27,8 +28,8 @@ from chatkeep.core import (
     open_store,
 )
 from chatkeep.core.offline import OfflineChatClient
-from chatkeep.core.testing.scripted import ScriptedChatClient
 from chatkeep.memory import MemoryHistoryStore
+from chatkeep.testing.scripted import ScriptedChatClient
 
 KEY = SessionKey("acme", "chat-1")
 
@@ -48,7 +49,7 @@ def texts(messages: list[Message]) -> list[str]:
 
 @pytest.fixture
 def view() -> Iterator[SyncHistoryStore]:
-    store = SyncHistoryStore(MemoryHistoryStore(namespace()))
+    store = SyncHistoryStore(MemoryHistoryStore(namespace=namespace()))
     yield store
     store.close()
 
@@ -103,7 +104,7 @@ def test_eight_threads_append_through_one_view_and_every_append_stays_whole() ->
             ran_on.add(threading.get_ident())
             return await super().append(key, messages)
 
-    view = SyncHistoryStore(Recording(namespace()))
+    view = SyncHistoryStore(Recording(namespace=namespace()))
 
     def writer(n: int) -> None:
         for i in range(50):
@@ -167,7 +168,7 @@ def test_iter_messages_streams_5000_messages_in_order_one_batch_at_a_time() -> N
             finally:
                 finished = True
 
-    view = SyncHistoryStore(Counting(namespace()))
+    view = SyncHistoryStore(Counting(namespace=namespace()))
     try:
         written = [Message(role="user", text=f"m{i}") for i in range(5000)]
         for start in range(0, 5000, 500):
@@ -194,7 +195,7 @@ def test_iter_messages_streams_5000_messages_in_order_one_batch_at_a_time() -> N
 
 def test_iter_messages_refuses_a_bad_batch_with_the_stores_own_error(view: SyncHistoryStore) -> None:
     view.append(KEY, [Message(role="user", text="x")])
-    with pytest.raises(ValueError, match="batch must be 1 or more"):
+    with pytest.raises(InvalidArgumentError, match="batch must be a whole number of 1 or more, got 0"):
         list(view.iter_messages(KEY, batch=0))
 
 
@@ -213,7 +214,7 @@ def test_a_stale_version_raises_the_stores_concurrency_conflict(view: SyncHistor
 
 
 def test_a_store_closed_underneath_raises_its_own_store_closed_error() -> None:
-    store = MemoryHistoryStore(namespace())
+    store = MemoryHistoryStore(namespace=namespace())
     asyncio.run(store.close())
     view = SyncHistoryStore(store)
     try:
@@ -225,7 +226,7 @@ def test_a_store_closed_underneath_raises_its_own_store_closed_error() -> None:
 
 
 def test_a_closed_view_refuses_every_call_with_store_closed_error() -> None:
-    view = SyncHistoryStore(MemoryHistoryStore(namespace()))
+    view = SyncHistoryStore(MemoryHistoryStore(namespace=namespace()))
     view.append(KEY, [Message(role="user", text="kept")])
     view.close()
     assert view.closed
@@ -244,7 +245,7 @@ def test_a_call_from_the_views_own_loop_thread_raises_instead_of_hanging() -> No
         async def count(self, key: SessionKey) -> int:
             return len(view.load(key))  # blocking call on the loop that would have to run it
 
-    view = SyncHistoryStore(Reentrant(namespace()))
+    view = SyncHistoryStore(Reentrant(namespace=namespace()))
     try:
         with pytest.raises(SyncCallError, match=r"await store\.load"):
             view.count(KEY)
@@ -258,25 +259,25 @@ def test_a_call_from_the_views_own_loop_thread_raises_instead_of_hanging() -> No
 
 def test_close_is_idempotent_and_leaves_no_thread_behind() -> None:
     before = loop_threads()
-    view = SyncHistoryStore(MemoryHistoryStore(namespace()))
+    view = SyncHistoryStore(MemoryHistoryStore(namespace=namespace()))
     view.append(KEY, [Message(role="user", text="x")])
     assert len(loop_threads()) == len(before) + 1
     view.close()
     view.close()
     assert loop_threads() == before
 
-    with SyncHistoryStore(MemoryHistoryStore(namespace())) as scoped:
+    with SyncHistoryStore(MemoryHistoryStore(namespace=namespace())) as scoped:
         scoped.count(KEY)
     assert scoped.closed
     assert loop_threads() == before
 
-    SyncHistoryStore(MemoryHistoryStore(namespace())).close()  # never used
+    SyncHistoryStore(MemoryHistoryStore(namespace=namespace())).close()  # never used
     assert loop_threads() == before
 
 
 def test_a_view_or_agent_dropped_without_close_does_not_leak_its_thread() -> None:
     before = loop_threads()
-    view = SyncHistoryStore(MemoryHistoryStore(namespace()))
+    view = SyncHistoryStore(MemoryHistoryStore(namespace=namespace()))
     view.count(KEY)
     agent = OfflineChatClient().as_agent(name="dropped")
     agent.run_sync("hi")
@@ -298,7 +299,7 @@ def test_close_lets_a_call_in_flight_on_another_thread_finish() -> None:
             await asyncio.sleep(0.3)
             return await super().count(key)
 
-    view = SyncHistoryStore(Slow(namespace()))
+    view = SyncHistoryStore(Slow(namespace=namespace()))
     view.append(KEY, [Message(role="user", text="x")])
     results: list[object] = []
     reader = threading.Thread(target=lambda: results.append(view.count(KEY)))
@@ -314,14 +315,14 @@ def test_close_lets_a_call_in_flight_on_another_thread_finish() -> None:
 
 
 def test_two_asyncio_runs_in_a_row_share_one_async_store() -> None:
-    store = MemoryHistoryStore(namespace())
+    store = MemoryHistoryStore(namespace=namespace())
     asyncio.run(store.append(KEY, [Message(role="user", text="first run")]))
     assert texts(asyncio.run(store.load(KEY))) == ["first run"]
     asyncio.run(store.close())
 
 
 def test_one_async_store_on_two_running_loops_at_once_raises_store_loop_error() -> None:
-    store = MemoryHistoryStore(namespace())
+    store = MemoryHistoryStore(namespace=namespace())
     bound, tried = threading.Event(), threading.Event()
     outcome: list[BaseException | int] = []
 

@@ -41,7 +41,7 @@ def _msgs(n: int, label: str = "m") -> list[Message]:
         ("unix:///run/redis.sock?db=1", "unix:///run/redis.sock?db=1", False, "/run/redis.sock"),
         ("redis+cluster://127.0.0.1:7000", "redis://127.0.0.1:7000", True, "127.0.0.1:7000"),
         ("redis+cluster://a:7000,b:7001/", "redis://a:7000", True, "a:7000, b:7001"),
-        ("redis://h:1/0?prefix=p&ttl=5&max_messages=9&client_name=x", "redis://h:1/0?client_name=x", False, "h:1"),
+        ("redis://h:1/0?prefix=p&ttl=5&keep_last=9&client_name=x", "redis://h:1/0?client_name=x", False, "h:1"),
     ],
 )
 def test_urls(url: str, driver_url: str, cluster: bool, address: str) -> None:
@@ -50,13 +50,13 @@ def test_urls(url: str, driver_url: str, cluster: bool, address: str) -> None:
 
 
 def test_options_and_keyword_overrides() -> None:
-    config = parse_url("redis://h/0?prefix=app&ttl=2.5&max_messages=100&max_message_bytes=1000&socket_timeout=3")
-    assert (config.prefix, config.ttl, config.max_messages, config.max_message_bytes) == ("app", 2.5, 100, 1000)
+    config = parse_url("redis://h/0?prefix=app&ttl=2.5&keep_last=100&max_message_bytes=1000&socket_timeout=3")
+    assert (config.prefix, config.ttl, config.keep_last, config.max_message_bytes) == ("app", 2.5, 100, 1000)
     assert (config.socket_timeout, config.connect_timeout) == (3.0, 5.0)
-    config = parse_url("redis://h/0?ttl=2.5", ttl=timedelta(seconds=9), prefix="other", max_messages=None)
-    assert (config.ttl, config.prefix, config.max_messages) == (timedelta(seconds=9), "other", None)
-    store = open_store("redis://h/0?ttl=3&max_messages=7", max_message_bytes=123)
-    assert (store.ttl, store.max_messages, store.max_message_bytes, store.prefix) == (3.0, 7, 123, "chatkeep")
+    config = parse_url("redis://h/0?ttl=2.5", ttl=timedelta(seconds=9), prefix="other", keep_last=None)
+    assert (config.ttl, config.prefix, config.keep_last) == (9.0, "other", None)  # a timedelta becomes seconds
+    store = open_store("redis://h/0?ttl=3&keep_last=7", max_message_bytes=123)
+    assert (store.ttl, store.keep_last, store.max_message_bytes, store.prefix) == (3.0, 7, 123, "chatkeep")
 
 
 @pytest.mark.parametrize(
@@ -66,8 +66,10 @@ def test_options_and_keyword_overrides() -> None:
         "redis:/localhost",
         "http://localhost",
         "redis://h/0?ttl=soon",
-        "redis://h/0?max_messages=0",
-        "redis://h/0?max_messages=1.5",
+        "redis://h/0?keep_last=0",
+        "redis://h/0?max_messages=5",  # the storage cap is keep_last; max_messages is the load window
+        "redis://h/0?keep_last=1.5",
+        "redis://h/0?bogus=1",  # neither chatkeep's nor redis-py's: refused at open, not at the first command
         "redis://h/0?max_message_bytes=0",
         "redis://h/0?socket_timeout=-1",
         "redis://h/0?prefix=a{b}",
@@ -87,9 +89,9 @@ def test_bad_urls_are_refused_clearly(url: str) -> None:
 
 
 def test_bad_options_and_passwords_in_messages() -> None:
-    with pytest.raises(TypeError, match="prefix, ttl"):
+    with pytest.raises(RedisURLError, match="'tll'; the options are prefix, ttl, keep_last"):
         open_store("redis://h/0", tll=3)
-    with pytest.raises(ValueError, match="ttl must be positive"):
+    with pytest.raises(RedisURLError, match="ttl=0 must be a positive"):
         open_store("redis://h/0", ttl=0)
     with pytest.raises(RedisURLError) as caught:
         open_store("redis://:hunter2@h/0?ttl=soon")
@@ -132,9 +134,9 @@ async def test_session_keys_share_a_slot_and_ids_never_reach_other_keys(redis_ur
         assert session_id not in h[len(redis_prefix) :] or session_id in ("x",)
 
 
-async def test_max_messages_trims_in_the_append_and_forgets_trimmed_ids(redis_url: str, raw_redis: Any) -> None:
+async def test_keep_last_trims_in_the_append_and_forgets_trimmed_ids(redis_url: str, raw_redis: Any) -> None:
     key = SessionKey("t", "capped")
-    async with open_store(redis_url, max_messages=5) as store:
+    async with open_store(redis_url, keep_last=5) as store:
         first, second = _msgs(3, "a"), _msgs(4, "b")
         assert await store.append(key, first) == 3
         assert await store.append(key, second) == 4
@@ -207,11 +209,11 @@ async def test_provider_never_starts_a_trimmed_history_with_an_orphan_tool_resul
     call = Message(role="assistant", contents=[FunctionCallContent(call_id="c1", name="weather")])
     result = Message(role="tool", contents=[FunctionResultContent(call_id="c1", result="sunny")])
     answer = Message(role="assistant", text="It is sunny.")
-    async with open_store(redis_url, max_messages=2) as store:
+    async with open_store(redis_url, keep_last=2) as store:
         await store.append(key, [Message(role="user", text="weather?"), call, result, answer])
         assert [m.role for m in await store.load(key)] == ["tool", "assistant"]  # the call was trimmed away
         provider = RedisHistoryProvider(store, max_messages=10)
-        loaded = await provider.get_messages("tools")
+        loaded = await provider.get_messages("tools", key=key)
         assert [m.message_id for m in loaded] == [answer.message_id]
         await provider.close()
         assert not store.closed  # the provider does not own a store handed to it
@@ -219,7 +221,7 @@ async def test_provider_never_starts_a_trimmed_history_with_an_orphan_tool_resul
 
 async def test_provider_from_url_owns_its_store(redis_url: str) -> None:
     provider = RedisHistoryProvider(redis_url, max_messages=2)
-    await provider.save_messages("s", _msgs(3), tenant="t")
-    assert [m.text for m in await provider.get_messages("s", tenant="t")] == ["m-1", "m-2"]
+    await provider.save_messages("s", _msgs(3), key=SessionKey("t", "s"))
+    assert [m.text for m in await provider.get_messages("s", key=SessionKey("t", "s"))] == ["m-1", "m-2"]
     await provider.close()
     assert provider.store.closed

@@ -88,13 +88,15 @@ def test_bad_urls_are_refused_clearly(url: str) -> None:
 
 
 def test_unknown_options_are_refused_at_open() -> None:
-    with pytest.raises(SQLURLError, match="no ttl option: it has no native TTL; delete old sessions with store.prune"):
+    with pytest.raises(
+        SQLURLError, match=r"no ttl option: it has no native TTL; delete old sessions with store\.prune"
+    ):
         open_store("sqlite:///x.db", ttl=5)
     with pytest.raises(SQLURLError, match="'bogus'; the options are max_message_bytes, schema"):
         open_store("sqlite:///x.db?bogus=1")
     with pytest.raises(SQLURLError, match="'synchronous'"):  # SQLite takes no driver options: nothing is ignored
         open_store("sqlite:///x.db?synchronous=full")
-    with pytest.raises(SQLURLError, match="'bogus'.*or an option of the asyncpg driver"):
+    with pytest.raises(SQLURLError, match=r"'bogus'.*or an option of the asyncpg driver"):
         open_store("postgresql+asyncpg://u@127.0.0.1:1/db?bogus=1")
     with pytest.raises(SQLURLError, match="pool_size=0 must be a whole number of 1 or more"):
         open_store("postgresql+asyncpg://u@127.0.0.1:1/db", pool_size=0)

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit
 
-from chatkeep.core import DEFAULT_MAX_MESSAGE_BYTES, StoreConfigurationError, redact_url
+from chatkeep.core import StoreConfigurationError
+from chatkeep.core.backend import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    MAX_MESSAGE_BYTES,
+    TTL,
+    OptionSet,
+    StoreOption,
+    positive_int,
+    positive_seconds,
+    redact_url,
+)
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_PREFIX",
     "DEFAULT_SOCKET_TIMEOUT",
+    "OPTIONS",
     "RedisConfig",
     "RedisURLError",
     "parse_url",
@@ -23,19 +35,60 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_SOCKET_TIMEOUT = 10.0
 
 _SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
-# chatkeep's own options; any other query option goes to redis-py (socket_keepalive, client_name, ssl_*...).
-_OPTIONS = ("prefix", "ttl", "max_messages", "max_message_bytes", "socket_timeout", "connect_timeout")
-_NUMBERS: dict[str, type] = {
-    "ttl": float,
-    "max_messages": int,
-    "max_message_bytes": int,
-    "socket_timeout": float,
-    "connect_timeout": float,
-}
 
 
 class RedisURLError(StoreConfigurationError):
     """A Redis store URL or one of its options is malformed."""
+
+
+def check_prefix(prefix: object) -> str:
+    """Validate a key prefix: non-empty text without ``{`` or ``}`` (they would change the cluster hash tag)."""
+    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+        raise ValueError("must be non-empty text without braces (braces would move keys to other cluster slots)")
+    return prefix
+
+
+@functools.lru_cache(maxsize=1)
+def _redis_py_options() -> frozenset[str]:
+    """The query options redis-py's connections and pools take (anything else would fail at the first command)."""
+    from redis.asyncio import RedisCluster, connection
+
+    names = set(connection.URL_QUERY_ARGUMENT_PARSERS)
+    for target in (
+        connection.AbstractConnection,
+        connection.Connection,
+        connection.SSLConnection,
+        connection.UnixDomainSocketConnection,
+        connection.ConnectionPool,
+        RedisCluster,
+    ):
+        names |= {
+            p.name
+            for p in inspect.signature(target).parameters.values()
+            if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD
+        }
+    # chatkeep sets these itself (its own options or fixed choices).
+    return frozenset(names - {"host", "port", "path", "decode_responses", "socket_connect_timeout", "startup_nodes"})
+
+
+#: chatkeep's options (URL query or keywords); other query options must be redis-py's and go to it.
+OPTIONS = OptionSet(
+    "Redis",
+    [
+        StoreOption("prefix", check_prefix, DEFAULT_PREFIX, "the first segment of every key"),
+        TTL,
+        StoreOption(
+            "keep_last", positive_int, None, "keep at most this many newest messages per session (trimmed on append)"
+        ),
+        MAX_MESSAGE_BYTES,
+        StoreOption("socket_timeout", positive_seconds, DEFAULT_SOCKET_TIMEOUT, "seconds a command may wait"),
+        StoreOption("connect_timeout", positive_seconds, DEFAULT_CONNECT_TIMEOUT, "seconds a connection may take"),
+    ],
+    error=RedisURLError,
+    driver_option=lambda name: name in _redis_py_options(),
+    driver="redis-py",
+    hints={"max_messages": "the storage cap is keep_last; max_messages is a history provider's load window"},
+)
 
 
 @dataclass(frozen=True)
@@ -47,7 +100,7 @@ class RedisConfig:
         cluster: connect with the Redis Cluster client (``redis+cluster://``).
         prefix: every key this store writes starts with ``PREFIX:``; stores with other prefixes never meet.
         ttl: seconds an idle session lives (``None``: forever); every write restarts it.
-        max_messages: keep at most this many newest messages per session, trimmed in the same step as an append.
+        keep_last: keep at most this many newest messages per session, trimmed in the same step as an append.
         max_message_bytes: the largest message record accepted, in UTF-8 bytes.
         socket_timeout: seconds a command may wait for the server before the call fails.
         connect_timeout: seconds a connection attempt may take before the call fails.
@@ -58,8 +111,8 @@ class RedisConfig:
     url: str
     cluster: bool = False
     prefix: str = DEFAULT_PREFIX
-    ttl: float | timedelta | None = None
-    max_messages: int | None = None
+    ttl: float | None = None
+    keep_last: int | None = None
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     socket_timeout: float = DEFAULT_SOCKET_TIMEOUT
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
@@ -82,32 +135,16 @@ class RedisConfig:
         return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
 
 
-def check_prefix(prefix: object) -> str:
-    """Validate a key prefix: non-empty text without ``{`` or ``}`` (they would change the cluster hash tag)."""
-    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
-        raise RedisURLError(
-            f"the Redis store prefix must be non-empty text without braces, got {prefix!r}; "
-            "braces would move keys to other cluster slots"
-        )
-    return prefix
-
-
 def parse_url(url: str, **options: Any) -> RedisConfig:
-    """Read a Redis URL, e.g. ``redis://[[user]:password@]host[:port][/db][?prefix=P&ttl=S&max_messages=N]``.
+    """Read a Redis URL, e.g. ``redis://[[user]:password@]host[:port][/db][?prefix=P&ttl=S&keep_last=N]``.
 
     ``redis+cluster://host:port[,host:port...]`` connects to a Redis Cluster, ``unix:///path/redis.sock?db=0``
     to a socket. Keyword options override the query; ``None`` means "not given".
 
     Raises:
-        RedisURLError: the scheme is not a Redis one, or an option is malformed.
-        TypeError: an unknown keyword option.
+        RedisURLError: the scheme is not a Redis one, or an option is unknown (neither chatkeep's nor
+            redis-py's) or malformed.
     """
-    unknown = sorted(set(options) - set(_OPTIONS))
-    if unknown:
-        raise TypeError(
-            f"Redis stores take no option {', '.join(unknown)}; the options are {', '.join(_OPTIONS)} "
-            "(other redis-py settings go in the URL query)"
-        )
     shown = redact_url(url)
     try:
         parts = urlsplit(url)
@@ -121,41 +158,8 @@ def parse_url(url: str, **options: Any) -> RedisConfig:
         )
     if parts.fragment:
         raise RedisURLError(f"{shown!r} has a fragment (#...); remove it")
-    ours: dict[str, Any] = {}
-    passed: list[tuple[str, str]] = []
-    try:
-        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError:
-        raise RedisURLError(f"the query of {shown!r} is malformed; write ?name=value&name=value") from None
-    for name, value in pairs:
-        if name in _NUMBERS:
-            ours[name] = _number(name, value)
-        elif name == "prefix":
-            ours[name] = value
-        else:
-            passed.append((name, value))
-    ours.update({name: value for name, value in options.items() if value is not None})
-
-    prefix = check_prefix(ours.get("prefix", DEFAULT_PREFIX))
-    max_bytes = ours.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-        raise RedisURLError(
-            f"the Redis store option max_message_bytes must be a positive whole number, got {max_bytes!r}"
-        )
-    max_messages = ours.get("max_messages")
-    if max_messages is not None and (
-        isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1
-    ):
-        raise RedisURLError(
-            f"the Redis store option max_messages must be a positive whole number (or absent), got {max_messages!r}"
-        )
-    timeouts = {}
-    for name, default in (("socket_timeout", DEFAULT_SOCKET_TIMEOUT), ("connect_timeout", DEFAULT_CONNECT_TIMEOUT)):
-        value = ours.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise RedisURLError(f"the Redis store option {name} must be a positive number of seconds, got {value!r}")
-        timeouts[name] = float(value)
-
+    parsed = OPTIONS.parse(parts.query, options, url=url)
+    ours = parsed.values
     nodes: tuple[tuple[str, int], ...] = ()
     cluster = scheme == "redis+cluster"
     netloc = parts.netloc
@@ -177,17 +181,17 @@ def parse_url(url: str, **options: Any) -> RedisConfig:
         if db and not db.isdigit():
             raise RedisURLError(f"{shown!r} selects database {db!r}; the path must be a database number like /0")
     # Built by hand: urlunsplit drops the "//" of unix:///path.
-    query = urlencode(passed)
+    query = urlencode(parsed.driver)
     driver_url = f"{scheme}://{netloc}{'' if cluster else parts.path}{'?' + query if query else ''}"
     return RedisConfig(
         url=driver_url,
         cluster=cluster,
-        prefix=prefix,
-        ttl=ours.get("ttl"),
-        max_messages=max_messages,
-        max_message_bytes=max_bytes,
-        socket_timeout=timeouts["socket_timeout"],
-        connect_timeout=timeouts["connect_timeout"],
+        prefix=ours["prefix"],
+        ttl=ours["ttl"],
+        keep_last=ours["keep_last"],
+        max_message_bytes=ours["max_message_bytes"],
+        socket_timeout=ours["socket_timeout"],
+        connect_timeout=ours["connect_timeout"],
         startup_nodes=nodes,
         given_url=url,
     )
@@ -202,11 +206,3 @@ def _host_port(item: str, shown: str) -> tuple[str, int]:
     if not port.isdigit() or not host:
         raise RedisURLError(f"{shown!r} names the cluster node {item!r}; write HOST:PORT with a number")
     return host, int(port)
-
-
-def _number(name: str, text: str) -> float | int:
-    try:
-        return _NUMBERS[name](text)  # type: ignore[no-any-return]
-    except ValueError:
-        kind = "a whole number" if _NUMBERS[name] is int else "a number of seconds"
-        raise RedisURLError(f"the Redis store option {name}={text!r} must be {kind}") from None

@@ -25,11 +25,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from chatkeep.core import SessionKey
-
 __all__ = [
     "INDEX_GRACE_US",
-    "check_tenant",
     "decode_cursor",
     "encode_cursor",
     "now_us",
@@ -77,10 +74,6 @@ def to_datetime(us: int | float | bytes | str) -> datetime:
     return datetime.fromtimestamp(int(float(us)) / 1e6, tz=timezone.utc)
 
 
-def check_tenant(tenant: str) -> None:
-    SessionKey(tenant, "-")  # validates the tenant exactly as a key would (InvalidSessionKeyError)
-
-
 def encode_cursor(score: int, session_id: str) -> str:
     raw = json.dumps([int(score), session_id], ensure_ascii=False).encode()
     return base64.urlsafe_b64encode(raw).decode()
@@ -91,9 +84,7 @@ def decode_cursor(cursor: str) -> tuple[int, bytes]:
         score, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
         return int(score), str(session_id).encode()
     except (ValueError, TypeError, binascii.Error) as exc:
-        raise ValueError(
-            f"{cursor!r} is not a list_sessions cursor; pass the next_cursor of the previous page"
-        ) from exc
+        raise ValueError(f"{cursor!r} is not a list_sessions cursor") from exc
 
 
 def pairs(rows: list[Any]) -> list[tuple[bytes, int]]:

@@ -11,37 +11,37 @@ import json
 import math
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NoReturn
 
 from chatkeep.core import (
-    DEFAULT_TENANT,
     AgentSession,
-    ConcurrencyConflictError,
-    HistoryStore,
+    BackendHistoryProvider,
     Message,
     SessionInfo,
     SessionKey,
-    SessionOwnershipError,
     SessionPage,
     StoreConfigurationError,
-    StoredSession,
     StoreUnavailableError,
-    cutoff_time,
+)
+from chatkeep.core.backend import (
+    HistoryStore,
+    StoredSession,
+    conflict_error,
     decode_records,
-    encode_records,
+    owner_error,
     redact_url,
-    ttl_seconds,
+    session_document,
 )
 from chatkeep.redis import _layout, _scripts
-from chatkeep.redis._config import check_prefix, parse_url
+from chatkeep.redis._config import parse_url
 from chatkeep.redis._fastpath import FastConnection, fast_target
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-__all__ = ["RedisHistoryStore", "open_store"]
+__all__ = ["RedisHistoryProvider", "RedisHistoryStore", "open_store"]
 
 RedisClient = Redis | RedisCluster
 
@@ -80,53 +80,35 @@ class RedisHistoryStore(HistoryStore):
 
     Every append is one Lua script: idempotent by ``message_id`` (for messages still stored: the ids of
     trimmed or deleted messages are forgotten), contiguous under concurrent writers, refreshing the TTL and
-    trimming to ``max_messages`` in the same atomic step. ``load(last=k)`` reads only the k newest records.
+    trimming to ``keep_last`` in the same atomic step. ``load(last=k)`` reads only the k newest records.
 
     Opened from a ``redis://`` or ``unix://`` URL with hiredis installed, the store runs ``append``, ``load``
     and ``count`` on its own pipelined asyncio connection (``chatkeep.redis._fastpath``) and the rest on
     redis-py; a cluster, a client handed in, TLS and redis-py query options use redis-py for everything.
 
     Args:
-        url: ``redis://``, ``rediss://``, ``unix://`` or ``redis+cluster://`` (see :func:`open_store`);
-            ignored for the connection when ``client`` is given.
+        url: ``redis://``, ``rediss://``, ``unix://`` or ``redis+cluster://`` (see :func:`open_store`); ``None``
+            means ``redis://localhost:6379/0``. Only its options count when ``client`` is given.
         client: an existing ``redis.asyncio.Redis`` or ``RedisCluster`` (with ``decode_responses=False``);
             the store uses it and leaves it open when closed.
-        prefix: the first segment of every key; stores on other prefixes never meet.
-        ttl: seconds (or a ``timedelta``) an idle session lives; each write by this store restarts it.
-        max_messages: keep at most this many newest messages per session (trimmed in the append itself).
-        max_message_bytes: the largest message record accepted, in UTF-8 bytes.
-        socket_timeout: seconds a command may wait for the server.
-        connect_timeout: seconds a connection attempt may take.
+        **options: the URL's options as keywords: ``prefix`` (the first segment of every key; stores on other
+            prefixes never meet), ``ttl`` (seconds or a ``timedelta`` an idle session lives; each write restarts
+            it), ``keep_last`` (keep at most this many newest messages per session, trimmed in the append
+            itself), ``max_message_bytes``, ``socket_timeout`` and ``connect_timeout`` (seconds).
+
+    Raises:
+        RedisURLError: the URL or an option is malformed, or an option is neither chatkeep's nor redis-py's.
     """
 
-    def __init__(
-        self,
-        url: str = "redis://localhost:6379/0",
-        *,
-        client: RedisClient | None = None,
-        prefix: str | None = None,
-        ttl: float | timedelta | None = None,
-        max_messages: int | None = None,
-        max_message_bytes: int | None = None,
-        socket_timeout: float | None = None,
-        connect_timeout: float | None = None,
-    ) -> None:
-        config = parse_url(
-            url,
-            prefix=prefix,
-            ttl=ttl,
-            max_messages=max_messages,
-            max_message_bytes=max_message_bytes,
-            socket_timeout=socket_timeout,
-            connect_timeout=connect_timeout,
-        )
+    def __init__(self, url: str | None = None, *, client: RedisClient | None = None, **options: Any) -> None:
+        config = parse_url(url or "redis://localhost:6379/0", **options)
         super().__init__(max_message_bytes=config.max_message_bytes)
         self.config = config
-        self.prefix = check_prefix(config.prefix)
-        self.ttl = ttl_seconds(config.ttl)
-        self.max_messages = config.max_messages
+        self.prefix = config.prefix
+        self.ttl = config.ttl
+        self.keep_last = config.keep_last
         self._ttl_ms = 0 if self.ttl is None else max(1, math.ceil(self.ttl * 1000))
-        self._cap = self.max_messages or 0
+        self._cap = self.keep_last or 0
         self._owns_client = client is None
         if client is not None:
             kwargs = client.get_connection_kwargs() if isinstance(client, Redis) else client.connection_kwargs  # type: ignore[no-untyped-call]
@@ -141,7 +123,7 @@ class RedisHistoryStore(HistoryStore):
         self._fast: FastConnection | None = None
         self._cluster = isinstance(client, RedisCluster) if client is not None else config.cluster
         self._tenants_key = f"{self.prefix}:tenants"
-        self.messages_read = 0
+        self._messages_read = 0
         self.bytes_read = 0
 
     # -- connection ------------------------------------------------------------------------------
@@ -171,7 +153,6 @@ class RedisHistoryStore(HistoryStore):
             ) from exc
 
     def _redis(self) -> RedisClient:
-        self._check_usable()
         client = self._client
         if client is None:
             client = self._client = self._new_client()
@@ -301,7 +282,7 @@ class RedisHistoryStore(HistoryStore):
             "cluster": self._cluster,
             "prefix": self.prefix,
             "ttl": self.ttl,
-            "max_messages": self.max_messages,
+            "keep_last": self.keep_last,
         }
 
     def __repr__(self) -> str:
@@ -309,17 +290,13 @@ class RedisHistoryStore(HistoryStore):
             f"<{type(self).__name__} {self.config.shown_url} prefix={self.prefix!r}{' closed' if self.closed else ''}>"
         )
 
-    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
-        """Append messages in one atomic script, skipping ids already stored; returns how many were new.
+    @property
+    def messages_read(self) -> int:
+        """How many message records this store has read (the conformance kit's read probe)."""
+        return self._messages_read
 
-        Raises:
-            MessageTooLargeError: a message is over ``max_message_bytes`` (checked before anything is sent).
-            StoreUnavailableError: Redis failed or is unreachable (nothing is stored).
-        """
-        self._check_usable()
-        records = encode_records(messages, max_bytes=self.max_message_bytes)
-        if not records:
-            return 0
+    async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
+        """Append in one atomic script, skipping ids already stored; returns how many were new."""
         h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
         now = _layout.now_us()
         args = [now, self._ttl_ms, self._cap, len(records), key.tenant, key.session_id]
@@ -333,27 +310,18 @@ class RedisHistoryStore(HistoryStore):
         return int(added)
 
     def _decode(self, records: list[bytes]) -> list[Message]:
-        self.messages_read += len(records)
+        self._messages_read += len(records)
         self.bytes_read += sum(map(len, records))
         return decode_records(records)
 
-    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
+    async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
         """The history in append order; with ``last=k`` only the k newest (one ``LRANGE`` of k records)."""
-        self._check_usable()
-        if last is not None:
-            if last < 0:
-                raise ValueError(f"last must be 0 or more, got {last}")
-            if last == 0:
-                return []
         m = _layout.session_keys(self.prefix, key.tenant, key.session_id)[1]
         records = await self._hot_command("LRANGE", m, 0 if last is None else -last, -1)
         return self._decode(records) if records else []
 
-    async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
+    async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         """Iterate over the history in append order, ``batch`` records per read (resuming by sequence number)."""
-        self._check_usable()
-        if batch < 1:
-            raise ValueError(f"batch must be 1 or more, got {batch}")
         h, m, _, _ = _layout.session_keys(self.prefix, key.tenant, key.session_id)
         seq, created = -1, b""
         while True:
@@ -365,16 +333,12 @@ class RedisHistoryStore(HistoryStore):
                 return
             for message in self._decode(records):
                 yield message
-            self._check_usable()
 
-    async def count(self, key: SessionKey) -> int:
-        """How many messages the session holds."""
-        self._check_usable()
+    async def _count(self, key: SessionKey) -> int:
         return int(await self._hot_command("LLEN", _layout.session_keys(self.prefix, key.tenant, key.session_id)[1]))
 
-    async def delete(self, key: SessionKey) -> bool:
+    async def _delete(self, key: SessionKey) -> bool:
         """Delete the session's messages, ids and document; ``True`` if anything was there."""
-        self._check_usable()
         h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
         updated = await self._script(_scripts.DELETE, (h, m, i), ())
         if updated is None:
@@ -382,24 +346,15 @@ class RedisHistoryStore(HistoryStore):
         await self._script(_scripts.DROP_INDEX_ENTRY, (index,), (key.session_id, int(updated)))
         return True
 
-    async def trim(self, key: SessionKey, keep_last: int) -> int:
+    async def _trim(self, key: SessionKey, keep_last: int) -> int:
         """Delete all but the ``keep_last`` newest messages (and forget their ids); returns how many."""
-        self._check_usable()
-        if keep_last < 0:
-            raise ValueError(f"keep_last must be 0 or more, got {keep_last}")
         h, m, i, _ = _layout.session_keys(self.prefix, key.tenant, key.session_id)
         return int(await self._script(_scripts.TRIM, (h, m, i), (keep_last, self._ttl_ms)))
 
     # -- sessions --------------------------------------------------------------------------------
 
-    async def list_sessions(
-        self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
-    ) -> SessionPage:
+    async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One tenant's sessions, most recently updated first, from the tenant's index (never a keyspace scan)."""
-        self._check_usable()
-        _layout.check_tenant(tenant)
-        if limit < 1:
-            raise ValueError(f"limit must be 1 or more, got {limit}")
         after = _layout.decode_cursor(cursor) if cursor is not None else None
         index = _layout.tenant_index(self.prefix, tenant)
         top: Any = "+inf" if after is None else after[0]
@@ -454,23 +409,11 @@ class RedisHistoryStore(HistoryStore):
         await self._scripts(_scripts.DROP_INDEX_ENTRY, dead)
         return found
 
-    async def save_session(
-        self,
-        key: SessionKey,
-        session: AgentSession,
-        *,
-        expected_version: str | None = None,
-        owner: str | None = None,
+    async def _save_session(
+        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
     ) -> str:
-        """Store a whole-session document (version checked in the same script); returns its new version.
-
-        Raises:
-            ConcurrencyConflictError: the stored version is not ``expected_version`` (or there is none).
-            SessionOwnershipError: the document is bound to another owner, or ``session`` is another tenant's.
-        """
-        self._check_usable()
-        self._check_session_tenant(key, session)
-        document = json.dumps(session.to_dict(), ensure_ascii=False)
+        """Store a whole-session document (version and owner checked in the same script)."""
+        document = session_document(session)
         version = uuid.uuid4().hex
         h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
         now = _layout.now_us()
@@ -490,37 +433,25 @@ class RedisHistoryStore(HistoryStore):
             ),
         )
         if outcome == b"owner":
-            raise SessionOwnershipError("this session belongs to another owner; refuse the request")
+            raise owner_error()
         if outcome == b"conflict":
-            raise ConcurrencyConflictError(
-                f"session {key.session_id!r} changed since version {expected_version!r} was read (or has no "
-                "document); load it again, reapply your change and save with the new version"
-            )
+            raise conflict_error(key.session_id, expected_version or "")
         return version
 
-    async def load_session(self, key: SessionKey, *, owner: str | None = None) -> StoredSession | None:
-        """Read a session document and its version; ``None`` when the key has none.
-
-        Raises:
-            SessionOwnershipError: ``owner`` is given and the document is bound to another owner.
-        """
-        self._check_usable()
+    async def _load_session(self, key: SessionKey) -> StoredSession | None:
         h = _layout.session_keys(self.prefix, key.tenant, key.session_id)[0]
         document, version, stored_owner = await self._command("HMGET", h, "doc", "ver", "owner")
         if document is None or version is None:
             return None
-        if owner is not None and stored_owner is not None and stored_owner != owner.encode():
-            raise SessionOwnershipError("this session belongs to another owner; refuse the request")
-        return StoredSession(AgentSession.from_dict(json.loads(document)), version.decode())
+        owner = None if stored_owner is None else stored_owner.decode()
+        return StoredSession(AgentSession.from_dict(json.loads(document)), version.decode(), owner)
 
     # -- retention -------------------------------------------------------------------------------
 
-    async def prune(self, *, older_than: timedelta | datetime, tenant: str | None = None) -> int:
-        """Delete sessions not updated since ``older_than``, found through the indexes; returns how many."""
-        self._check_usable()
-        cutoff = int(cutoff_time(older_than).timestamp() * 1e6)
+    async def _prune(self, cutoff_at: datetime, tenant: str | None) -> int:
+        """Delete sessions last updated before ``cutoff_at``, found through the indexes; returns how many."""
+        cutoff = int(cutoff_at.timestamp() * 1e6)
         if tenant is not None:
-            _layout.check_tenant(tenant)
             return await self._prune_tenant(tenant, cutoff)
         removed, offset = 0, 0
         while True:
@@ -557,10 +488,8 @@ class RedisHistoryStore(HistoryStore):
             dropped = await self._scripts(_scripts.DROP_INDEX_ENTRY, drops)
             offset += len(entries) - sum(int(d) for d in dropped)
 
-    async def delete_tenant(self, tenant: str) -> int:
+    async def _delete_tenant(self, tenant: str) -> int:
         """Delete every session of ``tenant`` (as listed in its index); returns how many existed."""
-        self._check_usable()
-        _layout.check_tenant(tenant)
         index = _layout.tenant_index(self.prefix, tenant)
         started = _layout.now_us()
         removed, offset = 0, 0
@@ -583,14 +512,25 @@ class RedisHistoryStore(HistoryStore):
 def open_store(url: str = "redis://localhost:6379/0", **options: Any) -> RedisHistoryStore:
     """Open a store from a Redis URL; no connection is made until the first call.
 
-    ``redis://[[user]:password@]host[:port][/db][?prefix=P&ttl=SECONDS&max_messages=N&max_message_bytes=N]``,
+    ``redis://[[user]:password@]host[:port][/db][?prefix=P&ttl=SECONDS&keep_last=N&max_message_bytes=N]``,
     ``rediss://`` for TLS, ``unix:///path/redis.sock?db=0``, ``redis+cluster://host:port[,host:port...]``.
-    Keyword options (``prefix``, ``ttl``, ``max_messages``, ``max_message_bytes``, ``socket_timeout``,
-    ``connect_timeout``) override the query; other query options go to redis-py.
+    Keyword options (``prefix``, ``ttl``, ``keep_last``, ``max_message_bytes``, ``socket_timeout``,
+    ``connect_timeout``) override the query; other query options must be redis-py's, and go to it.
 
     Raises:
-        RedisURLError: the URL is malformed.
-        TypeError: an unknown option.
+        RedisURLError: the URL is malformed, or an option is unknown or malformed.
     """
-    parse_url(url, **options)  # an unknown option raises TypeError naming the valid ones
     return RedisHistoryStore(url, **options)
+
+
+class RedisHistoryProvider(BackendHistoryProvider):
+    """A history provider on Redis, taking the arguments every named provider takes.
+
+    Example:
+        ``RedisHistoryProvider("redis://localhost:6379/0?ttl=86400&keep_last=1000", max_messages=20)``
+        keeps each session a day after its last write, at most 1,000 messages per session (the store's
+        ``keep_last``), and sends the model the 20 newest (the provider's load window, ``max_messages``).
+    """
+
+    store_class = RedisHistoryStore
+    default_url = "redis://localhost:6379/0"

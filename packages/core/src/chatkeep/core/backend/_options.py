@@ -155,6 +155,7 @@ class OptionSet:
             driver takes a parameter of that name (checked now, so a typo fails at open, not at first use).
         driver: the driver's name, for messages about its options.
         no_ttl_hint: what to say when ``ttl`` is given to a backend without :data:`TTL`.
+        hints: what to say of particular unknown names (an option that was renamed, say).
     """
 
     def __init__(
@@ -166,7 +167,9 @@ class OptionSet:
         driver_option: Callable[[str], bool] | None = None,
         driver: str = "",
         no_ttl_hint: str = "it has no native TTL; delete old sessions with store.prune(older_than=...) on a schedule",
+        hints: Mapping[str, str] | None = None,
     ) -> None:
+        self.hints = dict(hints or {})
         self.backend = backend
         self.options = {option.name: option for option in options}
         self.error = error
@@ -188,6 +191,7 @@ class OptionSet:
             driver_option=driver_option,
             driver=driver,
             no_ttl_hint=self.no_ttl_hint,
+            hints=self.hints,
         )
 
     def parse(
@@ -219,10 +223,10 @@ class OptionSet:
             elif self.driver_option is not None and self.driver_option(name):
                 driver.append((name, value))
             else:
-                raise self._unknown(name, f"query option{shown}")
+                raise self._unknown(name, "query option", shown)
         for name, value in keywords.items():
             if name not in self.options:
-                raise self._unknown(name, "keyword option")
+                raise self._unknown(name, "keyword option", "")
             if value is not None:
                 given[name] = self._convert(name, value, "")
         values = {name: given.get(name, option.default) for name, option in self.options.items()}
@@ -234,11 +238,14 @@ class OptionSet:
         except (ValueError, TypeError) as exc:
             raise self.error(f"the {self.backend} store option {name}={value!r}{shown} {exc}") from None
 
-    def _unknown(self, name: str, where: str) -> StoreConfigurationError:
+    def _unknown(self, name: str, kind: str, shown: str) -> StoreConfigurationError:
         if name == "ttl":
             return self.error(f"{self.backend} stores take no ttl option: {self.no_ttl_hint}")
         driver = f", or an option of the {self.driver} driver" if self.driver_option is not None else ""
-        return self.error(f"{self.backend} stores take no {where} {name!r}; the options are {self._listing()}{driver}")
+        hint = f" ({self.hints[name]})" if name in self.hints else ""
+        return self.error(
+            f"{self.backend} stores take no {kind} {name!r}{shown}{hint}; the options are {self._listing()}{driver}"
+        )
 
     def _listing(self) -> str:
         return ", ".join(self.options) or "none"

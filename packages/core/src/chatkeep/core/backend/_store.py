@@ -144,11 +144,12 @@ def checked(
     :class:`StoreLoopError` on another running event loop, as every contract method does.
     """
 
-    async def call(self: _S, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    async def call(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         self._check_usable()
         return await method(self, *args, **kwargs)
 
-    return functools.update_wrapper(call, method)
+    functools.update_wrapper(call, method)
+    return call
 
 
 def _check_key(key: object) -> SessionKey:
