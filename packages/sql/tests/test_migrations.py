@@ -102,6 +102,16 @@ async def test_first_use_creates_the_schema_once_under_concurrency(fresh_backing
     assert fresh_backing.execute((VERSION, ())) == [(SCHEMA_REVISION,)]
 
 
+async def test_concurrent_first_calls_on_one_store_create_the_schema_once(fresh_backing: Any) -> None:
+    # One store (a web app's) whose first requests arrive together: they wait for one schema check.
+    async with SQLHistoryStore(fresh_backing.url) as store:
+        keys = [SessionKey("t", f"s{n}") for n in range(8)]
+        counts = await asyncio.gather(*(store.append(key, [Message(role="user", text="hi")]) for key in keys))
+        assert counts == [1] * 8
+        assert [await store.count(key) for key in keys] == [1] * 8
+    assert fresh_backing.execute((VERSION, ())) == [(SCHEMA_REVISION,)]
+
+
 async def test_newer_schema_is_refused_and_left_alone(fresh_backing: Any) -> None:
     key = SessionKey("t", "s")
     async with SQLHistoryStore(fresh_backing.url) as store:

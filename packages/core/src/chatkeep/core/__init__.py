@@ -33,12 +33,11 @@ from chatkeep.core._providers import (
 from chatkeep.core._reducers import MessageCountingReducer, Reducer, SummarizingReducer, TokenBudgetReducer
 from chatkeep.core._session import DEFAULT_TENANT, MAX_ID_LENGTH, AgentSession, ProviderSessionState
 from chatkeep.core._signing import SessionSigner
-from chatkeep.core._sync import SyncHistoryStore
 from chatkeep.core._tools import FunctionTool, tool
+from chatkeep.core._version import __version__ as __version__
 from chatkeep.core.backend import HistoryStore, SessionInfo, SessionKey, SessionPage, StoredSession
+from chatkeep.core.backend._sync import SyncHistoryStore
 from chatkeep.core.plugins import installed_backends, open_store, register_plugin
-
-__version__ = "0.1.0"
 
 __all__ = [
     *(name for name in _errors_all if name != "redact_url"),

@@ -23,9 +23,9 @@ from chatkeep.core._providers import (
     history_provider,
 )
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession
-from chatkeep.core._sync import LoopThread
 from chatkeep.core._tools import FunctionTool, as_tools
 from chatkeep.core.backend import HistoryStore
+from chatkeep.core.backend._sync import LoopThread
 
 __all__ = ["Agent", "AgentInput", "AgentResponse", "AgentResponseUpdate", "BaseChatClient"]
 

@@ -30,6 +30,7 @@ from chatkeep.core._errors import (
     UnknownBackendError,
     redact_url,
 )
+from chatkeep.core._version import __version__
 from chatkeep.core.backend import BackendSpec, HistoryStore, hookimpl, hookspecs
 
 __all__ = [
@@ -83,8 +84,6 @@ def _core_version() -> str:
     try:
         return metadata.version(CORE_DISTRIBUTION)
     except metadata.PackageNotFoundError:  # running from a source tree
-        from chatkeep.core import __version__
-
         return __version__
 
 

@@ -20,7 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from chatkeep.core import ChatkeepError, StoreUnavailableError, redact_url
+from sqlalchemy.pool import QueuePool
+
+from chatkeep.core import ChatkeepError, StoreUnavailableError
+from chatkeep.core.backend import redact_url
 from chatkeep.sql._schema import ensure_schema
 from chatkeep.sql._sql import Statements
 
@@ -402,6 +405,18 @@ class EngineRunner(Runner):
             fairy.invalidate(exc)  # unknown state (a cancelled statement): never reuse it
         fairy.close()
 
+    async def _checkin(self, fairy: Any) -> None:
+        """Return a connection to the pool: no I/O (no reset on return), unless the pool is full and closes it.
+
+        A connection beyond ``pool_size`` (an overflow one) is closed on return, and an async driver's close
+        must run in SQLAlchemy's greenlet, or its socket is left open.
+        """
+        pool = self.engine.sync_engine.pool
+        if isinstance(pool, QueuePool) and pool.checkedin() < pool.size():
+            fairy.close()
+        else:
+            await self._spawn(fairy.close)
+
     async def fetch_native(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
         """Run one autocommitted statement with the driver's own async API on a pooled connection; its rows."""
         return await self.run_native(partial(_native_fetch, statement, params))
@@ -423,7 +438,7 @@ class EngineRunner(Runner):
                 try:
                     result = await op(call)
                 except ChatkeepError:
-                    fairy.close()  # raised after a clean rollback: the connection is fine
+                    await self._checkin(fairy)  # raised after a clean rollback: the connection is fine
                     raise
                 except BaseException as exc:
                     stale = self._native_stale(exc)
@@ -432,7 +447,7 @@ class EngineRunner(Runner):
                         continue
                     raise
                 fairy.info["chatkeep_used"] = True
-                fairy.close()  # no reset on return (pool_reset_on_return=None): no I/O here
+                await self._checkin(fairy)
                 return result
             raise AssertionError("unreachable")
         except self._errors as exc:

@@ -102,6 +102,7 @@ class SQLHistoryStore(HistoryStore):
         self._runner = runner
         self._sql = runner.statements
         self._ready = False
+        self._prepare_lock: asyncio.Lock | None = None  # one first-use schema check at a time (made on its loop)
         self._guarded_loop: asyncio.AbstractEventLoop | None = None
         self._guard: AsyncIterator[None] | None = None
         self._records_read = 0
@@ -126,7 +127,17 @@ class SQLHistoryStore(HistoryStore):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._runner.description}{' closed' if self.closed else ''}>"
 
+    async def _prepare(self) -> None:
+        """Check (or create) the schema once: concurrent first calls wait for the first instead of racing it."""
+        if self._prepare_lock is None:
+            self._prepare_lock = asyncio.Lock()
+        async with self._prepare_lock:
+            if not self._ready:
+                await self._runner.prepare()
+                self._ready = True
+
     def _on_loop_change(self) -> None:
+        self._prepare_lock = None
         self._runner.on_loop_change()
 
     async def _aclose(self) -> None:
@@ -170,8 +181,7 @@ class SQLHistoryStore(HistoryStore):
         if self._runner.loop_bound and self._guarded_loop is not asyncio.get_running_loop():
             await self._watch_loop()
         if not self._ready:
-            await self._runner.prepare()
-            self._ready = True
+            await self._prepare()
         flag = _sql.Flag()
         if native is not None:
             # The driver's own async API (asyncpg, asyncmy), in a task of its own like the others.
@@ -269,8 +279,7 @@ class SQLHistoryStore(HistoryStore):
         if self._guarded_loop is not asyncio.get_running_loop():
             await self._watch_loop()
         if not self._ready:
-            await self._runner.prepare()
-            self._ready = True
+            await self._prepare()
         return await self._runner.fetch_native(statement, params)
 
     async def _load(self, key: SessionKey, last: int | None) -> list[Message]:

@@ -31,7 +31,7 @@ from chatkeep.core._messages import Message, encode_records
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession, validate_id
 
 if TYPE_CHECKING:
-    from chatkeep.core._sync import SyncHistoryStore
+    from chatkeep.core.backend._sync import SyncHistoryStore
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -288,7 +288,7 @@ class HistoryStore(abc.ABC):
 
         It runs this store on a private event-loop thread; close the view (or use ``with``) to close both.
         """
-        from chatkeep.core._sync import SyncHistoryStore
+        from chatkeep.core.backend._sync import SyncHistoryStore
 
         return SyncHistoryStore(self)
 
