@@ -7,6 +7,7 @@ history into the :class:`SessionContext`), the model call(s), then every provide
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -365,6 +366,18 @@ def history_provider(
     Raises:
         UnknownBackendError: no installed backend handles it; the message names the extra to install.
     """
+    accepted = {
+        name
+        for cls in (StoreHistoryProvider, HistoryProvider)
+        for name in inspect.signature(cls.__init__).parameters
+        if name not in ("self", "store", "owns_store", "options")
+    }
+    unknown = sorted(set(provider_options) - accepted)
+    if unknown:
+        raise AgentConfigurationError(
+            f"history_provider takes no provider option {', '.join(unknown)}; give store options as "
+            f"store_options={{...}} (or in the URL's query); the provider options are {', '.join(sorted(accepted))}"
+        )
     registry = default_registry()
     spec = registry.resolve(url_or_name)
     url = url_or_name if "://" in url_or_name else f"{spec.schemes[0]}://"
