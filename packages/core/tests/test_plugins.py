@@ -104,7 +104,9 @@ def tiny_spec(name: str = "tiny", schemes: tuple[str, ...] = ("tiny", "tiny+driv
 def registry(monkeypatch: pytest.MonkeyPatch) -> PluginRegistry:
     """A fresh registry that loads no entry points (only what a test registers in-process)."""
     monkeypatch.setenv("CHATKEEP_DISABLE_PLUGIN_AUTOLOAD", "1")
-    return PluginRegistry(released_extras={"memory", "sql", "redis", "blob", "openai"})
+    return PluginRegistry(
+        released_extras={"memory", "sql", "sqlite", "postgresql", "mysql", "mariadb", "redis", "blob", "openai"}
+    )
 
 
 # -- registering and resolving --------------------------------------------------------------------
@@ -203,10 +205,13 @@ def test_unknown_scheme_with_nothing_installed_says_none(registry: PluginRegistr
 @pytest.mark.parametrize(
     ("url", "extra"),
     [
-        ("postgresql://user@host/db", "sql"),
-        ("postgresql+psycopg://user@host/db", "sql"),
-        ("sqlite:///tmp/x.db", "sql"),
-        ("mysql+aiomysql://root@127.0.0.1/test", "sql"),
+        ("postgresql://user@host/db", "postgresql"),
+        ("postgresql+psycopg://user@host/db", "postgresql"),
+        ("postgres://user@host/db", "postgresql"),
+        ("sqlite:///tmp/x.db", "sqlite"),
+        ("sqlite+aiosqlite:///tmp/x.db", "sqlite"),
+        ("mysql+aiomysql://root@127.0.0.1/test", "mysql"),
+        ("mariadb://root@127.0.0.1/test", "mariadb"),
         ("redis://localhost:6379/0", "redis"),
         ("rediss://localhost:6380", "redis"),
         ("redis+cluster://127.0.0.1:7000", "redis"),

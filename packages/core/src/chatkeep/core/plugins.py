@@ -57,11 +57,11 @@ hookimpl = pluggy.HookimplMarker("chatkeep")
 # Schemes of backends chatkeep knows even when they are not installed: scheme -> (backend, extra, what it is).
 KNOWN_SCHEMES: dict[str, tuple[str, str, str]] = {
     "memory": ("memory", "memory", "process memory"),
-    "sqlite": ("sql", "sql", "SQLite"),
-    "postgresql": ("sql", "sql", "PostgreSQL"),
-    "postgres": ("sql", "sql", "PostgreSQL"),
-    "mysql": ("sql", "sql", "MySQL"),
-    "mariadb": ("sql", "sql", "MariaDB"),
+    "sqlite": ("sql", "sqlite", "SQLite"),
+    "postgresql": ("sql", "postgresql", "PostgreSQL"),
+    "postgres": ("sql", "postgresql", "PostgreSQL"),
+    "mysql": ("sql", "mysql", "MySQL"),
+    "mariadb": ("sql", "mariadb", "MariaDB"),
     "redis": ("redis", "redis", "Redis"),
     "rediss": ("redis", "redis", "Redis over TLS"),
     "unix": ("redis", "redis", "Redis on a unix socket"),
