@@ -32,6 +32,7 @@ from chatkeep.core._errors import (
     UnknownBackendError,
     redact_url,
 )
+from chatkeep.core._known_backends import KNOWN_BACKENDS, KNOWN_SCHEMES
 from chatkeep.core._providers import StoreHistoryProvider
 from chatkeep.core._store import HistoryStore
 
@@ -54,20 +55,6 @@ ENTRY_POINT_GROUP = "chatkeep"
 CORE_DISTRIBUTION = "chatkeep-core"
 hookimpl = pluggy.HookimplMarker("chatkeep")
 
-# Schemes of backends chatkeep knows even when they are not installed: scheme -> (backend, extra, what it is).
-KNOWN_SCHEMES: dict[str, tuple[str, str, str]] = {
-    "memory": ("memory", "memory", "process memory"),
-    "sqlite": ("sql", "sqlite", "SQLite"),
-    "postgresql": ("sql", "postgresql", "PostgreSQL"),
-    "postgres": ("sql", "postgresql", "PostgreSQL"),
-    "mysql": ("sql", "mysql", "MySQL"),
-    "mariadb": ("sql", "mariadb", "MariaDB"),
-    "redis": ("redis", "redis", "Redis"),
-    "rediss": ("redis", "redis", "Redis over TLS"),
-    "unix": ("redis", "redis", "Redis on a unix socket"),
-    "redis+cluster": ("redis", "redis", "Redis Cluster"),
-    "azblob": ("blob", "blob", "Azure Blob Storage"),
-}
 _TRUE = {"1", "true", "yes", "on"}
 
 # Options that configure the provider rather than the store, in history_provider().
@@ -353,7 +340,7 @@ class PluginRegistry:
         )
         if schemes is None:
             head = f"no installed chatkeep backend is named {shown!r}"
-            known = next(((b, e, w) for b, e, w in KNOWN_SCHEMES.values() if b == url_or_name), None)
+            known = (url_or_name, *KNOWN_BACKENDS[url_or_name]) if url_or_name in KNOWN_BACKENDS else None
         else:
             head = f"no installed chatkeep backend handles {shown!r}"
             known = next((KNOWN_SCHEMES[s] for s in schemes if s in KNOWN_SCHEMES), None)
