@@ -101,7 +101,9 @@ def tiny_spec(name: str = "tiny", schemes: tuple[str, ...] = ("tiny", "tiny+driv
 def registry(monkeypatch: pytest.MonkeyPatch) -> PluginRegistry:
     """A fresh registry that loads no entry points (only what a test registers in-process)."""
     monkeypatch.setenv("CHATKEEP_DISABLE_PLUGIN_AUTOLOAD", "1")
-    return PluginRegistry(released_extras={"memory", "sql", "redis", "blob", "openai"})
+    return PluginRegistry(
+        released_extras={"memory", "sql", "sqlite", "postgresql", "mysql", "mariadb", "redis", "openai"}
+    )
 
 
 # -- registering and resolving --------------------------------------------------------------------
@@ -200,17 +202,20 @@ def test_unknown_scheme_with_nothing_installed_says_none(registry: PluginRegistr
 @pytest.mark.parametrize(
     ("url", "extra"),
     [
-        ("postgresql://user@host/db", "sql"),
-        ("postgresql+psycopg://user@host/db", "sql"),
-        ("sqlite:///tmp/x.db", "sql"),
-        ("mysql+aiomysql://root@127.0.0.1/test", "sql"),
+        ("postgresql://user@host/db", "postgresql"),
+        ("postgresql+psycopg://user@host/db", "postgresql"),
+        ("postgres://user@host/db", "postgresql"),
+        ("sqlite:///tmp/x.db", "sqlite"),
+        ("sqlite+aiosqlite:///tmp/x.db", "sqlite"),
+        ("mysql+aiomysql://root@127.0.0.1/test", "mysql"),
+        ("mariadb://root@127.0.0.1/test", "mariadb"),
         ("redis://localhost:6379/0", "redis"),
         ("rediss://localhost:6380", "redis"),
         ("redis+cluster://127.0.0.1:7000", "redis"),
         ("unix:///tmp/redis.sock", "redis"),
-        ("azblob://devstoreaccount1/chats", "blob"),
         ("memory://", "memory"),
         ("redis", "redis"),  # a backend name rather than a URL
+        ("sql", "sql"),  # by name, the extra with every SQL driver
     ],
 )
 def test_known_but_missing_backend_gives_the_install_command(registry: PluginRegistry, url: str, extra: str) -> None:
@@ -222,12 +227,23 @@ def test_known_but_missing_backend_gives_the_install_command(registry: PluginReg
 
 def test_a_backend_not_released_yet_is_not_offered_as_an_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHATKEEP_DISABLE_PLUGIN_AUTOLOAD", "1")
-    registry = PluginRegistry(released_extras={"memory"})
+    registry = PluginRegistry(released_extras={"memory"})  # a core older than the redis extra
+    with pytest.raises(UnknownBackendError) as caught:
+        registry.resolve("redis://localhost:6379/0")
+    message = str(caught.value)
+    assert "pip install" not in message
+    assert "'redis' backend, which is not released yet" in message
+
+
+def test_a_scheme_of_no_shipped_backend_is_unknown(registry: PluginRegistry) -> None:
+    # Azure Blob Storage is planned; until its backend exists, chatkeep does not pretend to know it.
     with pytest.raises(UnknownBackendError) as caught:
         registry.resolve("azblob://account/container")
     message = str(caught.value)
     assert "pip install" not in message
-    assert "'blob' backend, which is not released yet" in message
+    known = message.split("Check the spelling; the schemes chatkeep knows are ", 1)[1]
+    assert "redis://" in known
+    assert "azblob" not in known
 
 
 @pytest.mark.parametrize(

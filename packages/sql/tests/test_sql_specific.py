@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -57,14 +58,40 @@ def test_missing_driver_names_the_package(monkeypatch: pytest.MonkeyPatch) -> No
         return None if name in ("asyncpg", "psycopg", "asyncmy", "aiomysql") else real(name, *args)
 
     monkeypatch.setattr(_config.importlib.util, "find_spec", without)
-    with pytest.raises(MissingExtraError, match=r'pip install "asyncpg"') as caught:
+    # The default driver of a family comes with the chatkeep-core extra named after it.
+    with pytest.raises(MissingExtraError) as caught:
         open_store("postgresql://user:secret@db/app")
     assert "secret" not in str(caught.value)
-    assert "chatkeep-sql[postgresql]" in str(caught.value)
-    with pytest.raises(MissingExtraError, match=r'pip install "asyncmy"'):
+    assert (
+        'needs the asyncpg driver, which is not installed; install it with: pip install "chatkeep-core[postgresql]"'
+        in str(caught.value)
+    )
+    with pytest.raises(MissingExtraError, match=re.escape('pip install "chatkeep-core[postgresql]"')):
+        open_store("postgres://u@db/app")
+    with pytest.raises(MissingExtraError, match=re.escape('pip install "chatkeep-core[mysql]"')):
         open_store("mysql+asyncmy://root@db/app")
-    with pytest.raises(MissingExtraError, match="psycopg"):
+    with pytest.raises(MissingExtraError, match=re.escape('pip install "chatkeep-core[mariadb]"')):
+        open_store("mariadb://root@db/app")
+    # An opt-in driver is installed by its own name (no extra brings it).
+    with pytest.raises(
+        MissingExtraError,
+        match=re.escape(
+            'needs the psycopg driver, which is not installed; install it with: pip install "psycopg[binary]"'
+        ),
+    ):
         chatkeep.core.open_store("postgresql+psycopg://u@db/app")
+    with pytest.raises(MissingExtraError, match=re.escape('pip install "aiomysql"')):
+        open_store("mysql+aiomysql://root@db/app")
+
+
+def test_sqlite_needs_no_driver_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = _config.importlib.util.find_spec
+    monkeypatch.setattr(
+        _config.importlib.util, "find_spec", lambda name, *args: None if name == "aiosqlite" else real(name, *args)
+    )
+    assert _config.parse_url("sqlite:///x.db").driver == "pysqlite"  # the standard library's sqlite3
+    with pytest.raises(MissingExtraError, match=re.escape('install it with: pip install "aiosqlite"')):
+        _config.parse_url("sqlite+aiosqlite:///x.db")
 
 
 @pytest.mark.parametrize(

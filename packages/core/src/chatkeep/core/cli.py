@@ -108,7 +108,7 @@ def _store_of(args: argparse.Namespace) -> str:
     if store is None:
         raise StoreConfigurationError(
             "no --store given and the default SQLite store is not installed; pass --store URL, "
-            'or run: pip install "chatkeep-core[sql]"'
+            'or run: pip install "chatkeep-core[sqlite]"'
         )
     return store
 

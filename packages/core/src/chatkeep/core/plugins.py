@@ -30,6 +30,7 @@ from chatkeep.core._errors import (
     UnknownBackendError,
     redact_url,
 )
+from chatkeep.core._known_backends import KNOWN_BACKENDS, KNOWN_SCHEMES
 from chatkeep.core._version import __version__
 from chatkeep.core.backend import BackendSpec, HistoryStore, hookimpl, hookspecs
 
@@ -51,20 +52,6 @@ log = logging.getLogger("chatkeep.plugins")
 ENTRY_POINT_GROUP = "chatkeep"
 CORE_DISTRIBUTION = "chatkeep-core"
 
-# Schemes of backends chatkeep knows even when they are not installed: scheme -> (backend, extra, what it is).
-KNOWN_SCHEMES: dict[str, tuple[str, str, str]] = {
-    "memory": ("memory", "memory", "process memory"),
-    "sqlite": ("sql", "sql", "SQLite"),
-    "postgresql": ("sql", "sql", "PostgreSQL"),
-    "postgres": ("sql", "sql", "PostgreSQL"),
-    "mysql": ("sql", "sql", "MySQL"),
-    "mariadb": ("sql", "sql", "MariaDB"),
-    "redis": ("redis", "redis", "Redis"),
-    "rediss": ("redis", "redis", "Redis over TLS"),
-    "unix": ("redis", "redis", "Redis on a unix socket"),
-    "redis+cluster": ("redis", "redis", "Redis Cluster"),
-    "azblob": ("blob", "blob", "Azure Blob Storage"),
-}
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -315,7 +302,7 @@ class PluginRegistry:
         )
         if schemes is None:
             head = f"no installed chatkeep backend is named {shown!r}"
-            known = next(((b, e, w) for b, e, w in KNOWN_SCHEMES.values() if b == url_or_name), None)
+            known = (url_or_name, *KNOWN_BACKENDS[url_or_name]) if url_or_name in KNOWN_BACKENDS else None
         else:
             head = f"no installed chatkeep backend handles {shown!r}"
             known = next((KNOWN_SCHEMES[s] for s in schemes if s in KNOWN_SCHEMES), None)

@@ -29,15 +29,16 @@ from chatkeep.core.backend import (
 
 __all__ = ["OPTIONS", "SQLConfig", "SQLURLError", "default_sqlite_path", "parse_url"]
 
-# backend family -> (default async driver, drivers in order of preference) ; driver -> (module, pip package, extra)
-_DRIVERS: dict[str, tuple[str, str, str]] = {
-    "pysqlite": ("sqlite3", "the Python standard library's sqlite3", "sqlite"),
-    "aiosqlite": ("aiosqlite", "aiosqlite", "sqlite"),
-    "asyncpg": ("asyncpg", "asyncpg", "postgresql"),
-    "psycopg": ("psycopg", "psycopg[binary]", "postgresql"),
-    "psycopg_async": ("psycopg", "psycopg[binary]", "postgresql"),
-    "asyncmy": ("asyncmy", "asyncmy", "mysql"),
-    "aiomysql": ("aiomysql", "aiomysql", "mysql"),
+# driver -> (module, pip package). Each family's first driver is its default, installed by the chatkeep-core
+# extra named after the family; the others are opt-in, installed by the package's own name.
+_DRIVERS: dict[str, tuple[str, str]] = {
+    "pysqlite": ("sqlite3", ""),  # the standard library's
+    "aiosqlite": ("aiosqlite", "aiosqlite"),
+    "asyncpg": ("asyncpg", "asyncpg"),
+    "psycopg": ("psycopg", "psycopg[binary]"),
+    "psycopg_async": ("psycopg", "psycopg[binary]"),
+    "asyncmy": ("asyncmy", "asyncmy"),
+    "aiomysql": ("aiomysql", "aiomysql"),
 }
 _DEFAULT_DRIVERS = {
     "postgresql": ("asyncpg", "psycopg"),
@@ -120,11 +121,19 @@ def _module_missing(driver: str) -> bool:
     return importlib.util.find_spec(module) is None
 
 
-def _missing(url: str, driver: str) -> MissingExtraError:
-    _, package, extra = _DRIVERS[driver]
+def _missing(url: str, family: str, driver: str) -> MissingExtraError:
+    module, package = _DRIVERS[driver]
+    if not package:
+        return MissingExtraError(
+            f"{redact_url(url)} needs Python's built-in {module} module, which this Python was built without; "
+            "use a Python build that has it"
+        )
+    if driver == _DEFAULT_DRIVERS.get(family, ("",))[0]:
+        command = f'pip install "chatkeep-core[{family}]"'
+    else:
+        command = f'pip install "{package}"'
     return MissingExtraError(
-        f"{redact_url(url)} needs the {driver} driver, which is not installed; install it with: "
-        f'pip install "{package}" (or pip install "chatkeep-sql[{extra}]")'
+        f"{redact_url(url)} needs the {driver} driver, which is not installed; install it with: {command}"
     )
 
 
@@ -198,7 +207,7 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
                 "use memory:// for a process-local store, or name a file"
             )
         if _module_missing(driver):
-            raise _missing(url, driver)
+            raise _missing(url, family, driver)
         sa_url = None if driver == "pysqlite" else f"sqlite+aiosqlite:///{path}"
         return SQLConfig(family="sqlite", driver=driver, url=sa_url, sqlite_path=path, **values)
 
@@ -211,12 +220,12 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
         if driver not in _DRIVERS:
             raise SQLURLError(f"{redact_url(url)!r} names an unknown driver {driver!r}")
         if _module_missing(driver):
-            raise _missing(url, driver)
+            raise _missing(url, family, driver)
     else:
         candidates = _DEFAULT_DRIVERS[family]
         driver = next((d for d in candidates if not _module_missing(d)), "")
         if not driver:
-            raise _missing(url, candidates[0])
+            raise _missing(url, family, candidates[0])
     parsed = OPTIONS.with_driver(driver, _driver_option(driver)).parse(parts.query, options, url=url)
     values = parsed.values
     if family != "postgresql" and values["schema"] is not None:
