@@ -119,7 +119,7 @@ def test_unknown_options_are_refused_at_open() -> None:
         SQLURLError, match=r"no ttl option: it has no native TTL; delete old sessions with store\.prune"
     ):
         open_store("sqlite:///x.db", ttl=5)
-    with pytest.raises(SQLURLError, match="'bogus'; the options are max_message_bytes, schema"):
+    with pytest.raises(SQLURLError, match=r"'bogus' in sqlite:///x\.db\?bogus=1; the options are max_message_bytes"):
         open_store("sqlite:///x.db?bogus=1")
     with pytest.raises(SQLURLError, match="'synchronous'"):  # SQLite takes no driver options: nothing is ignored
         open_store("sqlite:///x.db?synchronous=full")

@@ -38,7 +38,7 @@ _DRIVERS: dict[str, tuple[str, str]] = {
     "psycopg": ("psycopg", "psycopg[binary]"),
     "psycopg_async": ("psycopg", "psycopg[binary]"),
     "asyncmy": ("asyncmy", "asyncmy"),
-    "aiomysql": ("aiomysql", "aiomysql"),
+    "aiomysql": ("aiomysql", "aiomysql pymysql<1.2"),  # aiomysql 0.3 breaks on pymysql 1.2 (escape_bytes_prefixed)
 }
 _DEFAULT_DRIVERS = {
     "postgresql": ("asyncpg", "psycopg"),
@@ -131,7 +131,7 @@ def _missing(url: str, family: str, driver: str) -> MissingExtraError:
     if driver == _DEFAULT_DRIVERS.get(family, ("",))[0]:
         command = f'pip install "chatkeep-core[{family}]"'
     else:
-        command = f'pip install "{package}"'
+        command = "pip install " + " ".join(f'"{requirement}"' for requirement in package.split())
     return MissingExtraError(
         f"{redact_url(url)} needs the {driver} driver, which is not installed; install it with: {command}"
     )

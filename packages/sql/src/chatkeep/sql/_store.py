@@ -116,6 +116,11 @@ class SQLHistoryStore(HistoryStore):
         return self._records_read
 
     @property
+    def uses_fast_path(self) -> bool:
+        """Whether the hot calls bypass SQLAlchemy: the stdlib ``sqlite3`` runner, or native asyncpg / asyncmy calls."""
+        return isinstance(self._runner, SQLiteRunner) or self._runner.native
+
+    @property
     def dialect(self) -> str:
         """The database family: ``sqlite``, ``postgresql``, ``mysql`` or ``mariadb``."""
         return self._sql.family
