@@ -24,7 +24,3 @@ class TestMemoryConformance(HistoryStoreConformance):
             return MemoryHistoryStore(namespace=namespace, **options)
 
         return make
-
-    async def messages_read(self, store: HistoryStore) -> int:
-        assert isinstance(store, MemoryHistoryStore)
-        return store.messages_read

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from chatkeep.core import HistoryStore
-from chatkeep.redis import RedisHistoryStore, open_store
+from chatkeep.redis import open_store
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 
@@ -25,7 +25,3 @@ class TestRedisConformance(HistoryStoreConformance):
             return open_store(store_url, **options)
 
         return make
-
-    async def messages_read(self, store: HistoryStore) -> int:
-        assert isinstance(store, RedisHistoryStore)
-        return store.messages_read

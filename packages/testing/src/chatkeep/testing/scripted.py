@@ -10,9 +10,16 @@ import copy
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
-from chatkeep.core._agent import BaseChatClient
-from chatkeep.core._chat import ChatOptions, ChatResponse, ChatResponseUpdate
-from chatkeep.core._messages import FunctionCallContent, Message, TextContent, Usage
+from chatkeep.core import (
+    BaseChatClient,
+    ChatOptions,
+    ChatResponse,
+    ChatResponseUpdate,
+    FunctionCallContent,
+    Message,
+    TextContent,
+    Usage,
+)
 
 __all__ = ["ChatRequest", "ScriptedChatClient"]
 

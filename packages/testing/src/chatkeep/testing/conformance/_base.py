@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import abc
 import inspect
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Sequence
@@ -11,8 +10,8 @@ from typing import Any, ClassVar, Protocol
 import pytest
 import pytest_asyncio
 
-from chatkeep.core._messages import Message
-from chatkeep.core.backend import HistoryStore, SessionKey
+from chatkeep.core import Message
+from chatkeep.core.backend import HistoryStore, SessionKey, SupportsReadProbe
 
 __all__ = [
     "WINDOW_SLACK",
@@ -118,13 +117,14 @@ def _is_strict_xfail_with_reason(test: object) -> bool:
     )
 
 
-class ConformanceBase(abc.ABC):
+class ConformanceBase:
     """The subclass contract shared by every conformance mixin.
 
     A subclass provides:
 
     * the ``make_store`` fixture, returning a :class:`StoreFactory` (new instance, same backing data);
-    * :meth:`messages_read`, the read probe;
+    * the read probe: a store with a ``messages_read`` property (:class:`~chatkeep.core.backend.SupportsReadProbe`)
+      needs nothing more; otherwise override :meth:`messages_read`;
     * ``store_url`` (a class attribute or a fixture) when ``multi_process`` is true;
     * the capability flags ``native_ttl`` and ``multi_process``.
 
@@ -171,9 +171,18 @@ class ConformanceBase(abc.ABC):
             "such as ttl= and max_message_bytes=, opens a new store instance on the same backing data"
         )
 
-    @abc.abstractmethod
     async def messages_read(self, store: HistoryStore) -> int:
-        """Override: how many message records ``store`` has read from its backing so far (rows, decoded records)."""
+        """How many message records ``store`` has read from its backing so far (rows fetched, records decoded).
+
+        By default the store's own read probe (:class:`~chatkeep.core.backend.SupportsReadProbe`); override it
+        for a store without one.
+        """
+        if isinstance(store, SupportsReadProbe):
+            return store.messages_read
+        raise TypeError(
+            f"{type(store).__name__} has no read probe: give it a messages_read property counting the records it "
+            f"reads (chatkeep.core.backend.SupportsReadProbe), or override {type(self).__name__}.messages_read"
+        )
 
     @pytest_asyncio.fixture(loop_scope="function")
     async def kit(self, make_store: StoreFactory) -> AsyncIterator[StoreKit]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from chatkeep.core._messages import Message
+from chatkeep.core import Message
 from chatkeep.core.backend import HistoryStore, SessionKey
 from chatkeep.testing.conformance._base import (
     WINDOW_SLACK,

@@ -6,18 +6,18 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from chatkeep.core._errors import MessageTooLargeError
-from chatkeep.core._messages import (
+from chatkeep.core import (
+    AgentSession,
     DataContent,
     FunctionCallContent,
     FunctionResultContent,
     Message,
+    MessageTooLargeError,
     TextContent,
     UriContent,
     Usage,
     UsageContent,
 )
-from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore
 from chatkeep.testing.conformance._base import (
     WINDOW_SLACK,

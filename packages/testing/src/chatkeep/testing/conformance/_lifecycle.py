@@ -9,9 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from chatkeep.core._errors import StoreClosedError, StoreLoopError
-from chatkeep.core._messages import Message
-from chatkeep.core._session import AgentSession
+from chatkeep.core import AgentSession, Message, StoreClosedError, StoreLoopError
 from chatkeep.core.backend import HistoryStore, SessionKey
 from chatkeep.testing.conformance._base import ConformanceBase, StoreKit, make_messages, message_ids, open_from
 

@@ -7,8 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from chatkeep.core._errors import ConcurrencyConflictError, SessionOwnershipError
-from chatkeep.core._session import AgentSession
+from chatkeep.core import AgentSession, ConcurrencyConflictError, SessionOwnershipError
 from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession
 from chatkeep.testing.conformance._base import ConformanceBase, StoreKit, make_messages
 
