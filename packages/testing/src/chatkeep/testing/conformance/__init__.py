@@ -25,7 +25,7 @@ windowed reads, hostile ids, tenant isolation, versioned documents, listing, pru
             # A new instance on the same data at every call; options are ttl= and max_message_bytes=.
             return lambda **options: AcmeHistoryStore.from_url(store_url, **options)
 
-        async def messages_read(self, store) -> int:
+        async def messages_read(self, store) -> int:  # only for a store without a messages_read property
             return store.stats.records_read  # rows fetched or records decoded, never a timing
 
         @pytest.mark.xfail(strict=True, reason="Acme keys hold 255 bytes at most")
@@ -41,8 +41,9 @@ The subclass contract:
   namespace, schema, key prefix or container: the kit writes under random tenants and deletes them
   afterwards, but ``prune(tenant=None)`` is tested too and reaches everything in the backing. The kit
   closes every store it opens.
-* ``messages_read(store)``: the read probe, the number of message records this store instance has
-  read from its backing so far. Windowed reads (``load(last=20)`` on 100,000 messages, one page of
+* the read probe, the number of message records a store instance has read from its backing so far:
+  the store's ``messages_read`` property (``chatkeep.core.backend.SupportsReadProbe``), or else an
+  override of ``messages_read(store)``. Windowed reads (``load(last=20)`` on 100,000 messages, one page of
   ``iter_messages``) and cheap appends are proven with it, never with timings.
 * ``native_ttl`` and ``multi_process``: the only capability flags. With ``multi_process`` set,
   ``store_url`` (a class attribute or a fixture) is a URL that ``chatkeep.core.open_store`` opens
