@@ -102,6 +102,7 @@ def lines_after(fd: int, start: int, end: int, limit: int | None) -> tuple[list[
     return lines, start + sum(len(line) + 1 for line in lines)
 
 
+# --8<-- [start:last_lines]
 def last_lines(fd: int, end: int, count: int) -> list[bytes]:
     """The last ``count`` (1 or more) whole lines before byte ``end``, reading backwards from ``end`` in chunks."""
     chunks: list[bytes] = []
@@ -113,3 +114,6 @@ def last_lines(fd: int, end: int, count: int) -> list[bytes]:
         chunks.append(read_at(fd, size, position))
         newlines += chunks[-1].count(b"\n")
     return b"".join(reversed(chunks)).split(b"\n")[-count - 1 : -1]
+
+
+# --8<-- [end:last_lines]

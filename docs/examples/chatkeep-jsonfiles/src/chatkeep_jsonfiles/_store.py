@@ -146,6 +146,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise ValueError(f"{cursor!r} is not a list_sessions cursor") from exc  # the base class words the error
 
 
+# --8<-- [start:store]
 class JsonFilesHistoryStore(HistoryStore):
     """A :class:`~chatkeep.core.HistoryStore` in plain files: JSON Lines per session, safe for many processes.
 
@@ -171,6 +172,8 @@ class JsonFilesHistoryStore(HistoryStore):
         """How many message records this instance has decoded (the conformance kit's read probe)."""
         return self._messages_read
 
+    # --8<-- [end:store]
+
     def describe(self) -> dict[str, Any]:
         """What this store is, for logs and the CLI."""
         return {"type": type(self).__name__, "root": self.root, "fsync": self.fsync}
@@ -189,6 +192,7 @@ class JsonFilesHistoryStore(HistoryStore):
             self._messages_read += len(records)
         return decode_records(records)
 
+    # --8<-- [start:run]
     async def _run(self, work: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Run blocking file work in a worker thread, like ``asyncio.to_thread``, and never abandon it.
 
@@ -212,6 +216,8 @@ class JsonFilesHistoryStore(HistoryStore):
                 "check that the folder exists, is writable and has space left"
             ) from exc
 
+    # --8<-- [end:run]
+
     def _new(self, key: SessionKey) -> _Meta:
         """The metadata of a session about to be created; with ``fsync``, its tenant folder's entry is flushed."""
         if self.fsync:
@@ -221,6 +227,7 @@ class JsonFilesHistoryStore(HistoryStore):
 
     # -- writes: under the session's exclusive lock, committed by replacing the metadata file -----------------
 
+    # --8<-- [start:append]
     async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
         return await self._run(self._append_now, key, messages, records)
 
@@ -249,6 +256,8 @@ class JsonFilesHistoryStore(HistoryStore):
             meta.touch()
             replace_file(paths.meta, meta.dump(), fsync=self.fsync)
             return len(new)
+
+    # --8<-- [end:append]
 
     def _stored_keys(self, paths: _Paths, meta: _Meta) -> list[tuple[bytes, int]]:
         """Each stored record's id key and seq, read from the records (to rebuild a missing or stale index)."""
@@ -298,6 +307,7 @@ class JsonFilesHistoryStore(HistoryStore):
                 fsync_folder(os.path.dirname(paths.prefix))
             return True
 
+    # --8<-- [start:save]
     async def _save_session(
         self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
     ) -> str:
@@ -317,6 +327,8 @@ class JsonFilesHistoryStore(HistoryStore):
             meta.touch()
             replace_file(paths.meta, meta.dump(), fsync=self.fsync)
             return meta.version
+
+    # --8<-- [end:save]
 
     async def _prune(self, cutoff: datetime, tenant: str | None) -> int:
         return await self._run(self._prune_now, cutoff, tenant)
@@ -346,6 +358,7 @@ class JsonFilesHistoryStore(HistoryStore):
         found = (_Meta.read(os.path.join(folder, name)) for name in _names(folder) if name.endswith(".json"))
         return [meta for meta in found if meta is not None]
 
+    # --8<-- [start:load]
     async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
         return self._decode(await self._run(self._load_now, key, last))
 
@@ -358,6 +371,8 @@ class JsonFilesHistoryStore(HistoryStore):
             if last is None or last >= meta.count:
                 return paths.in_log(meta, lambda fd: lines_after(fd, 0, meta.size, None)[0])
             return paths.in_log(meta, lambda fd: last_lines(fd, meta.size, last))
+
+    # --8<-- [end:load]
 
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         position: tuple[str, int] | None = None  # (incarnation, bytes since the session's first record ever)
@@ -415,6 +430,7 @@ def _newest(meta: _Meta) -> tuple[datetime, str]:
     return meta.updated_at, meta.session_id
 
 
+# --8<-- [start:provider]
 def open_store(url: str, **options: Any) -> JsonFilesHistoryStore:
     """Open a store from ``jsonfiles:///path/to/dir[?fsync=false&max_message_bytes=N]`` (no I/O until first use).
 
@@ -433,3 +449,6 @@ class JsonFilesHistoryProvider(BackendHistoryProvider):
 
     store_class = JsonFilesHistoryStore
     default_url = "jsonfiles://chatkeep-history"
+
+
+# --8<-- [end:provider]
