@@ -37,7 +37,14 @@ BACKENDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "sql-mysql": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": MYSQL_URL}),
     "redis": (["packages/redis/tests"], {"CHATKEEP_TEST_REDIS_URL": REDIS_URL}),
     "redis-cluster": (["packages/redis/tests"], {"CHATKEEP_TEST_REDIS_URL": REDIS_CLUSTER_URL}),
+    # The example third-party plugin of docs/writing-a-plugin.md, on files in pytest's tmp_path.
+    "example-jsonfiles": (["docs/examples/chatkeep-jsonfiles/tests"], {}),
 }
+# Backends that are not workspace members (a third party's code, not in uv.lock): backend -> folder to install.
+EXAMPLES: dict[str, str] = {"example-jsonfiles": "docs/examples/chatkeep-jsonfiles"}
+# The repository's pytest settings and conftest.py apply to every path, also the example, which carries its own
+# settings for a checkout of its own (pytest would pick those for its tests, without this conftest's marks).
+PYTEST = ["pytest", "-c", "pyproject.toml"]
 
 
 RELIABILITY_ROUNDS = 3  # how many times `nox -s reliability` runs the marked tests; `-- --rounds N` changes it
@@ -51,13 +58,23 @@ def sync(session: nox.Session, *groups: str) -> None:
     session.run_install(*args, env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location}, silent=True)
 
 
+def install_example(session: nox.Session, backend: str) -> None:
+    """Install an example plugin from its folder, as its users would, after :func:`sync` (which keeps it: --inexact).
+
+    ``--no-deps``: what it needs is the locked workspace, so nothing outside uv.lock comes in.
+    """
+    if backend in EXAMPLES:
+        session.install("--no-deps", "-e", EXAMPLES[backend], silent=True)
+
+
 @nox.session(python=PYTHON)
 @nox.parametrize("backend", list(BACKENDS))
 def tests(session: nox.Session, backend: str) -> None:
     """Run one backend's tests (and, for memory, the core and cross-package tests) against real services."""
     sync(session, "dev")
+    install_example(session, backend)
     paths, env = BACKENDS[backend]
-    session.run("pytest", *paths, *session.posargs, env={**env, "CHATKEEP_TEST_BACKEND": backend})
+    session.run(*PYTEST, *paths, *session.posargs, env={**env, "CHATKEEP_TEST_BACKEND": backend})
 
 
 @nox.session(python=PYTHON)
@@ -106,6 +123,8 @@ def reliability(session: nox.Session) -> None:
     if options.rounds < 1:
         session.error(f"--rounds must be 1 or more, not {options.rounds}")
     sync(session, "dev")
+    for backend in EXAMPLES:
+        install_example(session, backend)
     # Only the backend's own target variable is set: one exported for another backend must not leak in.
     unset: dict[str, str | None] = {"CHATKEEP_TEST_SQL_URL": None, "CHATKEEP_TEST_REDIS_URL": None}
     # A -k or a path after -- may leave a backend with no test to run (pytest's exit code 5).
@@ -114,7 +133,7 @@ def reliability(session: nox.Session) -> None:
         for backend, (paths, env) in BACKENDS.items():
             session.log(f"reliability round {round_} of {options.rounds}: {backend}")
             session.run(
-                "pytest",
+                *PYTEST,
                 "-m",
                 "reliability",
                 *paths,

@@ -1,0 +1,33 @@
+"""The JSON-files backend against chatkeep's conformance kit, on real files in pytest's tmp_path."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from chatkeep.core import HistoryStore
+from chatkeep.testing import HistoryStoreConformance, StoreFactory
+from chatkeep_jsonfiles import JsonFilesHistoryStore
+
+
+class TestJsonFilesConformance(HistoryStoreConformance):
+    native_ttl = False  # files do not expire by themselves: the TTL tests skip, saying so
+    multi_process = True  # file locks serialize writers in any process: child processes open store_url
+
+    @pytest.fixture
+    def store_url(self, tmp_path: pathlib.Path) -> str:
+        return "jsonfiles://" + quote(str(tmp_path / "store"))  # each test its own folder
+
+    @pytest.fixture
+    def make_store(self, store_url: str) -> StoreFactory:
+        def make(**options: Any) -> HistoryStore:
+            return JsonFilesHistoryStore(store_url, **options)  # a new instance on the same folder
+
+        return make
+
+    async def messages_read(self, store: HistoryStore) -> int:
+        assert isinstance(store, JsonFilesHistoryStore)
+        return store.messages_read
