@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m benchmarks [sql|redis|all] [options]`` (``nox -s bench`` runs all)."""
+"""Run the benchmarks: ``python -m benchmarks [codec|sql|redis|all] [options]`` (``nox -s bench`` runs all)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import importlib
 import inspect
 import sys
 
-SUITES = {"sql": "benchmarks.sql_bench", "redis": "benchmarks.redis_bench"}
+# codec needs no server; sql and redis need the services scripts/ starts.
+SUITES = {"codec": "benchmarks.codec_bench", "sql": "benchmarks.sql_bench", "redis": "benchmarks.redis_bench"}
 
 
 def main(argv: list[str]) -> int:

@@ -7,7 +7,6 @@ can read it. Golden files in the tests pin the format.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import threading
@@ -41,7 +40,6 @@ __all__ = [
 RECORD_VERSION = 1
 _RECORD_PREFIX = '{"v":1,'
 _RECORD_PREFIX_BYTES = _RECORD_PREFIX.encode()
-_GC_PAUSE_BATCH = 256
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -281,11 +279,8 @@ def decode_records(records: Sequence[str | bytes]) -> list[Message]:
             joined = b"[{" + b",{".join([r[n:] for r in records]) + b"]"  # type: ignore[misc]
         else:
             joined = "[{" + ",{".join([(r.decode() if isinstance(r, bytes) else r)[n:] for r in records]) + "]"
-        # Building thousands of models triggers the cyclic garbage collector again and again, though none of
-        # them can be garbage yet: pausing it for a large batch halves the decode time of a long history.
-        pause_gc = len(records) >= _GC_PAUSE_BATCH and gc.isenabled()
-        if pause_gc:
-            gc.disable()
+        # The cyclic collector runs as usual meanwhile. Pausing it here (it is process-wide) would not save its
+        # work on the new messages, only postpone it to the caller's next allocations (benchmarks/codec_bench.py).
         try:
             messages = _MESSAGES.validate_json(joined)
         except ValidationError:
@@ -294,9 +289,6 @@ def decode_records(records: Sequence[str | bytes]) -> list[Message]:
             # A corrupt record holding "},{" would otherwise pass as two messages.
             if len(messages) == len(records):
                 return messages
-        finally:
-            if pause_gc:
-                gc.enable()
     return [_decode_one(r) for r in records]
 
 
