@@ -28,6 +28,4 @@ class TestJsonFilesConformance(HistoryStoreConformance):
 
         return make
 
-    async def messages_read(self, store: HistoryStore) -> int:
-        assert isinstance(store, JsonFilesHistoryStore)
-        return store.messages_read
+    # The read probe is the store's messages_read property (SupportsReadProbe): nothing to override.
