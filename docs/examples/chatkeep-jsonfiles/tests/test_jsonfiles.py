@@ -113,7 +113,11 @@ async def test_iteration_continues_after_a_trim(tmp_path: pathlib.Path) -> None:
 @pytest.mark.parametrize(
     ("query", "options", "message"),
     [
-        ("?colour=blue", {}, "'colour'; the options are max_message_bytes, fsync"),
+        (
+            "?colour=blue",
+            {},
+            r"query option 'colour' in jsonfiles://.*\?colour=blue; the options are max_message_bytes, fsync",
+        ),
         ("", {"colour": "blue"}, "no keyword option 'colour'"),
         ("", {"ttl": 60}, "no ttl option: it has no native TTL; delete old sessions with store.prune"),
         ("?fsync=maybe", {}, "fsync='maybe'.* must be true or false"),
