@@ -9,52 +9,18 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from chatkeep.testing.conformance import (
-        WINDOW_SLACK,
-        AppendConformance,
-        ConcurrencyConformance,
-        ConformanceBase,
-        ContentConformance,
-        HistoryStoreConformance,
-        KeyConformance,
-        LifecycleConformance,
-        ListingConformance,
-        ReadConformance,
-        RetentionConformance,
-        SessionDocumentConformance,
-        StoreFactory,
-        StoreKit,
-        TenantIsolationConformance,
-        TTLConformance,
-    )
-
-__all__ = [
-    "WINDOW_SLACK",
-    "AppendConformance",
-    "ConcurrencyConformance",
-    "ConformanceBase",
-    "ContentConformance",
-    "HistoryStoreConformance",
-    "KeyConformance",
-    "LifecycleConformance",
-    "ListingConformance",
-    "ReadConformance",
-    "RetentionConformance",
-    "SessionDocumentConformance",
-    "StoreFactory",
-    "StoreKit",
-    "TTLConformance",
-    "TenantIsolationConformance",
-]
+    from chatkeep.testing import *  # noqa: F403
 
 
-def _moved(old: str, new: str, names: Collection[str], name: str) -> Any:
-    """``name`` from module ``new``, with a ``DeprecationWarning`` that ``old`` is the path it moved from."""
-    if name not in names:
+def _moved(old: str, new: str, name: str) -> Any:
+    """``name`` from module ``new``, with a ``DeprecationWarning`` that ``old`` is the path it moved from.
+
+    The moved names are the new module's ``__all__`` (``old.__all__`` gives them too), so no list is kept here.
+    """
+    if name.startswith("__") and name != "__all__":
         raise AttributeError(f"module {old!r} has no attribute {name!r}")
     try:
         module = importlib.import_module(new)
@@ -66,6 +32,11 @@ def _moved(old: str, new: str, names: Collection[str], name: str) -> Any:
             'pip install chatkeep-testing (or pip install "chatkeep-core[testing]")',
             name=exc.name,
         ) from exc
+    names: list[str] = list(module.__all__)
+    if name == "__all__":
+        return names
+    if name not in names:
+        raise AttributeError(f"module {old!r} has no attribute {name!r}")
     warnings.warn(
         f"{old} is deprecated and will be removed in the next release: use 'from {new} import {name}' "
         "(the chatkeep-testing distribution, which the chatkeep-core[testing] extra installs)",
@@ -76,4 +47,4 @@ def _moved(old: str, new: str, names: Collection[str], name: str) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    return _moved(__name__, "chatkeep.testing", __all__, name)
+    return _moved(__name__, "chatkeep.testing", name)

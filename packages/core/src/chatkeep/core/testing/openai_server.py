@@ -7,26 +7,8 @@ from typing import TYPE_CHECKING, Any
 from chatkeep.core.testing import _moved
 
 if TYPE_CHECKING:
-    from chatkeep.testing.openai_server import (
-        FakeFailure,
-        FakeHTTPResponse,
-        FakeOpenAIServer,
-        FakeReply,
-        FakeRequest,
-        FakeToolCall,
-        RouteHandler,
-    )
-
-__all__ = [
-    "FakeFailure",
-    "FakeHTTPResponse",
-    "FakeOpenAIServer",
-    "FakeReply",
-    "FakeRequest",
-    "FakeToolCall",
-    "RouteHandler",
-]
+    from chatkeep.testing.openai_server import *  # noqa: F403
 
 
 def __getattr__(name: str) -> Any:
-    return _moved(__name__, "chatkeep.testing.openai_server", __all__, name)
+    return _moved(__name__, "chatkeep.testing.openai_server", name)

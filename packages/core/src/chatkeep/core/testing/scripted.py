@@ -7,10 +7,8 @@ from typing import TYPE_CHECKING, Any
 from chatkeep.core.testing import _moved
 
 if TYPE_CHECKING:
-    from chatkeep.testing.scripted import ChatRequest, ScriptedChatClient
-
-__all__ = ["ChatRequest", "ScriptedChatClient"]
+    from chatkeep.testing.scripted import *  # noqa: F403
 
 
 def __getattr__(name: str) -> Any:
-    return _moved(__name__, "chatkeep.testing.scripted", __all__, name)
+    return _moved(__name__, "chatkeep.testing.scripted", name)
