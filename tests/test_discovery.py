@@ -198,3 +198,14 @@ def test_disabling_autoload_loads_no_plugin(site: Path) -> None:
     assert data["backends"] == {}
     assert data["failures"] == {}
     assert data["opened"]["fake://"].startswith("UnknownBackendError")
+
+
+def test_discovering_the_plugins_imports_no_driver() -> None:
+    # An agent on memory:// (or any backend) must not pay for importing every installed backend's driver.
+    probe = (
+        "import sys, chatkeep.core; chatkeep.core.open_store('memory://x'); chatkeep.core.installed_backends(); "
+        "drivers = ('sqlalchemy', 'alembic', 'asyncpg', 'asyncmy', 'redis', 'hiredis'); "
+        "print(sorted(m for m in drivers if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -20,8 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy.pool import QueuePool
-
 from chatkeep.core import ChatkeepError, StoreUnavailableError
 from chatkeep.core.backend import redact_url
 from chatkeep.sql._schema import ensure_schema
@@ -329,7 +327,10 @@ class EngineRunner(Runner):
         self.description = redact_url(engine.url.render_as_string(hide_password=True))
         self.statements = Statements(family, dialect.paramstyle, is_mariadb=bool(getattr(dialect, "is_mariadb", False)))
         from sqlalchemy.exc import SQLAlchemyError
+        from sqlalchemy.pool import QueuePool
 
+        # A QueuePool closes a connection returned beyond its size: that close needs SQLAlchemy's greenlet.
+        self._queue_pool = isinstance(self.engine.sync_engine.pool, QueuePool)
         errors: list[type[BaseException]] = [SQLAlchemyError, OSError, asyncio.TimeoutError]
         from sqlalchemy.util import greenlet_spawn
 
@@ -412,7 +413,7 @@ class EngineRunner(Runner):
         must run in SQLAlchemy's greenlet, or its socket is left open.
         """
         pool = self.engine.sync_engine.pool
-        if isinstance(pool, QueuePool) and pool.checkedin() < pool.size():
+        if self._queue_pool and pool.checkedin() < pool.size():  # type: ignore[attr-defined]
             fairy.close()
         else:
             await self._spawn(fairy.close)
