@@ -135,6 +135,7 @@ async def doctor(args: argparse.Namespace) -> int:
         check("open", None, "the URL names no usable store", ok=False)
         return finish(exc)
     key = SessionKey(f"chatkeep-doctor-{uuid.uuid4().hex[:12]}", "probe")
+    report["probe_tenant"] = key.tenant
     probe = Message(role="user", text="chatkeep doctor probe \u2713")
     step = "connect"
     try:
