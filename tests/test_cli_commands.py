@@ -193,7 +193,7 @@ def test_doctor_on_sqlite_reports_each_check_the_schema_and_leaves_nothing(cli: 
     report = cli.json("doctor", "--store", url)
     assert report["ok"] is True
     assert report["schema_revision"] == SCHEMA_REVISION
-    assert [c["name"] for c in report["checks"]] == ["connect", "write", "read back", "schema", "clean up"]
+    assert [c["name"] for c in report["checks"]] == ["connect", "schema", "write", "read back", "clean up"]
     assert all(c["ok"] for c in report["checks"])
     assert all(isinstance(c["ms"], float) for c in report["checks"] if c["name"] != "schema")
     assert run(count(url, SessionKey(report["probe_tenant"], "probe"))) == 0
@@ -550,3 +550,60 @@ def test_chat_driven_by_stdin_resumes_in_a_second_process(tmp_path: Path) -> Non
     assert run(count(url, SessionKey("default", "s1"))) == 4
     shown = chatkeep("sessions", "show", "s1", "--store", url, cwd=tmp_path)
     assert shown.stdout.splitlines()[1].endswith("user: My name is Ada.")
+
+
+def on_a_terminal(*args: str, cwd: Path, answer: bytes = b"") -> tuple[int, str, bytes]:
+    """Run chatkeep with stdin and stderr on a pseudo-terminal (stdout a pipe); returns status, stdout, terminal."""
+    import pty
+
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    if answer:
+        os.write(master, answer)
+    process = subprocess.run(
+        [sys.executable, "-m", "chatkeep.core.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        timeout=120,
+        check=False,
+    )
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the terminal's other end is closed: everything was read
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    return process.returncode, process.stdout.decode(), seen
+
+
+def test_export_shows_a_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    run(seed(url))
+    code, out, terminal = on_a_terminal("export", "--store", url, "--tenant", "acme", "-o", "x.jsonl", cwd=tmp_path)
+    assert code == 0
+    assert "exported 3 sessions" in out
+    assert b"export" in terminal
+    assert "\u2501".encode() in terminal  # the bar's line
+    piped = chatkeep("export", "--store", url, "--tenant", "acme", "-o", "y.jsonl", cwd=tmp_path)
+    assert "\x1b" not in piped.stdout + piped.stderr  # no escape codes in a pipe or a log
+    assert (tmp_path / "x.jsonl").read_bytes() == (tmp_path / "y.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize(("answer", "status", "left"), [(b"y\n", 0, 0), (b"n\n", 1, 4), (b"\n", 1, 4)])
+def test_delete_on_a_terminal_asks_first(tmp_path: Path, answer: bytes, status: int, left: int) -> None:
+    url = f"sqlite:///{tmp_path / 'ask.db'}"
+    run(seed(url))
+    code, out, _ = on_a_terminal(
+        "sessions", "delete", "chat-0", "--store", url, "--tenant", "acme", cwd=tmp_path, answer=answer
+    )
+    assert code == status
+    assert "Delete session 'chat-0' of tenant 'acme' (4 messages)" in out
+    assert run(count(url, SessionKey("acme", "chat-0"))) == left

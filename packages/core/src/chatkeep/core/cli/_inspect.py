@@ -90,7 +90,10 @@ def _hint(exc: BaseException, shown: str) -> str:
             "connect timeout (e.g. ?connect_timeout=30 for SQL databases)"
         )
     if type(exc).__name__ == "SchemaVersionError":
-        return f"run: chatkeep migrate --store {shlex.quote(shown)}"
+        return (
+            f"an older schema: run chatkeep migrate --store {shlex.quote(shown)} (back the database up first); "
+            "a newer one: upgrade chatkeep-sql"
+        )
     if isinstance(exc, StoreConfigurationError):
         return "fix the URL or option named above; the backend's page in the documentation lists its options"
     return "the error above names what failed"
@@ -137,14 +140,25 @@ async def doctor(args: argparse.Namespace) -> int:
     key = SessionKey(f"chatkeep-doctor-{uuid.uuid4().hex[:12]}", "probe")
     report["probe_tenant"] = key.tenant
     probe = Message(role="user", text="chatkeep doctor probe \u2713")
-    step = "connect"
+    step, wrote = "connect", False
     try:
         async with store:
             try:
                 started = perf_counter()
-                await store.count(key)
+                try:
+                    # The first round trip connects; a store with a schema checks it on that call anyway.
+                    revision = await store.schema_revision() if isinstance(store, SupportsSchemaRevision) else None
+                    if revision is None:
+                        await store.count(key)
+                except StoreConfigurationError as exc:
+                    if type(exc).__name__ == "SchemaVersionError":
+                        step = "schema"
+                    raise
                 check("connect", (perf_counter() - started) * 1000, "first round trip, connecting")
-                step = "write"
+                if revision is not None:
+                    report["schema_revision"] = revision
+                    check("schema", None, f"revision {revision}")
+                step, wrote = "write", True
                 started = perf_counter()
                 await store.append(key, [probe])
                 check("write", (perf_counter() - started) * 1000, f"a probe message in tenant {key.tenant}")
@@ -158,13 +172,9 @@ async def doctor(args: argparse.Namespace) -> int:
                         "the backend does not keep messages exactly"
                     )
                 check("read back", elapsed, "the same message came back")
-                if isinstance(store, SupportsSchemaRevision):
-                    step = "schema"
-                    revision = await store.schema_revision()
-                    report["schema_revision"] = revision
-                    check("schema", None, f"revision {revision}")
             finally:
-                if step != "connect":
+                if wrote:
+                    step = "clean up"
                     started = perf_counter()
                     removed = await store.delete_tenant(key.tenant)
                     check("clean up", (perf_counter() - started) * 1000, f"probe tenant deleted ({removed} session)")

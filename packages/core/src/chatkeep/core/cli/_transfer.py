@@ -96,11 +96,13 @@ async def _export(args: argparse.Namespace, out: IO[str]) -> dict[str, Any]:
     url, tenant = store_url(args), tenant_of(args)
     sessions = messages = documents = 0
     async with open_store(url) as store:
+        total = None
         if args.session:
             key = SessionKey(tenant, args.session)
-            if await store.count(key) == 0 and await store.load_session(key) is None:
+            total = await store.count(key)
+            if total == 0 and await store.load_session(key) is None:
                 raise UsageError(f"no session {args.session!r} in tenant {tenant!r} of {redact_url(url)}")
-        with progress("export") as bar:
+        with progress("export", total=total) as bar:
             keys = _one(SessionKey(tenant, args.session)) if args.session else _sessions_of(store, tenant)
             async for key in keys:
                 sessions += 1
