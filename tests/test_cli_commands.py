@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -463,6 +464,57 @@ def test_copy_refuses_the_same_store(cli: CLI, memory_url: str) -> None:
     code, _, err = cli("copy", "--from", memory_url, "--to", memory_url, "--tenant", "acme")
     assert code == 2
     assert "same store" in err
+
+
+def unreachable(what: str, exc: BaseException) -> None:
+    message = f"{what} is unreachable ({type(exc).__name__}: {exc})"
+    if os.environ.get("CHATKEEP_REQUIRE_SERVICES", "").strip() in ("1", "true", "yes"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(params=["redis", "postgresql"])
+def server_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A real server's store, isolated for this test (its own key prefix or schema), removed afterwards."""
+    name = f"ck_cli_{uuid.uuid4().hex[:12]}"
+    if request.param == "redis":
+        url = f"redis://127.0.0.1:6379/0?prefix={name}"
+        try:
+            run(count(url, SessionKey("t", "probe")))
+        except Exception as exc:  # any failure to reach the server is a reason to skip
+            unreachable("Redis at 127.0.0.1:6379", exc)
+        yield url
+
+        async def clean() -> None:
+            async with open_store(url) as store:
+                for tenant in ("acme", "globex"):
+                    await store.delete_tenant(tenant)
+
+        run(clean())
+        return
+    import psycopg
+
+    server = "postgresql://postgres@127.0.0.1:5432/test"
+    try:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{name}"')
+    except Exception as exc:
+        unreachable("PostgreSQL at 127.0.0.1:5432", exc)
+    yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/test?schema={name}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def test_copy_to_a_server_and_back_to_sqlite(cli: CLI, server_url: str, tmp_path: Path) -> None:
+    source, back = f"sqlite:///{tmp_path / 'from.db'}", f"sqlite:///{tmp_path / 'back.db'}"
+    run(seed(source, "acme", 3))
+    there = cli.json("copy", "--from", source, "--to", server_url, "--tenant", "acme")
+    assert (there["ok"], there["sessions"], there["new_messages"]) == (True, 3, 12)
+    returned = cli.json("copy", "--from", server_url, "--to", back, "--tenant", "acme")
+    assert (returned["ok"], returned["new_messages"]) == (True, 12)
+    assert run(snapshot(back, "acme")) == run(snapshot(source, "acme"))
+    doctor = cli.json("doctor", "--store", server_url)
+    assert doctor["ok"] is True, doctor
 
 
 # -- prune and migrate ---------------------------------------------------------------------------
