@@ -659,3 +659,28 @@ def test_delete_on_a_terminal_asks_first(tmp_path: Path, answer: bytes, status: 
     assert code == status
     assert "Delete session 'chat-0' of tenant 'acme' (4 messages)" in out
     assert run(count(url, SessionKey("acme", "chat-0"))) == left
+
+
+def test_export_into_a_reader_that_stops_early_ends_quietly(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'pipe.db'}"
+
+    async def many() -> None:
+        async with open_store(url) as store:
+            for i in range(20):
+                await store.append(
+                    SessionKey("acme", f"s{i}"), [Message(role="user", text="x" * 500) for _ in range(100)]
+                )
+
+    run(many())
+    with subprocess.Popen(
+        [sys.executable, "-m", "chatkeep.core.cli", "export", "--store", url, "--tenant", "acme"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    ) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        assert process.stdout.readline().startswith(b'{"type":"message"')
+        process.stdout.close()  # like `chatkeep export | head -1`
+        assert process.wait(timeout=60) == 1
+        assert process.stderr.read() == b""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import inspect
 import json
@@ -196,6 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if inspect.iscoroutine(result):
             result = asyncio.run(result)
         return int(result)
+    except BrokenPipeError:  # the reader went away (chatkeep export | head): stop quietly, as Unix tools do
+        with contextlib.suppress(OSError, ValueError):  # no second error when Python flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except UsageError as exc:
         _report(exc, as_json=as_json)
         return 2
