@@ -353,7 +353,7 @@ def test_export_to_stdout_puts_the_summary_on_stderr(cli: CLI, memory_url: str) 
     code, out, err = cli("export", "--store", memory_url, "--tenant", "acme")
     assert code == 0
     assert len(out.splitlines()) == 4
-    assert err.strip() == "exported 1 sessions (4 messages) of tenant 'acme'"
+    assert err.strip() == "exported 1 session (4 messages) of tenant 'acme'"
 
 
 @pytest.mark.parametrize(
@@ -574,7 +574,7 @@ def test_export_piped_into_import_between_two_sqlite_files(tmp_path: Path) -> No
     assert "exported 3 sessions (12 messages)" in exported.stderr
     imported = chatkeep("import", "--store", target, cwd=tmp_path, stdin=exported.stdout)
     assert imported.returncode == 0, imported.stderr
-    assert "imported 12 messages (12 new) in 3 sessions and 1 session documents from stdin" in imported.stdout
+    assert "imported 12 messages (12 new) in 3 sessions and 1 session document from stdin" in imported.stdout
     assert run(snapshot(target, "acme")) == run(snapshot(source, "acme"))
 
 

@@ -32,7 +32,7 @@ from chatkeep.core._messages import (
 from chatkeep.core._session import DEFAULT_TENANT
 from chatkeep.core.backend import HistoryStore, SessionKey, SupportsMigrate, SupportsSchemaRevision
 from chatkeep.core.cli._app import store_url
-from chatkeep.core.cli._output import UsageError, emit_json, iso, say, table, when
+from chatkeep.core.cli._output import UsageError, emit_json, iso, plural, say, table, when
 from chatkeep.core.plugins import default_registry, installed_backends, open_store, plugin_failures
 
 __all__ = ["backends", "doctor", "migrate", "prune", "render", "sessions_delete", "sessions_list", "sessions_show"]
@@ -177,7 +177,11 @@ async def doctor(args: argparse.Namespace) -> int:
                     step = "clean up"
                     started = perf_counter()
                     removed = await store.delete_tenant(key.tenant)
-                    check("clean up", (perf_counter() - started) * 1000, f"probe tenant deleted ({removed} session)")
+                    check(
+                        "clean up",
+                        (perf_counter() - started) * 1000,
+                        f"probe tenant deleted ({plural(removed, 'session')})",
+                    )
     except ChatkeepError as exc:
         check(step, None, "see the error below", ok=False)
         return finish(exc)
@@ -278,7 +282,7 @@ async def sessions_show(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             return 0
         count = await store.count(key)
-        say(f"session {key.session_id} (tenant {key.tenant}): {count} message{'s' if count != 1 else ''}")
+        say(f"session {key.session_id} (tenant {key.tenant}): {plural(count, 'message')}")
         async for message in messages:
             write(render(message) + "\n")
         sys.stdout.flush()
@@ -342,7 +346,7 @@ async def prune(args: argparse.Namespace) -> int:
         emit_json({"deleted": deleted, "tenant": tenant, "cutoff": iso(cutoff)})
     else:
         scope = "every tenant" if tenant is None else f"tenant {tenant!r}"
-        say(f"pruned {deleted} session{'s' if deleted != 1 else ''} of {scope} not updated since {when(cutoff)} UTC")
+        say(f"pruned {plural(deleted, 'session')} of {scope} not updated since {when(cutoff)} UTC")
     return 0
 
 

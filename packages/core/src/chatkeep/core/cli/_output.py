@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-__all__ = ["Progress", "UsageError", "emit_json", "iso", "progress", "say", "table", "when"]
+__all__ = ["Progress", "UsageError", "emit_json", "iso", "plural", "progress", "say", "table", "when"]
 
 
 class UsageError(Exception):
@@ -24,6 +24,11 @@ def say(text: str = "", *, err: bool = False) -> None:
 def emit_json(value: Any) -> None:
     """Print one JSON document on stdout: the ``--json`` output of a command."""
     print(json.dumps(value, ensure_ascii=False), flush=True)
+
+
+def plural(n: int, word: str) -> str:
+    """``1 session``, ``3 sessions``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def iso(moment: datetime) -> str:

@@ -31,7 +31,7 @@ from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore, SessionKey
 from chatkeep.core.cli._app import store_url
 from chatkeep.core.cli._inspect import tenant_of
-from chatkeep.core.cli._output import Progress, UsageError, emit_json, progress, say
+from chatkeep.core.cli._output import Progress, UsageError, emit_json, plural, progress, say
 from chatkeep.core.plugins import open_store
 
 __all__ = ["ExportFormatError", "copy", "export", "import_", "session_checksum"]
@@ -87,7 +87,8 @@ def export(args: argparse.Namespace) -> int:
         finally:
             partial.unlink(missing_ok=True)
     summary["output"] = str(output) if output else None
-    text = f"exported {summary['sessions']} sessions ({summary['messages']} messages) of tenant {summary['tenant']!r}"
+    counted = f"{plural(summary['sessions'], 'session')} ({plural(summary['messages'], 'message')})"
+    text = f"exported {counted} of tenant {summary['tenant']!r}"
     _summarize(args, summary, text, output)
     return 0
 
@@ -110,7 +111,7 @@ async def _export(args: argparse.Namespace, out: IO[str]) -> dict[str, Any]:
                 if stored is not None:
                     documents += 1
                     owner = json.dumps(stored.owner, ensure_ascii=False)
-                    document = json.dumps(stored.session.to_dict(), ensure_ascii=False)
+                    document = json.dumps(stored.session.to_dict(), ensure_ascii=False, separators=(",", ":"))
                     out.write(f'{_prefix("session", key)}"owner":{owner},"document":{document}}}\n')
                 prefix = _prefix("message", key)
                 async for message in store.iter_messages(key, batch=1000):
@@ -289,8 +290,9 @@ def import_(args: argparse.Namespace) -> int:
             stream.seek(0)
         counts = asyncio.run(_write(url, stream, name, tenant, total))
     text = (
-        f"imported {counts['messages']} messages ({counts['new_messages']} new) in {counts['sessions']} sessions "
-        f"and {counts['session_documents']} session documents from {name}"
+        f"imported {plural(counts['messages'], 'message')} ({counts['new_messages']} new) in "
+        f"{plural(counts['sessions'], 'session')} and {plural(counts['session_documents'], 'session document')} "
+        f"from {name}"
     )
     if args.json:
         emit_json(counts)
@@ -375,7 +377,7 @@ async def copy(args: argparse.Namespace) -> int:
         emit_json(report)
     else:
         tenants = ", ".join(repr(t) for t in args.tenants)
-        say(f"copied {sessions} sessions ({messages} messages, {new} new) of tenant {tenants}")
+        say(f"copied {plural(sessions, 'session')} ({plural(messages, 'message')}, {new} new) of tenant {tenants}")
         say(f"  from {shown_from}")
         say(f"  to   {shown_to}")
         for bad in mismatches:
