@@ -382,7 +382,7 @@ def test_a_corrupt_line_is_named_and_nothing_is_imported(
     assert (code, out) == (1, "")
     assert f"line 10 of {exported}" in err
     assert why in err
-    assert "nothing was imported" in err
+    assert "Nothing was imported" in err
     assert "Traceback" not in err
     assert run(snapshot(target, "acme")) == {}
 

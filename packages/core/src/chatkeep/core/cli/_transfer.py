@@ -44,6 +44,9 @@ APPEND_BATCH = 500
 PAGE = 100
 
 
+_NOTHING = "Nothing was imported: fix the line (or export again) and rerun the import"
+
+
 class ExportFormatError(ChatkeepError, ValueError):
     """A line of a JSON Lines file is not a chatkeep export line; nothing from that file was imported."""
 
@@ -161,7 +164,7 @@ def _parse(number: int, raw: bytes, name: str, tenant: str | None) -> _Line:
     """Check one line's shape (not yet its record: records are decoded in batches)."""
 
     def bad(why: str) -> ExportFormatError:
-        return ExportFormatError(f"line {number} of {name}: {why}; nothing was imported, fix the line and rerun")
+        return ExportFormatError(f"line {number} of {name}: {why}. {_NOTHING}")
 
     try:
         data = json.loads(raw)
@@ -202,9 +205,7 @@ def _decode(batch: list[_Line], name: str) -> list[Message]:
             try:
                 decode_records([line.record or ""])
             except MessageFormatError as exc:
-                raise ExportFormatError(
-                    f"line {line.number} of {name}: {exc}; nothing was imported, fix the line and rerun"
-                ) from None
+                raise ExportFormatError(f"line {line.number} of {name}: {exc}. {_NOTHING}") from None
         raise
 
 
