@@ -684,3 +684,38 @@ def test_export_into_a_reader_that_stops_early_ends_quietly(tmp_path: Path) -> N
         process.stdout.close()  # like `chatkeep export | head -1`
         assert process.wait(timeout=60) == 1
         assert process.stderr.read() == b""
+
+
+def test_export_and_import_memory_does_not_grow_with_the_history(cli: CLI, tmp_path: Path) -> None:
+    import tracemalloc
+
+    def peaks(messages: int) -> tuple[int, int]:
+        source, target = f"sqlite:///{tmp_path / f'big{messages}.db'}", f"sqlite:///{tmp_path / f'in{messages}.db'}"
+
+        async def fill() -> None:
+            async with open_store(source) as store:
+                for start in range(0, messages, 1000):
+                    batch = [Message(role="user", text=f"message {n} " + "x" * 200) for n in range(start, start + 1000)]
+                    await store.append(SessionKey("acme", "long"), batch)
+
+        run(fill())
+        exported = tmp_path / f"big{messages}.jsonl"
+        result: list[int] = []
+        for argv in (
+            ("export", "--store", source, "--tenant", "acme", "-o", str(exported)),
+            ("import", "--store", target, "-i", str(exported)),
+        ):
+            tracemalloc.start()
+            try:
+                code, _, err = cli(*argv)
+                result.append(tracemalloc.get_traced_memory()[1])
+            finally:
+                tracemalloc.stop()
+            assert code == 0, err
+        assert run(count(target, SessionKey("acme", "long"))) == messages
+        return result[0], result[1]
+
+    small, large = peaks(2_000), peaks(20_000)
+    # Ten times the history: a command that held it would peak about ten times higher (20,000 records are ~5 MB).
+    assert large[0] < small[0] * 2 + 1_000_000, (small, large)
+    assert large[1] < small[1] * 2 + 1_000_000, (small, large)
