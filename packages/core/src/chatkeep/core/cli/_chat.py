@@ -49,10 +49,10 @@ def _print(text: str = "") -> None:
 # -- demo ----------------------------------------------------------------------------------------
 
 
-async def _demo_turn(step: int, saved: dict[str, Any] | None, store_url: str | None) -> dict[str, Any] | None:
+async def _demo_turn(step: int, saved: dict[str, Any] | None, url: str | None) -> dict[str, Any] | None:
     """One process of the demo: returns the session to save, or ``None`` when the check failed."""
     client, _ = _client()
-    history = store_url if store_url else InMemoryHistoryProvider()
+    history = url if url else InMemoryHistoryProvider()
     async with Agent(client, name="DemoAgent", instructions=DEMO_INSTRUCTIONS, history=history) as agent:
         if step == 1:
             session = agent.create_session()
