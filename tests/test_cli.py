@@ -33,14 +33,15 @@ def test_demo_keeps_a_conversation_across_two_processes_in_the_default_sqlite_st
     saved = json.loads((tmp_path / "state" / "session.json").read_text(encoding="utf-8"))
     assert "in_memory" not in saved["state"]  # the store holds the history, not the session
     database = f"sqlite:///{(tmp_path / 'state' / 'history.db').resolve()}"
-    history = run_cli("history", saved["session_id"], "--store", database, cwd=tmp_path)
+    history = run_cli("sessions", "show", saved["session_id"], "--store", database, cwd=tmp_path)
     assert history.returncode == 0, history.stderr
     lines = history.stdout.splitlines()
-    assert len(lines) == 4
-    assert lines[0].endswith("user: Remember that I like Italian food.")
-    sessions = run_cli("sessions", "--store", database, cwd=tmp_path)
-    assert saved["session_id"] in sessions.stdout
-    assert "4 messages" in sessions.stdout
+    assert lines[0] == f"session {saved['session_id']} (tenant default): 4 messages"
+    assert len(lines) == 5
+    assert lines[1].endswith("user: Remember that I like Italian food.")
+    sessions = run_cli("sessions", "list", "--store", database, cwd=tmp_path)
+    row = next(line for line in sessions.stdout.splitlines() if line.startswith(saved["session_id"]))
+    assert row.split()[1] == "4"
 
 
 def test_demo_with_history_in_the_session(tmp_path: Path) -> None:
@@ -68,8 +69,8 @@ def test_demo_with_a_store_that_does_not_survive_the_process_fails_plainly(tmp_p
 def test_backends_lists_the_installed_memory_backend(tmp_path: Path) -> None:
     result = run_cli("backends", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert any(line.startswith("memory") and "memory://" in line for line in result.stdout.splitlines())
-    assert "chatkeep-memory" in result.stdout
+    assert result.stdout.splitlines()[0].split() == ["BACKEND", "URL", "SCHEMES", "DISTRIBUTION", "VERSION"]
+    assert any(line.split()[:3] == ["memory", "memory://", "chatkeep-memory"] for line in result.stdout.splitlines())
 
 
 @pytest.mark.parametrize(
@@ -80,20 +81,20 @@ def test_unknown_backend_says_what_to_install_and_hides_the_password(
     tmp_path: Path, url: str, extra: str, install_hint: Callable[[str], str]
 ) -> None:
     # Only the memory plugin is loaded, as if the other backends were not installed.
-    result = run_cli("sessions", "--store", url, cwd=tmp_path, env={"CHATKEEP_PLUGINS": "memory"})
+    result = run_cli("sessions", "list", "--store", url, cwd=tmp_path, env={"CHATKEEP_PLUGINS": "memory"})
     assert result.returncode == 1
     assert install_hint(extra) in result.stderr
     assert "hunter2" not in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_sessions_and_history_on_an_empty_store(tmp_path: Path) -> None:
-    sessions = run_cli("sessions", "--store", "memory://cli", cwd=tmp_path)
+def test_sessions_list_and_show_on_an_empty_store(tmp_path: Path) -> None:
+    sessions = run_cli("sessions", "list", "--store", "memory://cli", cwd=tmp_path)
     assert sessions.returncode == 0, sessions.stderr
     assert "no sessions for tenant 'default'" in sessions.stdout
-    history = run_cli("history", "abc", "--store", "memory://cli", cwd=tmp_path)
-    assert history.returncode == 0, history.stderr
-    assert "has no stored messages" in history.stdout
+    history = run_cli("sessions", "show", "abc", "--store", "memory://cli", cwd=tmp_path)
+    assert history.returncode == 1
+    assert "no session 'abc' in tenant 'default'" in history.stderr
 
 
 def test_no_command_prints_help(tmp_path: Path) -> None:
@@ -116,7 +117,7 @@ def test_sessions_pages_with_the_command_it_prints(tmp_path: Path) -> None:
                 await store.append(SessionKey("acme", f"chat-{i}"), [Message(role="user", text=f"hello {i}")])
 
     asyncio.run(seed())
-    first = run_cli("sessions", "--store", url, "--tenant", "acme", "--limit", "2", cwd=tmp_path)
+    first = run_cli("sessions", "list", "--store", url, "--tenant", "acme", "--limit", "2", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     listed = [line.split()[0] for line in first.stdout.splitlines() if line.startswith("chat-")]
     assert listed == ["chat-2", "chat-1"]  # newest first
@@ -128,7 +129,7 @@ def test_sessions_pages_with_the_command_it_prints(tmp_path: Path) -> None:
 
 
 def test_a_bad_cursor_is_reported_without_a_traceback(tmp_path: Path) -> None:
-    result = run_cli("sessions", "--store", "memory://x", "--cursor", "bogus", cwd=tmp_path)
+    result = run_cli("sessions", "list", "--store", "memory://x", "--cursor", "bogus", cwd=tmp_path)
     assert result.returncode == 1
     assert "cursor" in result.stderr
     assert "Traceback" not in result.stderr

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from chatkeep.core import AgentSession, ChatkeepError, Message, SessionKey, StoreConfigurationError
+from chatkeep.core.backend import SupportsSchemaRevision
 from chatkeep.core.cli import main as cli_main
 from chatkeep.sql import SCHEMA_REVISION, SchemaVersionError, SQLHistoryStore, migrate
 from chatkeep.sql._schema import REVISIONS, key_hash, message_hash, tenant_hash
@@ -152,3 +153,28 @@ async def test_first_use_logs_no_warnings(fresh_backing: Any, caplog: pytest.Log
     async with SQLHistoryStore(fresh_backing.url) as store:
         assert await store.count(SessionKey("t", "s")) == 0
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def test_schema_revision_reports_the_schema_without_migrating(fresh_backing: Any) -> None:
+    async with SQLHistoryStore(fresh_backing.url) as store:
+        assert isinstance(store, SupportsSchemaRevision)
+        assert await store.schema_revision() == SCHEMA_REVISION  # an empty database: created, as a first call does
+    fresh_backing.execute(("UPDATE chatkeep_alembic_version SET version_num = '9999'", ()))
+    async with SQLHistoryStore(fresh_backing.url) as store:
+        with pytest.raises(SchemaVersionError, match="newer"):
+            await store.schema_revision()
+    assert fresh_backing.execute((VERSION, ())) == [("9999",)]
+
+
+def test_cli_doctor(fresh_backing: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["doctor", "--store", fresh_backing.url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True
+    assert report["schema_revision"] == SCHEMA_REVISION
+    fresh_backing.execute(("UPDATE chatkeep_alembic_version SET version_num = '9999'", ()))
+    assert cli_main(["doctor", "--store", fresh_backing.url, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["error"]["type"] == "SchemaVersionError"
+    assert "pip install -U chatkeep-sql" in report["error"]["message"]
+    assert "upgrade chatkeep-sql" in report["fix"]
+    assert report["checks"] == [{"name": "schema", "ok": False, "ms": None, "detail": "see the error below"}]

@@ -236,6 +236,13 @@ class SQLHistoryStore(HistoryStore):
         self._ready = True
         return revision
 
+    @checked
+    async def schema_revision(self) -> str:
+        """The schema revision of the database (created in an empty one, as a first call does); never migrates."""
+        revision = await self._runner.prepare()
+        self._ready = True
+        return revision
+
     def _head(self, key: SessionKey) -> tuple[bytes, bytes, bytes, bytes]:
         return (
             key_hash(key.tenant, key.session_id),

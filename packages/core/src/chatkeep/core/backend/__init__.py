@@ -10,7 +10,12 @@ the public methods check arguments and state once, for every backend alike. It d
 from chatkeep.core._errors import redact_url
 from chatkeep.core._messages import decode_records, encode_records
 from chatkeep.core.backend import hookspecs
-from chatkeep.core.backend._capabilities import SupportsMigrate, SupportsNativeTTL, SupportsReadProbe
+from chatkeep.core.backend._capabilities import (
+    SupportsMigrate,
+    SupportsNativeTTL,
+    SupportsReadProbe,
+    SupportsSchemaRevision,
+)
 from chatkeep.core.backend._options import (
     MAX_MESSAGE_BYTES,
     TTL,
@@ -53,6 +58,7 @@ __all__ = [
     "SupportsMigrate",
     "SupportsNativeTTL",
     "SupportsReadProbe",
+    "SupportsSchemaRevision",
     "boolean",
     "checked",
     "conflict_error",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-__all__ = ["SupportsMigrate", "SupportsNativeTTL", "SupportsReadProbe"]
+__all__ = ["SupportsMigrate", "SupportsNativeTTL", "SupportsReadProbe", "SupportsSchemaRevision"]
 
 
 @runtime_checkable
@@ -13,6 +13,15 @@ class SupportsMigrate(Protocol):
 
     async def migrate(self) -> str:
         """Create or upgrade the store's schema to this release's; returns the schema revision."""
+        ...
+
+
+@runtime_checkable
+class SupportsSchemaRevision(Protocol):
+    """A store with a versioned schema that it can report without changing it (``chatkeep doctor`` shows it)."""
+
+    async def schema_revision(self) -> str:
+        """The schema revision the store is at (checking, as a first call does, that this release can use it)."""
         ...
 
 

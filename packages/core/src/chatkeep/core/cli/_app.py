@@ -1,0 +1,211 @@
+"""The ``chatkeep`` parser and entry point: shared options, exit codes, errors without tracebacks.
+
+Only argparse is imported up front; each command's module (and the store, the model, rich) is imported when
+that command runs, so ``chatkeep --help`` and scripts that call the command often stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import inspect
+import json
+import os
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+__all__ = ["duration", "main", "store_url"]
+
+STORE_ENV = "CHATKEEP_STORE"
+DEFAULT_STORE = "sqlite://"
+STORE_HELP = (
+    f"backend URL (default: ${STORE_ENV} when set, else sqlite://, the SQLite file under your user data folder)"
+)
+
+
+def store_url(args: argparse.Namespace) -> str:
+    """The store a command works on: ``--store``, else ``$CHATKEEP_STORE``, else the SQLite file store if installed."""
+    from chatkeep.core._errors import ChatkeepError, StoreConfigurationError
+    from chatkeep.core.plugins import default_registry
+
+    if args.store:
+        return str(args.store)
+    if os.environ.get(STORE_ENV):
+        return os.environ[STORE_ENV]
+    try:
+        default_registry().resolve(DEFAULT_STORE)
+    except ChatkeepError:
+        raise StoreConfigurationError(
+            f"no --store given, {STORE_ENV} is not set and the default SQLite store is not installed; pass "
+            f'--store URL, set {STORE_ENV}, or run: pip install "chatkeep-core[sqlite]"'
+        ) from None
+    return DEFAULT_STORE
+
+
+def _common(*, store: bool = True) -> argparse.ArgumentParser:
+    """The options every command takes, placed after the command's name."""
+    common = argparse.ArgumentParser(add_help=False)
+    if store:
+        common.add_argument("--store", metavar="URL", help=STORE_HELP)
+        common.add_argument("--tenant", default=None, help="the tenant to work in (default: default)")
+    common.add_argument("--json", action="store_true", help="print stable JSON for scripts instead of text")
+    return common
+
+
+def _command(
+    commands: Any, name: str, handler: str, help: str, *, parents: Sequence[argparse.ArgumentParser]
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(name, help=help, description=help, parents=list(parents))
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chatkeep",
+        description="Store and resume AI-agent conversations.",
+        epilog="Exit status: 0 done, 1 an error (store, data, model), 2 a usage error. Run 'chatkeep COMMAND -h'.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    common, bare = _common(), _common(store=False)
+
+    _command(commands, "backends", "_inspect:backends", "list installed storage backends", parents=[bare])
+
+    doctor_help = "check that a store works: write, read back, latency"
+    _command(commands, "doctor", "_inspect:doctor", doctor_help, parents=[common])
+
+    sessions = commands.add_parser("sessions", help="list, show or delete stored sessions")
+    session_commands = sessions.add_subparsers(dest="sessions_command", metavar="ACTION", required=True)
+    listing = _command(
+        session_commands, "list", "_inspect:sessions_list", "a tenant's sessions, newest first", parents=[common]
+    )
+    listing.add_argument("--limit", type=_positive, default=20, help="sessions per page (default: %(default)s)")
+    listing.add_argument("--cursor", help="the cursor the previous page printed, for the next page")
+    show = _command(
+        session_commands, "show", "_inspect:sessions_show", "print a session's transcript", parents=[common]
+    )
+    show.add_argument("session_id", metavar="ID")
+    show.add_argument("--last", type=_positive, default=None, help="only the N newest messages")
+    delete = _command(
+        session_commands, "delete", "_inspect:sessions_delete", "delete a session and its history", parents=[common]
+    )
+    delete.add_argument("session_id", metavar="ID")
+    delete.add_argument("--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
+
+    export = _command(commands, "export", "_transfer:export", "write sessions as JSON Lines", parents=[common])
+    export.add_argument("--session", metavar="ID", help="only this session (default: every session of the tenant)")
+    export.add_argument("--output", "-o", type=Path, help="the file to write (default: stdout)")
+
+    imp = _command(commands, "import", "_transfer:import_", "read sessions from JSON Lines", parents=[common])
+    imp.add_argument("--input", "-i", type=Path, help="the file to read (default: stdin)")
+
+    copy = _command(
+        commands, "copy", "_transfer:copy", "copy a tenant's sessions between two stores, then verify", parents=[bare]
+    )
+    copy.add_argument("--from", dest="source", required=True, metavar="URL", help="the store to copy from")
+    copy.add_argument("--to", dest="target", required=True, metavar="URL", help="the store to copy to")
+    copy.add_argument(
+        "--tenant", dest="tenants", action="append", required=True, help="a tenant to copy (repeat for several)"
+    )
+    copy.add_argument("--max-sessions", type=_positive, default=None, help=argparse.SUPPRESS)  # tests: an interruption
+
+    prune = _command(commands, "prune", "_inspect:prune", "delete sessions not updated for a while", parents=[common])
+    prune.add_argument("--older-than", type=duration, required=True, metavar="AGE", help="e.g. 30d, 12h, 90m, 45s")
+    prune.add_argument("--all-tenants", action="store_true", help="prune every tenant (instead of --tenant)")
+
+    _command(
+        commands, "migrate", "_inspect:migrate", "create or upgrade a store's schema (SQL databases)", parents=[common]
+    )
+
+    chat_help = "chat with the configured model; the history lives in the store"
+    chat = _command(commands, "chat", "_chat:chat", chat_help, parents=[common])
+    chat.add_argument("--session", required=True, metavar="ID", help="the conversation to start or resume")
+
+    demo = _command(commands, "demo", "_chat:demo", "show a conversation kept across two processes", parents=[])
+    demo.add_argument(
+        "--store", help="keep history in this backend URL (default: a SQLite file in the state dir, when installed)"
+    )
+    demo.add_argument("--in-session", action="store_true", help="keep history inside the session instead of a store")
+    demo.add_argument(
+        "--state-dir", default=".chatkeep-demo", help="where the demo saves the session (default: %(default)s)"
+    )
+    turn = commands.add_parser("_demo-turn")  # internal: one process of the demo
+    turn.add_argument("step", type=int, choices=(1, 2))
+    turn.add_argument("session_file", type=Path)
+    turn.add_argument("--store")
+    turn.set_defaults(handler="_chat:demo_process")
+    return parser
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration(text: str) -> timedelta:
+    """Parse an age: ``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` (an argparse type, so a bad one is a usage error)."""
+    number, unit = text.strip()[:-1], text.strip()[-1:].lower()
+    if unit not in _UNITS or not number.isdigit() or int(number) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an age; write a whole number and a unit: 30d, 12h, 90m, 45s or 2w"
+        )
+    return timedelta(seconds=int(number) * _UNITS[unit])
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _report(exc: BaseException, *, as_json: bool) -> None:
+    from chatkeep.core._errors import redact_url
+
+    message = redact_url(str(exc))
+    if as_json:
+        print(json.dumps({"error": {"type": type(exc).__name__, "message": message}}), file=sys.stderr, flush=True)
+    else:
+        print(f"chatkeep: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 done, 1 error, 2 usage)."""
+    from chatkeep.core.cli._output import UsageError
+
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits on -h (0) and on usage errors (2); a caller of main() gets the code
+        return exc.code if isinstance(exc.code, int) else 0
+    if args.command is None:
+        parser.print_help()
+        return 2
+    as_json = bool(getattr(args, "json", False))
+    from chatkeep.core._errors import ChatkeepError
+
+    try:
+        module, _, name = str(args.handler).partition(":")
+        handler = getattr(importlib.import_module(f"chatkeep.core.cli.{module}"), name)
+        result = handler(args)
+        if inspect.iscoroutine(result):
+            result = asyncio.run(result)
+        return int(result)
+    except BrokenPipeError:  # the reader went away (chatkeep export | head): stop quietly, as Unix tools do
+        with contextlib.suppress(OSError, ValueError):  # no second error when Python flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except UsageError as exc:
+        _report(exc, as_json=as_json)
+        return 2
+    except (ChatkeepError, ValueError, OSError) as exc:  # the store's, the data's or a file's: the user's to fix
+        _report(exc, as_json=as_json)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,366 @@
+"""Commands that look at and look after a store: backends, doctor, sessions list/show/delete, prune, migrate."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shlex
+import sys
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from time import perf_counter
+from typing import Any
+
+from chatkeep.core._errors import (
+    ChatkeepError,
+    StoreConfigurationError,
+    StoreUnavailableError,
+    UnknownBackendError,
+    redact_url,
+)
+from chatkeep.core._messages import (
+    DataContent,
+    FunctionCallContent,
+    FunctionResultContent,
+    Message,
+    TextContent,
+    UriContent,
+    UsageContent,
+)
+from chatkeep.core._session import DEFAULT_TENANT
+from chatkeep.core.backend import HistoryStore, SessionKey, SupportsMigrate, SupportsSchemaRevision
+from chatkeep.core.cli._app import store_url
+from chatkeep.core.cli._output import UsageError, emit_json, iso, plural, say, table, when
+from chatkeep.core.plugins import default_registry, installed_backends, open_store, plugin_failures
+
+__all__ = ["backends", "doctor", "migrate", "prune", "render", "sessions_delete", "sessions_list", "sessions_show"]
+
+
+def tenant_of(args: argparse.Namespace) -> str:
+    """The ``--tenant`` given, else the default tenant."""
+    return str(args.tenant) if args.tenant else DEFAULT_TENANT
+
+
+# -- backends ------------------------------------------------------------------------------------
+
+
+def backends(args: argparse.Namespace) -> int:
+    """List the installed backend plugins, and the plugins found but unusable with their error."""
+    found = installed_backends()
+    failures = sorted(plugin_failures().items())
+    if args.json:
+        emit_json(
+            {
+                "backends": [
+                    {
+                        "name": b.name,
+                        "schemes": list(b.schemes),
+                        "distribution": b.distribution,
+                        "version": b.version,
+                        "description": b.description,
+                    }
+                    for b in found
+                ],
+                "broken": [{"plugin": plugin, "error": error} for plugin, error in failures],
+            }
+        )
+        return 0
+    if found:
+        rows = [(b.name, ", ".join(f"{s}://" for s in b.schemes), b.distribution, b.version) for b in found]
+        table(("BACKEND", "URL SCHEMES", "DISTRIBUTION", "VERSION"), rows)
+    else:
+        say('No backends installed. Install one, e.g.: pip install "chatkeep-core[sqlite]"')
+    for plugin, error in failures:
+        say(f"broken plugin {plugin!r}: {error}")
+    return 0
+
+
+# -- doctor --------------------------------------------------------------------------------------
+
+
+def _hint(exc: BaseException, shown: str) -> str:
+    """What to do about a failed check, beyond what the error itself says."""
+    if isinstance(exc, UnknownBackendError):
+        return "install the backend named above, or fix the URL's scheme (chatkeep backends lists what is installed)"
+    if isinstance(exc, StoreUnavailableError):
+        return (
+            "start the server or fix the host, port and credentials in the URL; for a slow network, raise the "
+            "connect timeout (e.g. ?connect_timeout=30 for SQL databases)"
+        )
+    if type(exc).__name__ == "SchemaVersionError":
+        return (
+            f"an older schema: run chatkeep migrate --store {shlex.quote(shown)} (back the database up first); "
+            "a newer one: upgrade chatkeep-sql"
+        )
+    if isinstance(exc, StoreConfigurationError):
+        return "fix the URL or option named above; the backend's page in the documentation lists its options"
+    return "the error above names what failed"
+
+
+async def doctor(args: argparse.Namespace) -> int:
+    """Connect, write a probe in a tenant of its own, read it back, delete it; report latency and the schema."""
+    url = store_url(args)
+    shown = redact_url(url)
+    report: dict[str, Any] = {"store": shown, "backend": None, "ok": False, "checks": [], "schema_revision": None}
+
+    def check(name: str, ms: float | None, detail: str, *, ok: bool = True) -> None:
+        report["checks"].append({"name": name, "ok": ok, "ms": None if ms is None else round(ms, 2), "detail": detail})
+
+    def finish(failure: BaseException | None) -> int:
+        if failure is not None:
+            report["error"] = {"type": type(failure).__name__, "message": redact_url(str(failure))}
+            report["fix"] = _hint(failure, shown)
+        report["ok"] = failure is None
+        if args.json:
+            emit_json(report)
+        else:
+            say(f"chatkeep doctor: {shown}" + (f" (backend {report['backend']})" if report["backend"] else ""))
+            rows = [
+                (c["name"], "ok" if c["ok"] else "FAILED", "" if c["ms"] is None else f"{c['ms']:.1f} ms", c["detail"])
+                for c in report["checks"]
+            ]
+            table(("CHECK", "RESULT", "TIME", "DETAIL"), rows, right=(2,))
+            if failure is not None:
+                say(f"error: {report['error']['message']}")
+                say(f"fix: {report['fix']}")
+            else:
+                say("the store works")
+        return 0 if failure is None else 1
+
+    try:
+        spec = default_registry().resolve(url)
+        info = next((b for b in installed_backends() if b.name == spec.name), None)
+        report["backend"] = spec.name if info is None else f"{spec.name}, {info.distribution} {info.version}"
+        store = open_store(url)
+    except ChatkeepError as exc:
+        check("open", None, "the URL names no usable store", ok=False)
+        return finish(exc)
+    key = SessionKey(f"chatkeep-doctor-{uuid.uuid4().hex[:12]}", "probe")
+    report["probe_tenant"] = key.tenant
+    probe = Message(role="user", text="chatkeep doctor probe \u2713")
+    step, wrote = "connect", False
+    try:
+        async with store:
+            try:
+                started = perf_counter()
+                try:
+                    # The first round trip connects; a store with a schema checks it on that call anyway.
+                    revision = await store.schema_revision() if isinstance(store, SupportsSchemaRevision) else None
+                    if revision is None:
+                        await store.count(key)
+                except StoreConfigurationError as exc:
+                    if type(exc).__name__ == "SchemaVersionError":
+                        step = "schema"
+                    raise
+                check("connect", (perf_counter() - started) * 1000, "first round trip, connecting")
+                if revision is not None:
+                    report["schema_revision"] = revision
+                    check("schema", None, f"revision {revision}")
+                step, wrote = "write", True
+                started = perf_counter()
+                await store.append(key, [probe])
+                check("write", (perf_counter() - started) * 1000, f"a probe message in tenant {key.tenant}")
+                step = "read back"
+                started = perf_counter()
+                loaded = await store.load(key)
+                elapsed = (perf_counter() - started) * 1000
+                if [m.to_record() for m in loaded] != [probe.to_record()]:
+                    raise StoreConfigurationError(
+                        f"the store returned {len(loaded)} message(s) that differ from the probe it was given; "
+                        "the backend does not keep messages exactly"
+                    )
+                check("read back", elapsed, "the same message came back")
+            finally:
+                if wrote:
+                    step = "clean up"
+                    started = perf_counter()
+                    removed = await store.delete_tenant(key.tenant)
+                    check(
+                        "clean up",
+                        (perf_counter() - started) * 1000,
+                        f"probe tenant deleted ({plural(removed, 'session')})",
+                    )
+    except ChatkeepError as exc:
+        check(step, None, "see the error below", ok=False)
+        return finish(exc)
+    return finish(None)
+
+
+# -- sessions ------------------------------------------------------------------------------------
+
+
+async def sessions_list(args: argparse.Namespace) -> int:
+    """One page of a tenant's sessions, newest first, with message counts."""
+    url, tenant = store_url(args), tenant_of(args)
+    async with open_store(url) as store:
+        page = await store.list_sessions(tenant, limit=args.limit, cursor=args.cursor)
+    if args.json:
+        items = [
+            {
+                "session_id": s.session_id,
+                "tenant": s.tenant,
+                "message_count": s.message_count,
+                "created_at": iso(s.created_at),
+                "updated_at": iso(s.updated_at),
+            }
+            for s in page.items
+        ]
+        emit_json({"tenant": tenant, "sessions": items, "next_cursor": page.next_cursor})
+        return 0
+    if not page.items:
+        say(f"no sessions for tenant {tenant!r} in {redact_url(url)}")
+        return 0
+    rows = [(s.session_id, s.message_count, when(s.created_at), when(s.updated_at)) for s in page.items]
+    table(("SESSION", "MESSAGES", "CREATED (UTC)", "UPDATED (UTC)"), rows, right=(1,))
+    if page.next_cursor:
+        command = ["chatkeep", "sessions", "list", "--store", redact_url(url), "--tenant", tenant]
+        say(f"more sessions: {shlex.join([*command, '--limit', str(args.limit), '--cursor', page.next_cursor])}")
+    return 0
+
+
+def _short(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def render(message: Message) -> str:
+    """A message as a transcript shows it: time, role, then each content (tool calls and results included)."""
+    who = message.role if not message.author_name else f"{message.role} ({message.author_name})"
+    parts: list[str] = []
+    for content in message.contents:
+        if isinstance(content, TextContent):
+            parts.append(_short(content.text))
+        elif isinstance(content, FunctionCallContent):
+            parts.append(f"-> calls {content.name}({_short(content.arguments, 500)}) [{content.call_id}]")
+        elif isinstance(content, FunctionResultContent):
+            label = "error" if content.is_error else "result"
+            result = _short(json.dumps(content.result, ensure_ascii=False), 500)
+            parts.append(f"<- {label} of [{content.call_id}]: {result}")
+        elif isinstance(content, DataContent):
+            parts.append(f"[data {content.media_type}, {len(content.data):,} base64 characters]")
+        elif isinstance(content, UriContent):
+            parts.append(f"[{content.media_type or 'uri'} {content.uri}]")
+        elif isinstance(content, UsageContent):
+            usage = content.usage
+            parts.append(f"[usage: {usage.input_tokens} in, {usage.output_tokens} out]")
+    body = "\n".join(parts).replace("\n", "\n    ")
+    return f"[{when(message.created_at)}] {who}: {body}"
+
+
+async def _missing(store: HistoryStore, key: SessionKey) -> bool:
+    return await store.count(key) == 0 and await store.load_session(key) is None
+
+
+def _not_found(key: SessionKey, url: str) -> int:
+    say(
+        f"chatkeep: no session {key.session_id!r} in tenant {key.tenant!r} of {redact_url(url)}; "
+        "list them with: chatkeep sessions list",
+        err=True,
+    )
+    return 1
+
+
+async def sessions_show(args: argparse.Namespace) -> int:
+    """Print a session's transcript, streaming it in pages (``--last N``: only the newest N)."""
+    url = store_url(args)
+    key = SessionKey(tenant_of(args), args.session_id)
+    async with open_store(url) as store:
+        if await _missing(store, key):
+            return _not_found(key, url)
+        messages: Any = (
+            store.iter_messages(key, batch=500) if args.last is None else _aiter(await store.load(key, last=args.last))
+        )
+        write: Callable[[str], object] = sys.stdout.write
+        if args.json:
+            write(f'{{"tenant":{_quote(key.tenant)},"session_id":{_quote(key.session_id)},"messages":[')
+            first = True
+            async for message in messages:
+                write(("" if first else ",") + message.to_record())
+                first = False
+            write("]}\n")
+            sys.stdout.flush()
+            return 0
+        count = await store.count(key)
+        say(f"session {key.session_id} (tenant {key.tenant}): {plural(count, 'message')}")
+        async for message in messages:
+            write(render(message) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+async def _aiter(items: list[Message]) -> Any:
+    for item in items:
+        yield item
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+async def sessions_delete(args: argparse.Namespace) -> int:
+    """Delete a session (its history and its document), after asking unless ``--yes``."""
+    url = store_url(args)
+    key = SessionKey(tenant_of(args), args.session_id)
+    async with open_store(url) as store:
+        if await _missing(store, key):
+            return _not_found(key, url)
+        count = await store.count(key)
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise UsageError(
+                    f"not deleting session {key.session_id!r}: stdin is not a terminal to ask on; "
+                    "add --yes to delete without asking"
+                )
+            question = (
+                f"Delete session {key.session_id!r} of tenant {key.tenant!r} ({count} messages) "
+                f"from {redact_url(url)}? [y/N] "
+            )
+            answer = await asyncio.to_thread(input, question)
+            if answer.strip().lower() not in {"y", "yes"}:
+                say("not deleted")
+                return 1
+        deleted = await store.delete(key)
+    if args.json:
+        emit_json({"tenant": key.tenant, "session_id": key.session_id, "deleted": deleted, "messages": count})
+    else:
+        say(f"deleted session {key.session_id} (tenant {key.tenant}, {count} messages)")
+    return 0
+
+
+# -- prune and migrate ---------------------------------------------------------------------------
+
+
+async def prune(args: argparse.Namespace) -> int:
+    """Delete the sessions of a tenant (or, with ``--all-tenants``, of all) not updated for ``--older-than``."""
+    if args.all_tenants and args.tenant:
+        raise UsageError("give --tenant or --all-tenants, not both")
+    if not args.all_tenants and not args.tenant:
+        raise UsageError("say which sessions to prune: --tenant TENANT, or --all-tenants for every tenant")
+    url = store_url(args)
+    tenant = None if args.all_tenants else str(args.tenant)
+    cutoff = datetime.now(timezone.utc) - args.older_than
+    async with open_store(url) as store:
+        deleted = await store.prune(older_than=cutoff, tenant=tenant)
+    if args.json:
+        emit_json({"deleted": deleted, "tenant": tenant, "cutoff": iso(cutoff)})
+    else:
+        scope = "every tenant" if tenant is None else f"tenant {tenant!r}"
+        say(f"pruned {plural(deleted, 'session')} of {scope} not updated since {when(cutoff)} UTC")
+    return 0
+
+
+async def migrate(args: argparse.Namespace) -> int:
+    """Create or upgrade the store's schema in place, through ``SupportsMigrate``."""
+    url = store_url(args)
+    shown = redact_url(url)
+    async with open_store(url) as store:
+        # Backends with a schema (sql) support migrate(); the others have nothing to upgrade.
+        revision = await store.migrate() if isinstance(store, SupportsMigrate) else None
+    if args.json:
+        emit_json({"store": shown, "has_schema": revision is not None, "revision": revision})
+    elif revision is None:
+        say(f"{shown}: this backend keeps no schema, so it needs no migrations")
+    else:
+        say(f"{shown}: schema at revision {revision}")
+    return 0
