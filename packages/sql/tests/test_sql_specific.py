@@ -7,6 +7,7 @@ import contextlib
 import re
 import sqlite3
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,15 @@ import pytest
 
 import chatkeep.core
 from chatkeep.core import ChatkeepError, Message, MissingExtraError, SessionKey, StoreUnavailableError
-from chatkeep.sql import SQLHistoryProvider, SQLHistoryStore, SQLURLError, _config, default_sqlite_path, open_store
+from chatkeep.sql import (
+    SQLHistoryProvider,
+    SQLHistoryStore,
+    SQLURLError,
+    _config,
+    _sql,
+    default_sqlite_path,
+    open_store,
+)
 
 
 @pytest.mark.parametrize(
@@ -121,8 +130,12 @@ def test_unknown_options_are_refused_at_open() -> None:
         open_store("sqlite:///x.db", ttl=5)
     with pytest.raises(SQLURLError, match=r"'bogus' in sqlite:///x\.db\?bogus=1; the options are max_message_bytes"):
         open_store("sqlite:///x.db?bogus=1")
-    with pytest.raises(SQLURLError, match="'synchronous'"):  # SQLite takes no driver options: nothing is ignored
-        open_store("sqlite:///x.db?synchronous=full")
+    with pytest.raises(SQLURLError, match="'journal_mode'"):  # SQLite takes no driver options: nothing is ignored
+        open_store("sqlite:///x.db?journal_mode=delete")
+    with pytest.raises(SQLURLError, match=r"synchronous='sometimes'.* must be normal or full"):
+        open_store("sqlite:///x.db?synchronous=sometimes")
+    with pytest.raises(SQLURLError, match="the synchronous option is for SQLite"):
+        open_store("postgresql+asyncpg://u@127.0.0.1:1/db?synchronous=full")
     with pytest.raises(SQLURLError, match=r"'bogus'.*or an option of the asyncpg driver"):
         open_store("postgresql+asyncpg://u@127.0.0.1:1/db?bogus=1")
     with pytest.raises(SQLURLError, match="pool_size=0 must be a whole number of 1 or more"):
@@ -337,3 +350,14 @@ async def test_outage_raises_unavailable_and_recovers(sql_target: Any) -> None:
     finally:
         await store.close()
         await proxy.close()
+
+
+@pytest.mark.parametrize("driver", ["sqlite", "sqlite+aiosqlite"])
+@pytest.mark.parametrize(("query", "level"), [("", 1), ("?synchronous=normal", 1), ("?synchronous=FULL", 2)])
+async def test_sqlite_synchronous_option_sets_the_pragma_on_every_connection(
+    tmp_path: Path, driver: str, query: str, level: int
+) -> None:
+    async with open_store(f"{driver}:///{tmp_path / 'sync.db'}{query}") as store:
+        await store.append(SessionKey("t", "s"), [Message(role="user", text="hi")])  # connects
+        levels = await store._call(partial(_sql.fetch, statement="PRAGMA synchronous", params=()))
+    assert [tuple(row) for row in levels] == [(level,)]  # 1 is NORMAL, 2 is FULL

@@ -59,6 +59,12 @@ class SQLURLError(StoreConfigurationError):
     """A SQL store URL or one of its options is malformed."""
 
 
+def _synchronous(value: object) -> str:
+    if not isinstance(value, str) or value.lower() not in ("normal", "full"):
+        raise ValueError("must be normal or full")
+    return value.lower()
+
+
 #: chatkeep's own options (URL query or keywords). Server URLs may also carry their driver's connect options.
 OPTIONS = OptionSet(
     "SQL",
@@ -66,6 +72,12 @@ OPTIONS = OptionSet(
         MAX_MESSAGE_BYTES,
         StoreOption("schema", text, None, "the PostgreSQL schema holding chatkeep's tables"),
         StoreOption("busy_timeout", positive_seconds, 30.0, "seconds a SQLite writer waits for the write lock"),
+        StoreOption(
+            "synchronous",
+            _synchronous,
+            "normal",
+            "SQLite: normal (a commit survives a crash of the process) or full (also an OS crash or power loss)",
+        ),
         StoreOption("connect_timeout", positive_seconds, 10.0, "seconds to wait for a server connection"),
         StoreOption("pool_size", positive_int, 5, "connections kept open"),
         StoreOption("max_overflow", non_negative_int, 10, "connections opened beyond pool_size under load"),
@@ -90,6 +102,9 @@ class SQLConfig:
         schema: the PostgreSQL schema holding chatkeep's tables (``None``: the connection's default).
         max_message_bytes: the largest message record accepted, in UTF-8 bytes.
         busy_timeout: seconds a SQLite writer waits for the file's write lock.
+        synchronous: SQLite's ``PRAGMA synchronous`` in WAL mode: ``normal`` (a commit survives a crash of the
+            process, not necessarily of the OS or a power loss) or ``full`` (it survives those too, for an fsync
+            per commit).
         connect_timeout: seconds to wait for a server connection.
         pool_size, max_overflow, pool_recycle, pool_pre_ping: the connection pool's settings. ``pool_pre_ping`` is
             off by default: instead of a round trip per call, a pooled connection found dead before the server
@@ -103,6 +118,7 @@ class SQLConfig:
     schema: str | None = None
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     busy_timeout: float = 30.0
+    synchronous: str = "normal"
     connect_timeout: float = 10.0
     pool_size: int = 5
     max_overflow: int = 10
@@ -228,6 +244,11 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
             raise _missing(url, family, candidates[0])
     parsed = OPTIONS.with_driver(driver, _driver_option(driver)).parse(parts.query, options, url=url)
     values = parsed.values
+    if values["synchronous"] != "normal":
+        raise SQLURLError(
+            "the synchronous option is for SQLite; a database server decides its own durability "
+            "(PostgreSQL: synchronous_commit; MySQL/MariaDB: innodb_flush_log_at_trx_commit)"
+        )
     if family != "postgresql" and values["schema"] is not None:
         raise SQLURLError("the schema option is for PostgreSQL; on MySQL and MariaDB, name the database in the URL")
     query = urlencode(parsed.driver)

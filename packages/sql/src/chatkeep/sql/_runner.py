@@ -105,8 +105,9 @@ class SQLiteRunner(Runner):
     are kept in a small pool; each is in WAL mode (readers never wait for the writer).
     """
 
-    def __init__(self, path: str, *, busy_timeout: float, pool_size: int) -> None:
+    def __init__(self, path: str, *, busy_timeout: float, pool_size: int, synchronous: str = "normal") -> None:
         self.path = path
+        self.synchronous = synchronous
         self.description = f"sqlite:///{path}"
         self.busy_timeout = busy_timeout
         self.pool_size = max(1, pool_size)
@@ -132,8 +133,9 @@ class SQLiteRunner(Runner):
         )
         try:
             self._use_wal(conn, wait=not inline)
-            # NORMAL is durable across application crashes in WAL mode; only a power loss can undo the last commits.
-            conn.execute("PRAGMA synchronous=NORMAL")
+            # NORMAL is durable across application crashes in WAL mode; only a power loss can undo the last
+            # commits. FULL syncs the WAL at every commit, so a commit also survives a power loss.
+            conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys=ON")
         except BaseException:
             conn.close()
@@ -563,7 +565,7 @@ def create_engine_runner(config: Any) -> EngineRunner:
         @event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
-            for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON"):
+            for pragma in ("journal_mode=WAL", f"synchronous={config.synchronous.upper()}", "foreign_keys=ON"):
                 cursor.execute(f"PRAGMA {pragma}")
             cursor.execute(f"PRAGMA busy_timeout={int(config.busy_timeout * 1000)}")
             cursor.close()

@@ -94,7 +94,12 @@ class SQLHistoryStore(HistoryStore):
             config = parse_url(url or "sqlite://", **options)
             if config.driver == "pysqlite":
                 assert config.sqlite_path is not None
-                runner = SQLiteRunner(config.sqlite_path, busy_timeout=config.busy_timeout, pool_size=config.pool_size)
+                runner = SQLiteRunner(
+                    config.sqlite_path,
+                    busy_timeout=config.busy_timeout,
+                    pool_size=config.pool_size,
+                    synchronous=config.synchronous,
+                )
             else:
                 runner = create_engine_runner(config)
         super().__init__(max_message_bytes=config.max_message_bytes)
