@@ -12,12 +12,13 @@ import pytest
 
 from chatkeep.testing import ConcurrencyConformance, SessionDocumentConformance
 
-# Kit tests with concurrent writers (tasks, event loops, processes) or cancellations.
+# Kit tests with concurrent writers (tasks, event loops, processes), killed writers or cancellations.
 KIT_RELIABILITY_TESTS = frozenset(
     {
         ConcurrencyConformance.test_concurrent_writers_keep_appends_whole,
         ConcurrencyConformance.test_writers_on_several_event_loops,
         ConcurrencyConformance.test_writers_in_several_processes,
+        ConcurrencyConformance.test_a_writer_killed_mid_append_loses_no_acknowledged_append,
         ConcurrencyConformance.test_cancelled_append_is_all_or_nothing,
         SessionDocumentConformance.test_concurrent_savers_exactly_one_wins,
     }

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import re
+import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -361,3 +365,54 @@ async def test_sqlite_synchronous_option_sets_the_pragma_on_every_connection(
         await store.append(SessionKey("t", "s"), [Message(role="user", text="hi")])  # connects
         levels = await store._call(partial(_sql.fetch, statement="PRAGMA synchronous", params=()))
     assert [tuple(row) for row in levels] == [(level,)]  # 1 is NORMAL, 2 is FULL
+
+
+_KILLED_WRITER = """
+import asyncio, sys
+from chatkeep.core import Message, SessionKey, open_store
+
+async def main():
+    store = open_store(sys.argv[1])
+    for n in range(100_000):
+        batch = [Message(role="user", text=f"{sys.argv[2]}:{n}/{i}") for i in range(20)]
+        await store.append(SessionKey("t", "s"), batch)
+        print(f"{sys.argv[2]}:{n}", flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("synchronous", ["normal", "full"])
+def test_sqlite_file_passes_its_integrity_check_after_writers_are_killed(
+    tmp_path: Path, synchronous: str, sql_target: Any
+) -> None:
+    if sql_target.family != "sqlite":
+        pytest.skip("a test of SQLite files: it runs in the SQLite session")
+    url = f"sqlite:///{tmp_path / 'killed.db'}?synchronous={synchronous}"
+    acknowledged: set[str] = set()
+    for round_ in range(5):
+        child = subprocess.Popen(
+            [sys.executable, "-c", _KILLED_WRITER, url, str(round_)], stdout=subprocess.PIPE, text=True
+        )
+        assert child.stdout is not None
+        for _ in range(random.randint(2, 20)):
+            acknowledged.add(child.stdout.readline().strip())
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        acknowledged.update(child.stdout.read().split())  # printed before the kill
+        child.stdout.close()
+    conn = sqlite3.connect(tmp_path / "killed.db")
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        texts = [
+            row[0] for row in conn.execute("SELECT json_extract(record, '$.contents[0].text') FROM chatkeep_messages")
+        ]
+    finally:
+        conn.close()
+    stored: dict[str, int] = {}
+    for text in texts:
+        append = text.split("/")[0]
+        stored[append] = stored.get(append, 0) + 1
+    assert acknowledged <= set(stored), "an acknowledged append is gone"
+    assert set(stored.values()) == {20}, "an append was stored in part"

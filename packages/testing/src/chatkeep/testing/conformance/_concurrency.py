@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import multiprocessing
 import queue
+import random
 import time
 import traceback
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ __all__ = ["ConcurrencyConformance"]
 WRITERS, APPENDS, BATCH = 16, 20, 10
 PROCESSES, PROCESS_APPENDS = 4, 10
 LARGE_SESSION, LARGE_BATCH, WINDOW = 100_000, 1_000, 20
+KILL_ROUNDS, KILL_AFTER_ACKS, KILLED_BATCH = 3, 3, 25
 
 
 def _writer_batch(writer: str, append: int, size: int = BATCH) -> list[Message]:
@@ -78,6 +80,20 @@ def _process_writer(
         results.put((writer, None))
     except BaseException:
         results.put((writer, traceback.format_exc()))
+
+
+def _killable_writer(url: str, key: tuple[str, str], writer: str, acks: Any) -> None:  # pragma: no cover - child
+    """Append batches until killed, reporting each append the store acknowledged (by its index) as it returns."""
+
+    async def main() -> None:
+        from chatkeep.core import open_store
+
+        store = open_store(url)
+        for append in range(10_000):
+            await store.append(SessionKey(*key), _writer_batch(writer, append, KILLED_BATCH))
+            acks.put(append)
+
+    asyncio.run(main())
 
 
 class ConcurrencyConformance(ConformanceBase):
@@ -154,6 +170,55 @@ class ConcurrencyConformance(ConformanceBase):
         failures = [f"{writer}:\n{error}" for writer, error in outcomes.items() if error]
         assert not failures, "child processes failed:\n" + "\n".join(failures)
         _check_interleaving(await (await kit.open()).load(key), writers, PROCESS_APPENDS)
+
+    async def test_a_writer_killed_mid_append_loses_no_acknowledged_append(
+        self, kit: StoreKit, request: pytest.FixtureRequest
+    ) -> None:
+        """SIGKILL a writer process at random points: every append it saw acknowledged is stored once and whole."""
+        if not self.multi_process:
+            pytest.skip(
+                f"{type(self).__name__}.multi_process is False: its stores cannot be opened from another process"
+            )
+        url = self._store_url(request)
+        key = kit.key()
+        context = multiprocessing.get_context("spawn")
+        acknowledged: dict[str, list[int]] = {}
+        rng = random.Random()
+        for round_ in range(KILL_ROUNDS):
+            writer, acks = f"killed{round_}", context.Queue()
+            process = context.Process(target=_killable_writer, args=(url, (key.tenant, key.session_id), writer, acks))
+            process.start()
+            seen: list[int] = []
+            try:
+                deadline = time.monotonic() + 120
+                while len(seen) < KILL_AFTER_ACKS:
+                    assert process.is_alive() or not acks.empty(), f"writer {writer} died (exit {process.exitcode})"
+                    assert time.monotonic() < deadline, f"writer {writer} acknowledged nothing within 120 s"
+                    with contextlib.suppress(queue.Empty):
+                        seen.append(await asyncio.to_thread(acks.get, True, 0.2))
+                await asyncio.sleep(rng.uniform(0, 0.02))  # land somewhere inside the appends that follow
+            finally:
+                process.kill()
+                await asyncio.to_thread(process.join, 30)
+            with contextlib.suppress(queue.Empty):
+                while True:  # acknowledgements that reached the pipe before the kill
+                    seen.append(acks.get_nowait())
+            acknowledged[writer] = seen
+        stored = texts(await (await kit.open()).load(key))
+        assert len(set(message_ids(await (await kit.open()).load(key)))) == len(stored), "a message is stored twice"
+        position = {label: index for index, label in enumerate(stored)}
+        assert len(position) == len(stored), "an append was stored twice"
+        for writer, seen in acknowledged.items():
+            kept = sorted({int(label.split("/")[1]) for label in stored if label.startswith(f"{writer}/")})
+            missing = sorted(set(seen) - set(kept))
+            assert not missing, f"{writer}'s acknowledged appends {missing} are gone after the kill"
+            assert kept == list(range(len(kept))), f"{writer}'s stored appends {kept} have a gap"
+            for append in kept:
+                start = position[f"{writer}/{append}/0"]
+                expected = [f"{writer}/{append}/{i}" for i in range(KILLED_BATCH)]
+                assert stored[start : start + KILLED_BATCH] == expected, f"append {writer}/{append} is partial"
+        # The store still takes writes on that key after the kills.
+        assert await (await kit.open()).append(key, make_messages(2, "after")) == 2
 
     def _store_url(self, request: pytest.FixtureRequest) -> str:
         url = getattr(type(self), "store_url", None)
