@@ -1,4 +1,7 @@
-"""Run the benchmarks: ``python -m benchmarks [codec|sql|redis|all] [options]`` (``nox -s bench`` runs all)."""
+"""Run the benchmarks: ``python -m benchmarks [codec|sql|redis|all] [--chart FILE.svg] [options]``.
+
+``nox -s bench`` runs all. ``--chart FILE.svg`` also draws the run's turn tables as a chart (docs/performance.md).
+"""
 
 from __future__ import annotations
 
@@ -6,23 +9,40 @@ import asyncio
 import importlib
 import inspect
 import sys
+from typing import Any
 
 # codec needs no server; sql and redis need the services scripts/ starts.
 SUITES = {"codec": "benchmarks.codec_bench", "sql": "benchmarks.sql_bench", "redis": "benchmarks.redis_bench"}
 
 
 def main(argv: list[str]) -> int:
+    chart = None
+    if "--chart" in argv:
+        at = argv.index("--chart")
+        if at + 1 >= len(argv):
+            print("--chart needs a file name, for example --chart docs/assets/turns.svg", file=sys.stderr)
+            return 2
+        chart, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
     suite, rest = (argv[0], argv[1:]) if argv and not argv[0].startswith("-") else ("all", argv)
     if suite not in (*SUITES, "all"):
         print(f"unknown benchmark {suite!r}; choose one of: {', '.join(SUITES)}, all", file=sys.stderr)
         return 2
+    from benchmarks._common import RECORDED
+
+    rows: list[tuple[str, str, Any, float]] = []  # (suite, table title, result, ratio)
     for name in SUITES if suite == "all" else [suite]:
         module = importlib.import_module(SUITES[name])
+        start = len(RECORDED)
         result = module.main(rest)
         if inspect.iscoroutine(result):
             result = asyncio.run(result)
+        rows += [(name, title, row, value) for title, row, value in RECORDED[start:]]
         if result:
             return int(result)
+    if chart is not None:
+        from benchmarks._chart import write_chart
+
+        print(f"chart of {write_chart(chart, rows)} turn rows written to {chart}")
     return 0
 
 

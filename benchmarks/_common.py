@@ -9,7 +9,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-__all__ = ["Result", "format_table", "measure", "measure_async", "ratio"]
+__all__ = ["RECORDED", "Result", "format_table", "measure", "measure_async", "ratio"]
+
+#: Every row of every table printed in this run, as ``(table title, result, p50 ratio to the row's baseline)``,
+#: for ``python -m benchmarks --chart FILE`` (the chart is drawn from what the tables say, never measured again).
+RECORDED: list[tuple[str, Result, float]] = []
 
 
 @dataclass
@@ -88,6 +92,7 @@ def format_table(
     ]
     for result in results:
         base = baseline(result)
+        RECORDED.append((title, result, ratio(result, base)))
         line = (
             f"| {result.name} | {result.size:,} | {result.p50 * 1e3:.3f} | {result.p99 * 1e3:.3f} | "
             f"{result.per_second:,.0f} | {ratio(result, base):.2f}x |"

@@ -41,8 +41,8 @@ from chatkeep.core import (
     TextContent,
     Usage,
     UsageContent,
-    decode_records,
 )
+from chatkeep.core.backend import decode_records
 
 __all__ = ["main"]
 

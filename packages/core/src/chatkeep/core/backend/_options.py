@@ -236,7 +236,9 @@ class OptionSet:
         try:
             return self.options[name].convert(value)
         except (ValueError, TypeError) as exc:
-            raise self.error(f"the {self.backend} store option {name}={value!r}{shown} {exc}") from None
+            secret = redact_url(f"?{name}=x") != f"?{name}=x"  # a password, key, token... is never echoed
+            given = "***" if secret else repr(value)
+            raise self.error(f"the {self.backend} store option {name}={given}{shown} {exc}") from None
 
     def _unknown(self, name: str, kind: str, shown: str) -> StoreConfigurationError:
         if name == "ttl":
