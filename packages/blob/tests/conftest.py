@@ -16,6 +16,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -143,8 +144,12 @@ class PrivateAzurite:
 
     async def stop(self) -> None:
         if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
+            self.process.terminate()  # Azurite saves its data on SIGTERM, so a restart finds it
+            try:
+                await asyncio.wait_for(self.process.wait(), 10)
+            except asyncio.TimeoutError:
+                self.process.kill()
+                await self.process.wait()
         self.process = None
 
 
@@ -159,3 +164,131 @@ async def private_azurite() -> AsyncIterator[PrivateAzurite]:
     finally:
         await server.stop()
         shutil.rmtree(location, ignore_errors=True)
+
+
+class StatusServer:
+    """A tiny HTTP server on loopback answering every request with one status (503, 429...), counting requests."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        self.status, self.reason = status, reason
+        self.requests = 0
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                if length:
+                    await reader.readexactly(length)
+                self.requests += 1
+                body = b"<?xml version='1.0'?><Error><Code>ServerBusy</Code><Message>busy</Message></Error>"
+                writer.write(
+                    f"HTTP/1.1 {self.status} {self.reason}\r\nContent-Length: {len(body)}\r\n"
+                    "Content-Type: application/xml\r\nx-ms-error-code: ServerBusy\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    async def aclose(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+class Proxy:
+    """A loopback TCP proxy in front of a server that can black-hole replies and cut connections."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.blackhole = False
+        self.server: asyncio.Server | None = None
+        self.port = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            client_writer.close()
+            return
+        self._writers |= {client_writer, up_writer}
+        for task in (
+            asyncio.create_task(self._pipe(client_reader, up_writer, replies=False)),
+            asyncio.create_task(self._pipe(up_reader, client_writer, replies=True)),
+        ):
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, replies: bool) -> None:
+        try:
+            while data := await reader.read(65536):
+                if replies and self.blackhole:
+                    continue  # the server did the work; the client never hears of it
+                writer.write(data)
+                await writer.drain()
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    def cut(self) -> None:
+        """Close every connection through the proxy (new ones are accepted)."""
+        for writer in list(self._writers):
+            writer.close()
+        self._writers.clear()
+
+    async def aclose(self) -> None:
+        self.cut()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def status_server() -> AsyncIterator[Any]:
+    """Starts :class:`StatusServer` instances (``await status_server(503, "Server Busy")``), closed at the end."""
+    servers: list[StatusServer] = []
+
+    async def start(status: int, reason: str) -> StatusServer:
+        server = StatusServer(status, reason)
+        await server.start()
+        servers.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            await server.aclose()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def proxy(private_azurite: PrivateAzurite) -> AsyncIterator[Proxy]:
+    """A proxy in front of the private Azurite."""
+    proxy = Proxy(private_azurite.port)
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.aclose()

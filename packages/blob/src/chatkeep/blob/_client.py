@@ -14,8 +14,6 @@ from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from azure.core.exceptions import AzureError, HttpResponseError, ServiceResponseError
-from azure.core.pipeline import PipelineRequest, PipelineResponse
-from azure.core.pipeline.policies import AsyncHTTPPolicy
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.storage.blob.aio import BlobServiceClient, ContainerClient
 from azure.storage.blob.aio import ExponentialRetry as _ExponentialRetry
@@ -31,15 +29,20 @@ class ThrottledError(ServiceResponseError):
     """The service answered 429 Too Many Requests (raised inside the pipeline, so the retry policy retries it)."""
 
 
-class ThrottlingPolicy(AsyncHTTPPolicy):  # type: ignore[type-arg]
-    """Turns a 429 answer into a retryable error: the storage retry policy retries only 408 and 5xx by status."""
+class ThrottlingTransport(AioHttpTransport):  # type: ignore[misc]
+    """The SDK's aiohttp transport, raising a retryable error for a 429 answer.
 
-    async def send(self, request: PipelineRequest) -> PipelineResponse:  # type: ignore[type-arg]
-        response = await self.next.send(request)
-        if response.http_response.status_code == 429:
+    The storage retry policy retries only 408 and 5xx by status; an error raised here, under it, is retried
+    like a lost connection (with the same backoff).
+    """
+
+    async def send(self, request: Any, **config: Any) -> Any:
+        response = await super().send(request, **config)
+        if response.status_code == 429:
             with contextlib.suppress(Exception):
-                await response.http_response.load_body()
-            raise ThrottledError("the service answered 429 Too Many Requests (throttled)", response=None)
+                await response.read()
+            await response.close()
+            raise ThrottledError("the service answered 429 Too Many Requests (throttled)")
         return response
 
 
@@ -79,11 +82,12 @@ class BlobClient:
 
     def _new_service(self) -> BlobServiceClient:
         config = self.config
-        self._transport = AioHttpTransport(connection_timeout=config.connect_timeout, read_timeout=config.read_timeout)
+        self._transport = ThrottlingTransport(
+            connection_timeout=config.connect_timeout, read_timeout=config.read_timeout
+        )
         common: dict[str, Any] = {
             "transport": self._transport,
             "retry_policy": Backoff(config.retry_backoff, config.retries),
-            "per_retry_policies": [ThrottlingPolicy()],
             "connection_timeout": config.connect_timeout,
             "read_timeout": config.read_timeout,
             # One request per append or read: never split a body into several requests.

@@ -150,7 +150,6 @@ class BlobHistoryStore(HistoryStore):
         self._handed_in = client
         self._client = BlobClient(config)
         self._cache: collections.OrderedDict[SessionKey, tuple[SessionMeta, str]] = collections.OrderedDict()
-        self._container_ready = client is not None
         self._messages_read = 0
         #: Bytes of segment data this store has downloaded (the benchmark's and the docs' cost check).
         self.bytes_read = 0
@@ -192,14 +191,13 @@ class BlobHistoryStore(HistoryStore):
             )
         with driver_errors(self.config), contextlib.suppress(ResourceExistsError):
             await self._container().create_container()
-        self._container_ready = True
 
     async def _write(self, operation: Callable[[], Awaitable[_T]]) -> _T:
-        """Run a write, creating the container first when it is missing (once per store)."""
+        """Run a write, creating the container when it is missing (first use, or deleted since), then again."""
         try:
             return await operation()
         except ResourceNotFoundError as exc:
-            if error_code(exc) != "ContainerNotFound" or self._container_ready:
+            if error_code(exc) != "ContainerNotFound":
                 raise
             await self._ensure_container()
             return await operation()
