@@ -53,6 +53,11 @@ _PREFIX_SEGMENT = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _SECRET_QUERY = {"sig", "sv", "se", "sp", "sas_token", "account_key", "accountkey", "connection_string", "credential"}
 
 
+def shown(url: str) -> str:
+    """``url`` with its secrets hidden, also where they are percent-encoded (``%26sig=``)."""
+    return redact_url(unquote(url))
+
+
 class BlobURLError(StoreConfigurationError):
     """An ``azblob://`` URL, one of its options, or the account's configuration is malformed or missing."""
 
@@ -192,7 +197,7 @@ class BlobConfig:
     @property
     def shown_url(self) -> str:
         """The URL as given, with any secret hidden, for messages and logs."""
-        return redact_url(self.given_url)
+        return shown(self.given_url)
 
     @property
     def where(self) -> str:
@@ -220,42 +225,48 @@ def parse_url(
         BlobURLError: the URL is not an ``azblob://`` one, names no valid container, carries a secret, or an
             option is unknown or malformed, or no account is configured.
     """
-    shown = redact_url(url)
+    shown_url = shown(url)
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        raise BlobURLError(f"{shown!r} is not a valid azblob URL ({exc})") from None
+        raise BlobURLError(f"{shown_url!r} is not a valid azblob URL ({exc})") from None
     if parts.scheme.lower() != "azblob" or not url[len(parts.scheme) :].startswith("://"):
-        raise BlobURLError(f"{shown!r} is not an Azure Blob URL; write azblob://CONTAINER[/PREFIX][?account_url=...]")
+        raise BlobURLError(
+            f"{shown_url!r} is not an Azure Blob URL; write azblob://CONTAINER[/PREFIX][?account_url=...]"
+        )
     if parts.fragment:
-        raise BlobURLError(f"{shown!r} has a fragment (#...); remove it")
+        raise BlobURLError(f"{shown_url!r} has a fragment (#...); remove it")
     if "@" in parts.netloc:
         raise BlobURLError(
-            f"{shown!r} carries credentials; put the account in AZURE_STORAGE_CONNECTION_STRING (or pass "
+            f"{shown_url!r} carries credentials; put the account in AZURE_STORAGE_CONNECTION_STRING (or pass "
             "connection_string=, sas_token= or credential=), never in the URL"
         )
     secrets = sorted({name.lower() for name, _ in _pairs(parts.query)} & _SECRET_QUERY)
     if secrets:
         raise BlobURLError(
-            f"{shown!r} carries a secret ({', '.join(secrets)}); pass sas_token= or connection_string=, or set "
+            f"{shown_url!r} carries a secret ({', '.join(secrets)}); pass sas_token= or connection_string=, or set "
             f"{SAS_TOKEN_VARIABLE} / {CONNECTION_STRING_VARIABLE}, instead of putting it in the URL"
         )
     container = unquote(parts.netloc)
     if not _CONTAINER.match(container):
         raise BlobURLError(
-            f"{shown!r} names the container {container!r}; a container name is 3 to 63 lowercase letters, digits "
+            f"{shown_url!r} names the container {container!r}; a container name is 3 to 63 lowercase letters, digits "
             "and single hyphens, starting and ending with a letter or digit (azblob://CONTAINER)"
         )
-    parsed = OPTIONS.parse(parts.query, options, url=url).values
+    try:
+        parsed = OPTIONS.parse(parts.query, options, url=url).values
+    except BlobURLError as exc:
+        # The parser shows the value it refused; a secret in it may be percent-encoded (%26sig=...).
+        raise BlobURLError(shown(str(exc))) from None
     prefix = parsed["prefix"]
     path = unquote(parts.path).strip("/")
     if path:
         if options.get("prefix") is not None or any(name == "prefix" for name, _ in _pairs(parts.query)):
-            raise BlobURLError(f"{shown!r} gives the prefix twice (in the path and as prefix=); give it once")
+            raise BlobURLError(f"{shown_url!r} gives the prefix twice (in the path and as prefix=); give it once")
         try:
             prefix = check_prefix(path)
         except ValueError as exc:
-            raise BlobURLError(f"the prefix {path!r} in {shown!r} {exc}") from None
+            raise BlobURLError(f"the prefix {path!r} in {shown_url!r} {exc}") from None
     return BlobConfig(
         container=container,
         credentials=(
