@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m benchmarks [sql|redis|all] [options]`` (``nox -s bench`` runs all)."""
+"""Run the benchmarks: ``python -m benchmarks [sql|redis|blob|all] [options]`` (``nox -s bench`` runs all)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import importlib
 import inspect
 import sys
 
-SUITES = {"sql": "benchmarks.sql_bench", "redis": "benchmarks.redis_bench"}
+SUITES = {"sql": "benchmarks.sql_bench", "redis": "benchmarks.redis_bench", "blob": "benchmarks.blob_bench"}
 
 
 def main(argv: list[str]) -> int:
