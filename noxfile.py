@@ -27,9 +27,17 @@ POSTGRES_URL = os.environ.get("CHATKEEP_TEST_POSTGRES_URL", "postgresql+asyncpg:
 MYSQL_URL = os.environ.get("CHATKEEP_TEST_MYSQL_URL", "mysql+asyncmy://root@127.0.0.1:3306/test")
 REDIS_URL = os.environ.get("CHATKEEP_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 REDIS_CLUSTER_URL = os.environ.get("CHATKEEP_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000")
+# Azurite's well-known development account (scripts/azurite starts it); any other account by its connection string.
+AZURITE_CONNECTION_STRING = (
+    "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+    "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
+    "BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;"
+)
+BLOB_CONNECTION_STRING = os.environ.get("CHATKEEP_TEST_BLOB_CONNECTION_STRING", AZURITE_CONNECTION_STRING)
 
 # backend -> (test paths, extra environment). Core and cross-package tests run with the reference backend.
-# CHATKEEP_TEST_SQL_URL / CHATKEEP_TEST_REDIS_URL name the one server a backend session tests against.
+# CHATKEEP_TEST_SQL_URL / CHATKEEP_TEST_REDIS_URL name the one server a backend session tests against;
+# CHATKEEP_TEST_BLOB_CONNECTION_STRING the blob account (each test makes and deletes its own container).
 BACKENDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "memory": (["packages/core/tests", "packages/memory/tests", "packages/testing/tests", "tests"], {}),
     "sql-sqlite": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": "sqlite://"}),
@@ -37,6 +45,7 @@ BACKENDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "sql-mysql": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": MYSQL_URL}),
     "redis": (["packages/redis/tests"], {"CHATKEEP_TEST_REDIS_URL": REDIS_URL}),
     "redis-cluster": (["packages/redis/tests"], {"CHATKEEP_TEST_REDIS_URL": REDIS_CLUSTER_URL}),
+    "blob": (["packages/blob/tests"], {"CHATKEEP_TEST_BLOB_CONNECTION_STRING": BLOB_CONNECTION_STRING}),
     # The example third-party plugin of docs/writing-a-plugin.md, on files in pytest's tmp_path.
     "example-jsonfiles": (["docs/examples/chatkeep-jsonfiles/tests"], {}),
 }
@@ -112,10 +121,11 @@ def reliability(session: nox.Session) -> None:
     """Run the fault, recovery and concurrency tests (pytest -m reliability) of every backend, several rounds in a row.
 
     Each round runs every backend of the tests matrix the way the tests session does, so a flaky test shows up
-    here before CI meets it. Every service must be up, the Redis Cluster included: run scripts/redis-cluster up
-    first (./scripts/dev test does it before nox). An unreachable service is skipped, or fails the run with
-    CHATKEEP_REQUIRE_SERVICES=1. In `nox -s reliability -- --rounds 10 -k outage`, --rounds (default 3) sets
-    the number of rounds and everything else goes to pytest.
+    here before CI meets it. Every service must be up, the Redis Cluster and Azurite included: run
+    scripts/redis-cluster up and scripts/azurite up first (./scripts/dev test does both before nox). An
+    unreachable service is skipped, or fails the run with CHATKEEP_REQUIRE_SERVICES=1. In
+    `nox -s reliability -- --rounds 10 -k outage`, --rounds (default 3) sets the number of rounds and
+    everything else goes to pytest.
     """
     parser = argparse.ArgumentParser(prog="nox -s reliability --", add_help=False, allow_abbrev=False)
     parser.add_argument("--rounds", type=int, default=RELIABILITY_ROUNDS)
@@ -126,7 +136,11 @@ def reliability(session: nox.Session) -> None:
     for backend in EXAMPLES:
         install_example(session, backend)
     # Only the backend's own target variable is set: one exported for another backend must not leak in.
-    unset: dict[str, str | None] = {"CHATKEEP_TEST_SQL_URL": None, "CHATKEEP_TEST_REDIS_URL": None}
+    unset: dict[str, str | None] = {
+        "CHATKEEP_TEST_SQL_URL": None,
+        "CHATKEEP_TEST_REDIS_URL": None,
+        "CHATKEEP_TEST_BLOB_CONNECTION_STRING": None,
+    }
     # A -k or a path after -- may leave a backend with no test to run (pytest's exit code 5).
     success_codes = [0, 5] if pytest_args else [0]
     for round_ in range(1, options.rounds + 1):

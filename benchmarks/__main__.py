@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m benchmarks [codec|sql|redis|all] [--chart FILE.svg] [options]``.
+"""Run the benchmarks: ``python -m benchmarks [codec|sql|redis|blob|all] [--chart FILE.svg] [options]``.
 
 ``nox -s bench`` runs all. ``--chart FILE.svg`` also draws the run's turn tables as a chart (docs/performance.md).
 """
@@ -11,8 +11,13 @@ import inspect
 import sys
 from typing import Any
 
-# codec needs no server; sql and redis need the services scripts/ starts.
-SUITES = {"codec": "benchmarks.codec_bench", "sql": "benchmarks.sql_bench", "redis": "benchmarks.redis_bench"}
+# codec needs no server; sql, redis and blob need the services scripts/ starts.
+SUITES = {
+    "codec": "benchmarks.codec_bench",
+    "sql": "benchmarks.sql_bench",
+    "redis": "benchmarks.redis_bench",
+    "blob": "benchmarks.blob_bench",
+}
 
 
 def main(argv: list[str]) -> int:

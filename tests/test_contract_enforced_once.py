@@ -10,6 +10,7 @@ import pytest
 
 import chatkeep.core
 import chatkeep.core.backend
+from chatkeep.blob import BlobHistoryStore
 from chatkeep.core import HistoryStore
 from chatkeep.core.encryption import EncryptedStore
 from chatkeep.memory import MemoryHistoryStore
@@ -17,7 +18,7 @@ from chatkeep.redis import RedisHistoryStore
 from chatkeep.sql import SQLHistoryStore
 
 ROOT = Path(__file__).resolve().parents[1]
-BACKENDS = [MemoryHistoryStore, SQLHistoryStore, RedisHistoryStore, EncryptedStore]
+BACKENDS = [MemoryHistoryStore, SQLHistoryStore, RedisHistoryStore, BlobHistoryStore, EncryptedStore]
 CONTRACT = [
     name
     for name, member in vars(HistoryStore).items()

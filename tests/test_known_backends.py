@@ -135,12 +135,12 @@ def test_a_scheme_missing_from_the_table_is_caught(workspace_backends: list[Back
 
 
 def test_a_scheme_no_workspace_backend_registers_is_caught(workspace_backends: list[BackendInfo]) -> None:
-    schemes = {**KNOWN_SCHEMES, "azblob": ("blob", "blob", "Azure Blob Storage")}
-    by_name = {**KNOWN_BACKENDS, "blob": ("blob", "Azure Blob Storage")}
+    schemes = {**KNOWN_SCHEMES, "s3": ("s3", "s3", "Amazon S3")}
+    by_name = {**KNOWN_BACKENDS, "s3": ("s3", "Amazon S3")}
 
     assert mismatches(workspace_backends, schemes, by_name, core_extras()) == [
-        "azblob:// ('blob') is in the table, but no workspace backend registers it",
-        "the backend name 'blob' is in the table, but no workspace distribution registers it",
+        "s3:// ('s3') is in the table, but no workspace backend registers it",
+        "the backend name 's3' is in the table, but no workspace distribution registers it",
     ]
 
 

@@ -3,7 +3,7 @@
 Only backends that exist belong here. tests/test_known_backends.py checks these tables both ways against
 what the workspace's distributions register through real entry-point discovery, and each extra against
 chatkeep-core's metadata; a backend that gains a scheme, or loses one, fails that test until this module
-follows. A planned backend (Azure Blob Storage) is added when its distribution lands.
+follows.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ KNOWN_SCHEMES: dict[str, tuple[str, str, str]] = {
     "rediss": ("redis", "redis", "Redis over TLS"),
     "unix": ("redis", "redis", "Redis on a unix socket"),
     "redis+cluster": ("redis", "redis", "Redis Cluster"),
+    "azblob": ("blob", "blob", "Azure Blob Storage"),
 }
 
 # Backend name -> (the chatkeep-core extra that installs all of it, what it is), for a backend asked for by name.
@@ -29,4 +30,5 @@ KNOWN_BACKENDS: dict[str, tuple[str, str]] = {
     "memory": ("memory", "process memory"),
     "sql": ("sql", "SQL databases"),
     "redis": ("redis", "Redis"),
+    "blob": ("blob", "Azure Blob Storage"),
 }

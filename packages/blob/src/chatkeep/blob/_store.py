@@ -1,0 +1,785 @@
+"""The Azure Blob Storage history store: append blobs for the records, one ETag-guarded metadata blob per session.
+
+Where each blob lives and how segments are framed is in :mod:`chatkeep.blob._layout`; what the metadata
+holds in :mod:`chatkeep.blob._meta`. How an append works:
+
+1. Take the session's metadata (this store's cached copy, or one GET) and check the ids against its window.
+2. Append one block (the whole batch) to the open segment with the append-position condition set to the
+   length the metadata knows. It lands whole or not at all; if another writer's block came first, the
+   condition fails: read the blocks beyond (they are other appends, maybe cancelled ones), take them in,
+   check the ids again and retry at the new end.
+3. Write the metadata with If-Match. If another writer changed it, read it again: if it already covers
+   this block (a writer behind took it in), the append is done; else take in the new blocks and retry.
+
+Every block in a live segment is a whole append, so readers read up to the segment's true end (a ranged
+read with no end) and see blocks whose writer died before step 3, as the next writer will.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import io
+import json
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from azure.core import MatchConditions
+from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
+from azure.storage.blob.aio import ContainerClient
+
+from chatkeep.blob import _layout
+from chatkeep.blob._client import BlobClient, driver_errors, error_code
+from chatkeep.blob._config import BlobURLError, parse_url
+from chatkeep.blob._meta import SessionMeta
+from chatkeep.core import (
+    AgentSession,
+    BackendHistoryProvider,
+    InvalidArgumentError,
+    Message,
+    SessionInfo,
+    SessionKey,
+    SessionPage,
+)
+from chatkeep.core.backend import (
+    HistoryStore,
+    StoredSession,
+    conflict_error,
+    decode_records,
+    owner_error,
+    session_document,
+)
+
+__all__ = ["MAX_APPEND_BYTES", "BlobHistoryProvider", "BlobHistoryStore", "open_store"]
+
+#: One append is one Append Block request, which Azure takes up to 100 MiB.
+MAX_APPEND_BYTES = 100 * 1024 * 1024
+_CACHE_SIZE = 256
+_DELETE_CONCURRENCY = 16
+_RACE_PAUSE = 0.002  # seconds: the first pause after a lost race is up to twice this
+_T = TypeVar("_T")
+
+_last_stamp = 0
+
+
+def _now_us() -> int:
+    """Microseconds since the epoch, strictly increasing within this process (writes order within a tick)."""
+    global _last_stamp
+    now = time.time_ns() // 1000
+    _last_stamp = now = max(now, _last_stamp + 1)
+    return now
+
+
+async def _final(operation: Awaitable[_T]) -> _T:
+    """Await a write that, once sent, finishes even if the caller is cancelled meanwhile.
+
+    A cancelled append must be final when the caller sees the cancellation: the request already on its way
+    would otherwise land after a reader had looked, so the cancellation waits for its answer.
+    """
+    task = asyncio.ensure_future(operation)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
+        raise
+
+
+def _position_failed(exc: HttpResponseError) -> bool:
+    return exc.status_code == 412 and error_code(exc) == "AppendPositionConditionNotMet"
+
+
+class _Gone(Exception):
+    """A blob the metadata named is gone (the session was deleted or trimmed meanwhile): read the metadata again."""
+
+
+class BlobHistoryStore(HistoryStore):
+    """A :class:`~chatkeep.core.HistoryStore` on Azure Blob Storage (``azblob://CONTAINER[/PREFIX]``).
+
+    Each session is a metadata blob (index, counters, session document; ETag-guarded) and append blobs of
+    records that roll over every ``segment_blocks`` appends. An append is one Append Block with an
+    append-position condition plus one conditional metadata write, whatever the history's length; it is
+    idempotent by ``message_id`` and safe under concurrent writers in any number of processes.
+    ``load(last=k)`` reads the metadata and exactly the k newest records' bytes (for k up to ``index_window``).
+
+    Args:
+        url: ``azblob://CONTAINER[/PREFIX][?account_url=URL&OPTION=VALUE...]`` (see :func:`open_store`).
+        client: an existing ``azure.storage.blob.aio.ContainerClient``; the store uses it (the URL's container
+            is ignored) and leaves it open when closed.
+        connection_string: the account's connection string (default: ``AZURE_STORAGE_CONNECTION_STRING``).
+        sas_token: a SAS token for ``account_url`` (default: ``AZURE_STORAGE_SAS_TOKEN``).
+        credential: an Azure credential for ``account_url`` (default: ``DefaultAzureCredential``).
+        **options: the URL's options as keywords: ``account_url``, ``prefix``, ``create_container``,
+            ``segment_blocks``, ``segment_bytes``, ``index_window``, ``max_message_bytes``, ``connect_timeout``,
+            ``read_timeout``, ``retries``, ``retry_backoff``.
+
+    Raises:
+        BlobURLError: the URL or an option is malformed, or no account is configured.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        client: ContainerClient | None = None,
+        connection_string: str | None = None,
+        sas_token: str | None = None,
+        credential: Any = None,
+        **options: Any,
+    ) -> None:
+        if url is None and client is not None:
+            url = f"azblob://{client.container_name}"
+        if url is None:
+            raise BlobURLError("an Azure Blob store needs a URL: azblob://CONTAINER[/PREFIX][?account_url=...]")
+        config = parse_url(
+            url,
+            connection_string=connection_string,
+            sas_token=sas_token,
+            credential=credential,
+            account_required=client is None,
+            **options,
+        )
+        super().__init__(max_message_bytes=config.max_message_bytes)
+        self.config = config
+        self.layout = _layout.Layout(config.prefix)
+        self._handed_in = client
+        self._client = BlobClient(config)
+        self._cache: collections.OrderedDict[SessionKey, tuple[SessionMeta, str]] = collections.OrderedDict()
+        self._messages_read = 0
+        #: Bytes of segment data this store has downloaded (the benchmark's and the docs' cost check).
+        self.bytes_read = 0
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    @property
+    def messages_read(self) -> int:
+        """How many message records this store has downloaded (the conformance kit's read probe)."""
+        return self._messages_read
+
+    def describe(self) -> dict[str, Any]:
+        """What this store is, for logs and the CLI (no secrets)."""
+        return {
+            "type": type(self).__name__,
+            "url": self.config.shown_url,
+            "container": self.config.container,
+            "account": self.config.credentials.shown,
+            "prefix": self.config.prefix,
+        }
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.config.shown_url}{' closed' if self.closed else ''}>"
+
+    def _container(self) -> ContainerClient:
+        return self._handed_in if self._handed_in is not None else self._client.container()
+
+    def _on_loop_change(self) -> None:
+        self._client.abandon()
+
+    async def _aclose(self) -> None:
+        self._cache.clear()
+        await self._client.aclose()
+
+    async def _ensure_container(self) -> None:
+        if not self.config.create_container:
+            raise BlobURLError(
+                f"the {self.config.where} does not exist; create it, or open the store with create_container=true"
+            )
+        with driver_errors(self.config), contextlib.suppress(ResourceExistsError):
+            await self._container().create_container()
+
+    async def _write(self, operation: Callable[[], Awaitable[_T]]) -> _T:
+        """Run a write, creating the container when it is missing (first use, or deleted since), then again."""
+        try:
+            return await operation()
+        except ResourceNotFoundError as exc:
+            if error_code(exc) != "ContainerNotFound":
+                raise
+            await self._ensure_container()
+            return await operation()
+
+    def _remember(self, key: SessionKey, meta: SessionMeta, etag: str) -> None:
+        self._cache[key] = (meta, etag)
+        self._cache.move_to_end(key)
+        while len(self._cache) > _CACHE_SIZE:
+            self._cache.popitem(last=False)
+
+    # -- blobs -----------------------------------------------------------------------------------
+
+    async def _read_meta(self, key: SessionKey) -> tuple[SessionMeta, str] | None:
+        blob = self._container().get_blob_client(self.layout.meta(key.tenant, key.session_id))
+        with driver_errors(self.config):
+            try:
+                downloader = await blob.download_blob()
+                raw = await downloader.readall()
+            except ResourceNotFoundError:
+                return None
+        meta = SessionMeta.from_json(raw)
+        etag = str(downloader.properties.etag)
+        self._remember(key, meta, etag)
+        return meta, etag
+
+    async def _put_meta(self, key: SessionKey, meta: SessionMeta, etag: str | None) -> str | None:
+        """Write the metadata if it is still ``etag`` (``None``: if there is none); the new ETag, or ``None``."""
+        blob = self._container().get_blob_client(self.layout.meta(key.tenant, key.session_id))
+        condition: dict[str, Any] = (
+            {"match_condition": MatchConditions.IfMissing}
+            if etag is None
+            else {"etag": etag, "match_condition": MatchConditions.IfNotModified}
+        )
+        body = meta.to_json()
+
+        async def put() -> dict[str, Any]:
+            upload = blob.upload_blob(
+                io.BytesIO(body), length=len(body), overwrite=True, metadata=meta.listing(), **condition
+            )
+            return await _final(upload)
+
+        with driver_errors(self.config):
+            try:
+                result = await self._write(put)
+            except (ResourceModifiedError, ResourceExistsError, ResourceNotFoundError):
+                self._cache.pop(key, None)
+                return None
+        new_etag = str(result["etag"])
+        self._remember(key, meta, new_etag)
+        return new_etag
+
+    def _segment(self, key: SessionKey, meta: SessionMeta, number: int) -> Any:
+        name = self.layout.segment(key.tenant, key.session_id, meta.generation, number)
+        return self._container().get_blob_client(name)
+
+    async def _download(self, blob: Any, offset: int, length: int | None) -> bytes:
+        """Bytes of a segment from ``offset`` (to the end when ``length`` is ``None``).
+
+        Blocks are counted from the headers in the data, never from the response's block-count header:
+        Azurite can send a count that includes a block appended after the bytes it sends were taken.
+        """
+        with driver_errors(self.config):
+            try:
+                downloader = await blob.download_blob(offset=offset, length=length)
+                data = await downloader.readall()
+            except ResourceNotFoundError as exc:
+                raise _Gone from exc
+            except HttpResponseError as exc:
+                if exc.status_code == 416:  # Azure: nothing at or after offset (Azurite answers with no bytes)
+                    return b""
+                raise
+        self.bytes_read += len(data)
+        return bytes(data)
+
+    def _records(self, data: bytes, start: int) -> list[tuple[str | None, bytes, int]]:
+        parsed = list(_layout.lines(data, start))
+        self._messages_read += sum(1 for token, _, _ in parsed if token is None)
+        return parsed
+
+    async def _delete_blobs(self, names: Sequence[str]) -> int:
+        """Delete blobs (missing ones are fine); how many were there."""
+        container, gate = self._container(), asyncio.Semaphore(_DELETE_CONCURRENCY)
+
+        async def delete(name: str) -> int:
+            async with gate:
+                try:
+                    await container.delete_blob(name)
+                    return 1
+                except ResourceNotFoundError:
+                    return 0
+
+        with driver_errors(self.config):
+            return sum(await asyncio.gather(*(delete(name) for name in names)))
+
+    async def _names(self, prefix: str) -> list[str]:
+        with driver_errors(self.config):
+            try:
+                return [blob.name async for blob in self._container().list_blobs(name_starts_with=prefix)]
+            except ResourceNotFoundError:
+                return []
+
+    # -- catching up with blocks the metadata does not cover yet ---------------------------------
+
+    async def _catch_up(
+        self, key: SessionKey, view: SessionMeta, token: str | None = None, taken: set[str] | None = None
+    ) -> tuple[int, int] | None:
+        """Take in the blocks past ``view``'s end (appends not yet in the metadata); where ``token``'s block ends.
+
+        The ids of the records taken in are added to ``taken`` when given.
+        """
+        mine: tuple[int, int] | None = None
+        while True:
+            last = view.segments[-1] if view.segments else None
+            if last is None or view.is_full(last):
+                number, start = (0 if last is None else last.number + 1), 0
+            else:
+                number, start = last.number, last.length
+            try:
+                data = await self._download(self._segment(key, view, number), start, None)
+            except _Gone:
+                return mine  # the next segment does not exist (yet)
+            if not data:
+                return mine
+            found = self._take_in(view, number, start, data, taken)
+            if token in found:
+                mine = (number, found[token])
+            view.keep_window(self.config.index_window)
+            if not view.is_full(view.segments[-1]):
+                return mine
+
+    def _take_in(
+        self, view: SessionMeta, number: int, start: int, data: bytes, taken: set[str] | None = None
+    ) -> dict[str, int]:
+        """Add the blocks in ``data`` (segment bytes from ``start``) to ``view``; each block's token -> its end."""
+        ends: dict[str, int] = {}
+        block: list[tuple[str, int]] = []
+        block_start, token = start, None
+        for line_token, record, end in self._records(data, start):
+            if line_token is not None:
+                if block:
+                    view.add(number, None, block_start, block)
+                    ends[token or ""] = block[-1][1]
+                block, block_start, token = [], end - _layout.HEADER_BYTES, line_token
+            else:
+                block.append((json.loads(record)["message_id"], end))
+                if taken is not None:
+                    taken.add(block[-1][0])
+        if block:
+            view.add(number, None, block_start, block)
+            ends[token or ""] = block[-1][1]
+        return ends
+
+    async def _stored_among(self, key: SessionKey, view: SessionMeta, wanted: set[str]) -> set[str]:
+        """Which of ``wanted`` are records older than the window (read from the history: the rare path)."""
+        found: set[str] = set()
+        oldest_in_window = view.next - view.window_size
+        for record in await self._read_from(key, view, view.first, stop=oldest_in_window):
+            message_id = json.loads(record)["message_id"]
+            if message_id in wanted:
+                found.add(message_id)
+        return found
+
+    # -- messages --------------------------------------------------------------------------------
+
+    async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
+        lines = [record.encode("utf-8", "surrogatepass") for record in records]
+        ids = [message.message_id for message in messages]
+        if sum(len(line) + 1 for line in lines) + _layout.HEADER_BYTES > MAX_APPEND_BYTES:
+            raise InvalidArgumentError(
+                f"an append to Azure Blob Storage is one block of at most {MAX_APPEND_BYTES // 2**20} MiB; "
+                "split this batch into smaller appends"
+            )
+        token = _layout.new_token()
+        cached = self._cache.get(key)
+        while True:
+            etag: str | None
+            if cached is not None:
+                meta, etag = cached
+                verified = False
+            else:
+                found = await self._read_meta(key)
+                verified = True
+                if found is None:
+                    now = _now_us()
+                    meta = SessionMeta(
+                        key.tenant,
+                        key.session_id,
+                        _layout.new_token(),
+                        now,
+                        now,
+                        self.config.segment_blocks,
+                        self.config.segment_bytes,
+                    )
+                    etag = None
+                else:
+                    meta, etag = found
+            view = meta.copy()
+            try:
+                landed = await self._land(key, view, ids, lines, token)
+            except _Gone:
+                cached = None
+                continue
+            if landed is None:
+                if verified:
+                    return 0
+                cached = None  # "already stored" from a cached copy: make sure with the stored metadata
+                continue
+            number, end, added = landed
+            if await self._commit(key, view, etag, number, end):
+                return added
+            cached = None  # the session was deleted (and maybe re-created) meanwhile: append to what is there now
+
+    async def _land(
+        self, key: SessionKey, view: SessionMeta, ids: list[str], lines: list[bytes], token: str
+    ) -> tuple[int, int, int] | None:
+        """Append the batch's new records as one block; where the block ends and how many records it has."""
+        new = [n for n, message_id in enumerate(ids) if not view.has_id(message_id)]
+        older = {ids[n] for n in new if view.may_be_older(ids[n])}
+        if older:
+            stored = await self._stored_among(key, view, older)
+            new = [n for n in new if ids[n] not in stored]
+        lost = 0
+        while True:
+            if not new:
+                return None
+            last = view.segments[-1] if view.segments else None
+            fresh_segment = last is None or view.is_full(last)
+            number = (0 if last is None else last.number + 1) if fresh_segment else last.number  # type: ignore[union-attr]
+            start = 0 if fresh_segment else last.length  # type: ignore[union-attr]
+            blob = self._segment(key, view, number)
+            if fresh_segment:
+                await self._create_segment(blob)
+            block = _layout.frame(token, [lines[n] for n in new])
+            with driver_errors(self.config):
+                try:
+                    result = await _final(
+                        blob.append_block(io.BytesIO(block), length=len(block), appendpos_condition=start)
+                    )
+                except ResourceNotFoundError as exc:
+                    raise _Gone from exc
+                except HttpResponseError as exc:
+                    if not _position_failed(exc):
+                        raise
+                    result = None
+            if result is None:
+                # Another append came first (or this one did, and its reply was lost): take the blocks in.
+                # Only what the catch-up reads is new since the ids were checked: check against that alone
+                # (older records may leave the window meanwhile, but were checked already).
+                taken: set[str] = set()
+                mine = await self._catch_up(key, view, token, taken)
+                if mine is not None:
+                    return mine[0], mine[1], len(new)
+                new = [n for n in new if ids[n] not in taken]
+                # Many writers on one session: a random pause after each lost race keeps them from
+                # colliding round after round (each collision costs a request).
+                lost += 1
+                await asyncio.sleep(random.uniform(0, min(_RACE_PAUSE * 2**lost, 0.1)))
+                continue
+            ends, position = [], start + _layout.HEADER_BYTES
+            for n in new:
+                position += len(lines[n]) + 1
+                ends.append((ids[n], position))
+            view.add(number, None, start, ends)
+            view.keep_window(self.config.index_window)
+            return number, position, len(new)
+
+    async def _create_segment(self, blob: Any) -> None:
+        async def create() -> None:
+            await blob.create_append_blob(match_condition=MatchConditions.IfMissing)
+
+        # Another writer may have made it: fine.
+        with driver_errors(self.config), contextlib.suppress(ResourceExistsError, ResourceModifiedError):
+            await self._write(create)
+
+    async def _commit(self, key: SessionKey, view: SessionMeta, etag: str | None, number: int, end: int) -> bool:
+        """Write the metadata covering the landed block; ``False`` if its generation is gone (append again)."""
+        while True:
+            view.updated = max(_now_us(), view.created)
+            if await self._put_meta(key, view, etag) is not None:
+                return True
+            found = await self._read_meta(key)
+            if found is None or found[0].generation != view.generation:
+                return False
+            fresh, etag = found
+            if fresh.covers(number, end):
+                return True  # a writer behind this one took the block in
+            view = fresh.copy()
+            await self._catch_up(key, view)
+
+    async def _read_from(self, key: SessionKey, meta: SessionMeta, seq: int, *, stop: int | None = None) -> list[bytes]:
+        """The records from ``seq`` on (to the segments' true end, or before ``stop``), in order."""
+        if not meta.segments:
+            view = meta.copy()
+            await self._catch_up(key, view)  # a first append that landed but is not in the metadata yet
+            return [] if not view.segments else await self._read_from(key, view, seq, stop=stop)
+        index = meta.segment_index(seq)
+        exact = meta.start_of(seq)
+        offset = exact if exact is not None else (meta.first_offset if index == meta.segment_index(meta.first) else 0)
+        skip = 0 if exact is not None else seq - max(meta.segments[index].first_seq, meta.first)
+        segments = meta.segments[index:]
+        starts = [offset] + [0] * (len(segments) - 1)
+        reads = await asyncio.gather(
+            *(
+                self._download(
+                    self._segment(key, meta, segment.number),
+                    first,
+                    None if n == len(segments) - 1 else segment.length - first,
+                )
+                for n, (segment, first) in enumerate(zip(segments, starts, strict=True))
+            )
+        )
+        records: list[bytes] = []
+        for data, first in zip(reads, starts, strict=True):
+            records += [record for token, record, _ in self._records(data, first) if token is None]
+        last = segments[-1]
+        tail = reads[-1]
+        blocks = last.blocks + _layout.headers_after(tail, starts[-1], last.length)
+        number, length = last.number, starts[-1] + len(tail)
+        # The open segment may have filled up after the metadata was written: later segments hold the rest.
+        while blocks >= meta.limit_blocks or length >= meta.limit_bytes:
+            number += 1
+            try:
+                tail = await self._download(self._segment(key, meta, number), 0, None)
+            except _Gone:
+                break
+            records += [record for token, record, _ in self._records(tail, 0) if token is None]
+            blocks, length = _layout.headers_after(tail, 0, 0), len(tail)
+        records = records[skip:]
+        if stop is not None:
+            records = records[: max(stop - seq, 0)]
+        return records
+
+    async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
+        for _ in range(5):
+            found = await self._read_meta(key)
+            if found is None:
+                return []
+            meta = found[0]
+            start = meta.first if last is None or last >= meta.count else meta.next - last
+            try:
+                records = await self._read_from(key, meta, start)
+            except _Gone:
+                continue  # trimmed or deleted while we read: read the metadata again
+            return decode_records(records[-last:] if last is not None else records)
+        return []
+
+    async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
+        found = await self._read_meta(key)
+        if found is None:
+            return
+        meta = found[0]
+        if not meta.segments:
+            view = meta.copy()
+            await self._catch_up(key, view)
+            meta = view
+            if not meta.segments:
+                return
+        index = meta.segment_index(meta.first)
+        number, offset = meta.segments[index].number, meta.first_offset
+        span = (meta.ends[-1] - meta.window_start) if meta.window_size else 0
+        average = span / meta.window_size if meta.window_size and span > 0 else 1024.0
+        pending, blocks_seen = b"", 0
+        while True:
+            size = int(batch * average * 1.2) + 64
+            try:
+                data = await self._download(self._segment(key, meta, number), offset, size)
+            except _Gone:
+                return  # deleted (or trimmed away) while we read
+            chunk = pending + data
+            parsed = self._records(chunk, offset - len(pending))
+            consumed = parsed[-1][2] - (offset - len(pending)) if parsed else 0
+            pending = chunk[consumed:]
+            offset += len(data)
+            known_blocks, known_length = meta.known(number)
+            blocks_seen = max(blocks_seen, known_blocks) + sum(
+                1 for token, _, end in parsed if token is not None and end - _layout.HEADER_BYTES >= known_length
+            )
+            records = [record for token, record, _ in parsed if token is None]
+            for message in decode_records(records):
+                yield message
+            if len(data) < size:
+                if blocks_seen < meta.limit_blocks and offset < meta.limit_bytes:
+                    return
+                number, offset, pending, blocks_seen = number + 1, 0, b"", 0
+
+    async def _count(self, key: SessionKey) -> int:
+        found = await self._read_meta(key)
+        if found is None:
+            return 0
+        view = found[0].copy()
+        try:
+            await self._catch_up(key, view)
+        except _Gone:
+            return found[0].count
+        return view.count
+
+    async def _delete(self, key: SessionKey) -> bool:
+        self._cache.pop(key, None)
+        existed = await self._delete_blobs([self.layout.meta(key.tenant, key.session_id)])
+        await self._delete_blobs(await self._names(self.layout.data(key.tenant, key.session_id)))
+        self._cache.pop(key, None)
+        return existed > 0
+
+    async def _trim(self, key: SessionKey, keep_last: int) -> int:
+        while True:
+            found = await self._read_meta(key)
+            if found is None:
+                return 0
+            meta, etag = found
+            view = meta.copy()
+            try:
+                await self._catch_up(key, view)
+                removed = max(view.count - keep_last, 0)
+                if not removed:
+                    return 0
+                new_first = view.next - keep_last
+                offset = view.start_of(new_first)
+                if offset is None:
+                    offset = await self._offset_of(key, view, new_first)
+            except _Gone:
+                continue
+            gone = view.trim(keep_last, offset)
+            view.updated = max(_now_us(), view.created)
+            if await self._put_meta(key, view, etag) is None:
+                continue
+            await self._delete_blobs(
+                [self.layout.segment(key.tenant, key.session_id, view.generation, number) for number in gone]
+            )
+            return removed
+
+    async def _offset_of(self, key: SessionKey, view: SessionMeta, seq: int) -> int:
+        """Where record ``seq`` starts in its segment, by reading that segment up to it (trim's rare path)."""
+        index = view.segment_index(seq)
+        segment = view.segments[index]
+        start = view.first_offset if index == view.segment_index(view.first) else 0
+        current = max(segment.first_seq, view.first)
+        data = await self._download(self._segment(key, view, segment.number), start, segment.length - start)
+        position = start
+        for token, _, end in self._records(data, start):
+            if token is None:
+                if current == seq:
+                    return position
+                current += 1
+            position = end
+        return position
+
+    # -- sessions --------------------------------------------------------------------------------
+
+    async def _listing(self, prefix: str) -> list[tuple[int, str, int, int, str, str]]:
+        """``(updated, session_id, count, created, blob name, etag)`` of every metadata blob under ``prefix``."""
+        rows = []
+        with driver_errors(self.config):
+            try:
+                async for blob in self._container().list_blobs(name_starts_with=prefix, include=["metadata"]):
+                    fields = {name.lower(): value for name, value in (blob.metadata or {}).items()}
+                    if not {"sid", "count", "created", "updated"} <= set(fields):
+                        continue  # not a chatkeep metadata blob
+                    rows.append(
+                        (
+                            int(fields["updated"]),
+                            _layout.decode_id(fields["sid"]),
+                            int(fields["count"]),
+                            int(fields["created"]),
+                            str(blob.name),
+                            str(blob.etag),
+                        )
+                    )
+            except ResourceNotFoundError:
+                return []
+        return rows
+
+    async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
+        """One page, newest first: one listing of the tenant's metadata folder, sorted here (see the docs)."""
+        after = _layout.decode_cursor(cursor) if cursor is not None else None
+        rows = sorted(await self._listing(self.layout.metas(tenant)), reverse=True)
+        if after is not None:
+            rows = [row for row in rows if (row[0], row[1]) < after]
+
+        def stamp(us: int) -> datetime:
+            return datetime.fromtimestamp(us / 1e6, tz=timezone.utc)
+
+        items = [
+            SessionInfo(sid, tenant, count, stamp(created), stamp(max(updated, created)))
+            for updated, sid, count, created, _, _ in rows[:limit]
+        ]
+        if len(rows) > limit:
+            return SessionPage(items, _layout.encode_cursor(rows[limit - 1][0], rows[limit - 1][1]))
+        return SessionPage(items)
+
+    async def _save_session(
+        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
+    ) -> str:
+        document = session_document(session)
+        version = uuid.uuid4().hex
+        while True:
+            found = await self._read_meta(key)
+            if found is None:
+                if expected_version is not None:
+                    raise conflict_error(key.session_id, expected_version, exists=False)
+                now = _now_us()
+                view = SessionMeta(
+                    key.tenant,
+                    key.session_id,
+                    _layout.new_token(),
+                    now,
+                    now,
+                    self.config.segment_blocks,
+                    self.config.segment_bytes,
+                )
+                etag: str | None = None
+            else:
+                stored, etag = found
+                if stored.version == version:
+                    return version  # our own write, whose reply was lost and retried
+                if owner is not None and stored.owner not in (None, owner):
+                    raise owner_error()
+                if expected_version is not None and stored.version != expected_version:
+                    raise conflict_error(key.session_id, expected_version, exists=stored.version is not None)
+                view = stored.copy()
+            view.document, view.version = document, version
+            if owner is not None:
+                view.owner = owner
+            view.updated = max(_now_us(), view.created)
+            if await self._put_meta(key, view, etag) is not None:
+                return version
+
+    async def _load_session(self, key: SessionKey) -> StoredSession | None:
+        found = await self._read_meta(key)
+        if found is None or found[0].document is None or found[0].version is None:
+            return None
+        meta = found[0]
+        return StoredSession(AgentSession.from_dict(json.loads(meta.document or "")), meta.version or "", meta.owner)
+
+    # -- retention -------------------------------------------------------------------------------
+
+    async def _prune(self, cutoff: datetime, tenant: str | None) -> int:
+        """Delete sessions last updated before ``cutoff``: each metadata blob only if unchanged since listed."""
+        before = int(cutoff.timestamp() * 1e6)
+        removed = 0
+        container = self._container()
+        for updated, _, _, _, name, etag in await self._listing(self.layout.metas(tenant)):
+            if updated >= before:
+                continue
+            with driver_errors(self.config):
+                try:
+                    await container.delete_blob(name, etag=etag, match_condition=MatchConditions.IfNotModified)
+                except (ResourceModifiedError, ResourceNotFoundError):
+                    continue  # written (or deleted) since it was listed: not ours to remove
+            removed += 1
+            await self._delete_blobs(await self._names(self.layout.data_of_meta(name)))
+        self._cache.clear()
+        return removed
+
+    async def _delete_tenant(self, tenant: str) -> int:
+        metas = await self._names(self.layout.metas(tenant))
+        removed = await self._delete_blobs(metas)
+        await self._delete_blobs(await self._names(self.layout.data(tenant)))
+        self._cache.clear()
+        return removed
+
+
+def open_store(url: str, **options: Any) -> BlobHistoryStore:
+    """Open a store from ``azblob://CONTAINER[/PREFIX][?account_url=URL&OPTION=VALUE...]``; connects on first use.
+
+    The account comes from ``connection_string=`` or ``AZURE_STORAGE_CONNECTION_STRING``, or from
+    ``account_url`` with ``sas_token=`` (or ``AZURE_STORAGE_SAS_TOKEN``), ``credential=`` or
+    ``DefaultAzureCredential``; secrets never go in the URL. Keyword options override the query.
+
+    Raises:
+        BlobURLError: the URL is malformed, carries a secret, or an option is unknown or malformed.
+    """
+    return BlobHistoryStore(url, **options)
+
+
+class BlobHistoryProvider(BackendHistoryProvider):
+    """A history provider on Azure Blob Storage, taking the arguments every named provider takes.
+
+    Example:
+        ``BlobHistoryProvider("azblob://chatkeep", max_messages=20)`` keeps each session's history in the
+        container ``chatkeep`` of the account in ``AZURE_STORAGE_CONNECTION_STRING`` and sends the model the
+        20 newest messages.
+    """
+
+    store_class = BlobHistoryStore
+    default_url = "azblob://chatkeep"
