@@ -236,14 +236,15 @@ def test_a_backend_not_released_yet_is_not_offered_as_an_install(monkeypatch: py
 
 
 def test_a_scheme_of_no_shipped_backend_is_unknown(registry: PluginRegistry) -> None:
-    # Azure Blob Storage is planned; until its backend exists, chatkeep does not pretend to know it.
+    # chatkeep ships no S3 backend, so it does not pretend to know the scheme: it lists the ones it knows.
     with pytest.raises(UnknownBackendError) as caught:
-        registry.resolve("azblob://account/container")
+        registry.resolve("s3://bucket/prefix")
     message = str(caught.value)
     assert "pip install" not in message
     known = message.split("Check the spelling; the schemes chatkeep knows are ", 1)[1]
     assert "redis://" in known
-    assert "azblob" not in known
+    assert "azblob://" in known
+    assert "s3" not in known
 
 
 @pytest.mark.parametrize(
