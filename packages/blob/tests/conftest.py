@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -21,6 +20,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from azure.storage.blob.aio import BlobServiceClient
+
+from chatkeep.testing.faults import LoopbackProxy, free_port
 
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
@@ -36,13 +37,6 @@ def connection_string(port: int = 10000) -> str:
 CONNECTION_STRING = os.environ.get("CHATKEEP_TEST_BLOB_CONNECTION_STRING", "").strip() or connection_string()
 AZURITE_BIN = Path(__file__).resolve().parents[3] / ".services" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
 _reachable: dict[str, str | None] = {}
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _probe(conn: str) -> str | None:
@@ -130,7 +124,10 @@ class PrivateAzurite:
 
     async def start(self) -> None:
         if not AZURITE_BIN.exists():
-            pytest.skip(f"{AZURITE_BIN} is missing; run scripts/azurite up (it installs Azurite)")
+            problem = f"{AZURITE_BIN} is missing; run scripts/azurite up (it installs Azurite)"
+            if os.environ.get("CHATKEEP_REQUIRE_SERVICES", "").strip() in ("1", "true", "yes"):
+                pytest.fail(f"{problem}; CHATKEEP_REQUIRE_SERVICES is set, so this fails instead of skipping")
+            pytest.skip(problem)
         self.process = await asyncio.create_subprocess_exec(
             str(AZURITE_BIN), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", self.location,
             "--skipApiVersionCheck", "--loose", "--silent", "--disableTelemetry",
@@ -208,63 +205,6 @@ class StatusServer:
             await self.server.wait_closed()
 
 
-class Proxy:
-    """A loopback TCP proxy in front of a server that can black-hole replies and cut connections."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self.blackhole = False
-        self.server: asyncio.Server | None = None
-        self.port = 0
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        except OSError:
-            client_writer.close()
-            return
-        self._writers |= {client_writer, up_writer}
-        for task in (
-            asyncio.create_task(self._pipe(client_reader, up_writer, replies=False)),
-            asyncio.create_task(self._pipe(up_reader, client_writer, replies=True)),
-        ):
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, replies: bool) -> None:
-        try:
-            while data := await reader.read(65536):
-                if replies and self.blackhole:
-                    continue  # the server did the work; the client never hears of it
-                writer.write(data)
-                await writer.drain()
-        except (OSError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-    def cut(self) -> None:
-        """Close every connection through the proxy (new ones are accepted)."""
-        for writer in list(self._writers):
-            writer.close()
-        self._writers.clear()
-
-    async def aclose(self) -> None:
-        self.cut()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-
 @pytest_asyncio.fixture(loop_scope="function")
 async def status_server() -> AsyncIterator[Any]:
     """Starts :class:`StatusServer` instances (``await status_server(503, "Server Busy")``), closed at the end."""
@@ -284,9 +224,9 @@ async def status_server() -> AsyncIterator[Any]:
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def proxy(private_azurite: PrivateAzurite) -> AsyncIterator[Proxy]:
+async def proxy(private_azurite: PrivateAzurite) -> AsyncIterator[LoopbackProxy]:
     """A proxy in front of the private Azurite."""
-    proxy = Proxy(private_azurite.port)
+    proxy = LoopbackProxy(private_azurite.port)
     await proxy.start()
     try:
         yield proxy

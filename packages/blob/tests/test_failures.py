@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from typing import Any
@@ -11,6 +10,7 @@ import pytest
 
 from chatkeep.blob import open_store
 from chatkeep.core import Message, SessionKey, StoreUnavailableError
+from chatkeep.testing.faults import free_port
 
 KEY = SessionKey("tenant", "session")
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -26,12 +26,6 @@ def connection_string(port: int) -> str:
         f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={ACCOUNT_KEY};"
         f"BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def container_url() -> str:

@@ -16,6 +16,8 @@ import pytest
 import pytest_asyncio
 from redis.asyncio import Redis, RedisCluster
 
+from chatkeep.testing.faults import LoopbackProxy, free_port
+
 DEFAULT_TARGETS = ["redis://127.0.0.1:6379/0", "redis+cluster://127.0.0.1:7000"]
 _reachable: dict[str, str | None] = {}
 
@@ -96,15 +98,6 @@ def redis_url(redis_target: str, redis_prefix: str) -> str:
     return f"{redis_target}?prefix={redis_prefix}"
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class PrivateRedis:
     """A redis-server this test starts on its own port (never the shared one), to stop and start at will."""
 
@@ -167,67 +160,10 @@ async def secured_redis() -> AsyncIterator[PrivateRedis]:
         await server.stop()
 
 
-class Proxy:
-    """A loopback TCP proxy in front of a server that can black-hole replies and cut connections."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self.blackhole = False
-        self.server: asyncio.Server | None = None
-        self.port = 0
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        except OSError:
-            client_writer.close()
-            return
-        self._writers |= {client_writer, up_writer}
-        for task in (
-            asyncio.create_task(self._pipe(client_reader, up_writer, replies=False)),
-            asyncio.create_task(self._pipe(up_reader, client_writer, replies=True)),
-        ):
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, replies: bool) -> None:
-        try:
-            while data := await reader.read(65536):
-                if replies and self.blackhole:
-                    continue  # the server did the work; the client never hears of it
-                writer.write(data)
-                await writer.drain()
-        except (OSError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-    def cut(self) -> None:
-        """Close every connection through the proxy (new ones are accepted)."""
-        for writer in list(self._writers):
-            writer.close()
-        self._writers.clear()
-
-    async def aclose(self) -> None:
-        self.cut()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-
 @pytest_asyncio.fixture(loop_scope="function")
-async def proxy(private_redis: PrivateRedis) -> AsyncIterator[Proxy]:
+async def proxy(private_redis: PrivateRedis) -> AsyncIterator[LoopbackProxy]:
     """A proxy in front of the private redis-server."""
-    proxy = Proxy(private_redis.port)
+    proxy = LoopbackProxy(private_redis.port)
     await proxy.start()
     try:
         yield proxy

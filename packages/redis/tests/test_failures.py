@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from typing import Any
 
@@ -11,18 +10,13 @@ import pytest
 
 from chatkeep.core import Message, SessionKey, StoreUnavailableError
 from chatkeep.redis import RedisHistoryStore, open_store
+from chatkeep.testing.faults import free_port
 
 KEY = SessionKey("tenant", "session")
 
 
 def make_messages(n: int, label: str = "m") -> list[Message]:
     return [Message(role="user", text=f"{label}-{i}") for i in range(n)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.reliability

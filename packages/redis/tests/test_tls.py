@@ -12,7 +12,6 @@ import datetime
 import ipaddress
 import os
 import shutil
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from redis.asyncio import Redis
 
 from chatkeep.core import Message, SessionKey, StoreUnavailableError
 from chatkeep.redis import RedisHistoryStore, open_store
+from chatkeep.testing.faults import free_port
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CHATKEEP_TEST_REDIS_URL", "").strip().startswith("redis+cluster://"),
@@ -112,12 +112,6 @@ def make_certificates(directory: Path) -> Certificates:
         )
     )
     return files
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class TLSRedis:

@@ -28,6 +28,7 @@ from chatkeep.sql import (
     default_sqlite_path,
     open_store,
 )
+from chatkeep.testing.faults import LoopbackProxy
 
 
 @pytest.mark.parametrize(
@@ -274,56 +275,6 @@ async def test_cancelled_calls_leak_no_connection(sql_target: Any) -> None:
         await store.close()
 
 
-class Proxy:
-    """A loopback TCP proxy in front of a database that can cut every connection and refuse new ones."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.up = True
-        self.server: asyncio.Server | None = None
-        self.writers: set[asyncio.StreamWriter] = set()
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not self.up:
-            writer.transport.abort()
-            return
-        try:
-            up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
-        except OSError:
-            writer.transport.abort()
-            return
-        self.writers |= {writer, up_writer}
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, asyncio.CancelledError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.transport.abort()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        self.writers -= {writer, up_writer}
-
-    def cut(self) -> None:
-        """Drop every open connection and refuse new ones (the database is 'down')."""
-        self.up = False
-        for writer in list(self.writers):
-            writer.transport.abort()
-
-    def restore(self) -> None:
-        self.up = True
-
-    async def close(self) -> None:
-        self.cut()
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-
 @pytest.mark.reliability
 async def test_outage_raises_unavailable_and_recovers(sql_target: Any) -> None:
     if sql_target.family == "sqlite":
@@ -331,14 +282,15 @@ async def test_outage_raises_unavailable_and_recovers(sql_target: Any) -> None:
     from sqlalchemy.engine import make_url
 
     parsed = make_url(sql_target.url)
-    proxy = Proxy(parsed.host or "127.0.0.1", parsed.port or (5432 if sql_target.family == "postgresql" else 3306))
+    default_port = 5432 if sql_target.family == "postgresql" else 3306
+    proxy = LoopbackProxy(parsed.port or default_port, upstream_host=parsed.host or "127.0.0.1")
     port = await proxy.start()
     url = sql_target.url.replace(f"{parsed.host}:{parsed.port}", f"127.0.0.1:{port}")
     store = SQLHistoryStore(url, connect_timeout=3)
     key = SessionKey("outage", "s")
     try:
         assert await store.append(key, [Message(role="user", text="before")]) == 1
-        proxy.cut()
+        proxy.down()
         for _ in range(2):  # pooled connections are dead, new ones are refused: every call fails fast
             started = time.monotonic()
             with pytest.raises(StoreUnavailableError) as caught:
@@ -353,7 +305,7 @@ async def test_outage_raises_unavailable_and_recovers(sql_target: Any) -> None:
         await store.delete(key)
     finally:
         await store.close()
-        await proxy.close()
+        await proxy.aclose()
 
 
 @pytest.mark.parametrize("driver", ["sqlite", "sqlite+aiosqlite"])
