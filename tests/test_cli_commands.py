@@ -32,6 +32,7 @@ from chatkeep.core import (
 )
 from chatkeep.core.cli import main
 from chatkeep.core.cli._app import duration
+from chatkeep.testing.services import missing_service
 
 
 class CLI:
@@ -467,10 +468,7 @@ def test_copy_refuses_the_same_store(cli: CLI, memory_url: str) -> None:
 
 
 def unreachable(what: str, exc: BaseException) -> None:
-    message = f"{what} is unreachable ({type(exc).__name__}: {exc})"
-    if os.environ.get("CHATKEEP_REQUIRE_SERVICES", "").strip() in ("1", "true", "yes"):
-        pytest.fail(message)
-    pytest.skip(message)
+    missing_service(f"{what} is unreachable ({type(exc).__name__}: {exc})")
 
 
 @pytest.fixture(params=["redis", "postgresql"])

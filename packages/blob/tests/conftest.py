@@ -22,6 +22,7 @@ import pytest_asyncio
 from azure.storage.blob.aio import BlobServiceClient
 
 from chatkeep.testing.faults import LoopbackProxy, free_port
+from chatkeep.testing.services import missing_service
 
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
@@ -60,9 +61,7 @@ async def require(conn: str) -> None:
             f"Azurite (or the account in CHATKEEP_TEST_BLOB_CONNECTION_STRING) is unreachable ({reason}); "
             "start it with scripts/azurite up"
         )
-        if os.environ.get("CHATKEEP_REQUIRE_SERVICES", "").strip() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
+        missing_service(message)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -124,10 +123,7 @@ class PrivateAzurite:
 
     async def start(self) -> None:
         if not AZURITE_BIN.exists():
-            problem = f"{AZURITE_BIN} is missing; run scripts/azurite up (it installs Azurite)"
-            if os.environ.get("CHATKEEP_REQUIRE_SERVICES", "").strip() in ("1", "true", "yes"):
-                pytest.fail(f"{problem}; CHATKEEP_REQUIRE_SERVICES is set, so this fails instead of skipping")
-            pytest.skip(problem)
+            missing_service(f"{AZURITE_BIN} is missing; run scripts/azurite up (it installs Azurite)")
         self.process = await asyncio.create_subprocess_exec(
             str(AZURITE_BIN), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", self.location,
             "--skipApiVersionCheck", "--loose", "--silent", "--disableTelemetry",

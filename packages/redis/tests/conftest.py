@@ -17,6 +17,7 @@ import pytest_asyncio
 from redis.asyncio import Redis, RedisCluster
 
 from chatkeep.testing.faults import LoopbackProxy, free_port
+from chatkeep.testing.services import missing_service
 
 DEFAULT_TARGETS = ["redis://127.0.0.1:6379/0", "redis+cluster://127.0.0.1:7000"]
 _reachable: dict[str, str | None] = {}
@@ -57,9 +58,7 @@ async def require(url: str) -> None:
     reason = _reachable[url]
     if reason is not None:
         message = f"Redis at {url} is unreachable ({reason}); start it (scripts/redis-cluster up for the cluster)"
-        if os.environ.get("CHATKEEP_REQUIRE_SERVICES", "").strip() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
+        missing_service(message)
 
 
 async def unlink_prefix(url: str, prefix: str) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from chatkeep.testing.services import missing_service
+
 DEFAULTS = {
     "sqlite": "sqlite://",
     "postgresql": "postgresql+asyncpg://postgres@127.0.0.1:5432/test",
@@ -202,9 +204,7 @@ def sql_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     family = _family(server_url)
     problem = _reachable(family, server_url)
     if problem is not None:
-        if os.environ.get("CHATKEEP_REQUIRE_SERVICES", "").strip() in ("1", "true", "yes"):
-            pytest.fail(f"{problem}; CHATKEEP_REQUIRE_SERVICES is set, so this fails instead of skipping")
-        pytest.skip(problem)
+        missing_service(problem)
     tmp = tmp_path_factory.mktemp("sql")
     name = create_backing(family, server_url, tmp)
     try:
