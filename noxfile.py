@@ -6,6 +6,8 @@ nox -s lint typecheck docs
 nox -s bench                 benchmarks beside the raw drivers (not in the default run)
 nox -s reliability           fault, recovery and concurrency tests on every backend, 3 rounds in a row
                              (not in the default run; -- --rounds 5 for more, other arguments go to pytest)
+nox -s interop               the framework adapters, each with its framework's real package
+nox -s interop_bench         the adapters beside each framework's own stores (not in the default run)
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import nox
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["tests", "lint", "typecheck", "docs"]
+nox.options.sessions = ["tests", "interop", "lint", "typecheck", "docs"]
 
 PYTHON = "3.11"  # the only interpreter this project's machines have; the code supports 3.10+
 
@@ -39,7 +41,16 @@ BLOB_CONNECTION_STRING = os.environ.get("CHATKEEP_TEST_BLOB_CONNECTION_STRING", 
 # CHATKEEP_TEST_SQL_URL / CHATKEEP_TEST_REDIS_URL name the one server a backend session tests against;
 # CHATKEEP_TEST_BLOB_CONNECTION_STRING the blob account (each test makes and deletes its own container).
 BACKENDS: dict[str, tuple[list[str], dict[str, str]]] = {
-    "memory": (["packages/core/tests", "packages/memory/tests", "packages/testing/tests", "tests"], {}),
+    "memory": (
+        [
+            "packages/core/tests",
+            "packages/memory/tests",
+            "packages/testing/tests",
+            "packages/interop/tests/common",  # what the adapters share; each framework has its interop session
+            "tests",
+        ],
+        {},
+    ),
     "sql-sqlite": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": "sqlite://"}),
     "sql-postgres": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": POSTGRES_URL}),
     "sql-mysql": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": MYSQL_URL}),
@@ -54,6 +65,18 @@ EXAMPLES: dict[str, str] = {"example-jsonfiles": "docs/examples/chatkeep-jsonfil
 # The repository's pytest settings and conftest.py apply to every path, also the example, which carries its own
 # settings for a checkout of its own (pytest would pick those for its tests, without this conftest's marks).
 PYTEST = ["pytest", "-c", "pyproject.toml"]
+
+
+# framework -> the packages its adapter's tests and benchmark install, pinned, on top of the locked workspace:
+# the framework itself at the version the adapter is tested with, the client its runtime talks to the local
+# OpenAI-protocol server with, and the framework's own history stores the benchmark compares against. They are
+# not in uv.lock because they cannot all share one environment (llama-index-llms-openai needs openai<3).
+INTEROP: dict[str, list[str]] = {
+    "openai-agents": ["openai-agents==0.24.0"],
+    "agent-framework": ["agent-framework-core==1.23.0"],
+    "langchain": ["langchain-core==1.8.3"],
+    "llama-index": ["llama-index-core==0.14.25"],
+}
 
 
 RELIABILITY_ROUNDS = 3  # how many times `nox -s reliability` runs the marked tests; `-- --rounds N` changes it
@@ -84,6 +107,29 @@ def tests(session: nox.Session, backend: str) -> None:
     install_example(session, backend)
     paths, env = BACKENDS[backend]
     session.run(*PYTEST, *paths, *session.posargs, env={**env, "CHATKEEP_TEST_BACKEND": backend})
+
+
+def install_framework(session: nox.Session, framework: str) -> None:
+    """The locked workspace, then one framework's pinned packages (:data:`INTEROP`) over it."""
+    sync(session, "dev")
+    session.install(*INTEROP[framework], silent=True)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("framework", list(INTEROP))
+def interop(session: nox.Session, framework: str) -> None:
+    """Run one framework adapter's tests with the framework's real package, on memory, SQLite, PostgreSQL, Redis."""
+    install_framework(session, framework)
+    module = framework.replace("-", "_")
+    session.run(*PYTEST, f"packages/interop/tests/{module}", *session.posargs, env={"CHATKEEP_TEST_BACKEND": framework})
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("framework", list(INTEROP))
+def interop_bench(session: nox.Session, framework: str) -> None:
+    """Benchmark one adapter beside its framework's own history stores, measured in the same run."""
+    install_framework(session, framework)
+    session.run("python", "-m", "benchmarks", f"interop-{framework}", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -1,0 +1,54 @@
+"""How a framework's own item is kept in a chatkeep :class:`Message`, exactly as the framework wrote it.
+
+The item's JSON form goes, untouched, into ``additional_properties`` under :data:`ENVELOPE_KEY` with the
+name of its format, so what a framework writes is what it reads back, field for field (unknown future
+fields included). The message's ``role`` and text are a readable rendering beside it, for ``chatkeep
+sessions show`` and for chatkeep's own agents; an adapter reads only the item.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from chatkeep.core import Message, MessageFormatError, Role
+
+__all__ = ["ENVELOPE_KEY", "unwrap", "wrap"]
+
+#: The ``additional_properties`` key that holds a framework's item: ``{"format": ..., "item": {...}}``.
+ENVELOPE_KEY = "chatkeep.interop"
+
+
+def wrap(item: Mapping[str, Any], *, format: str, role: Role, text: str = "") -> Message:
+    """A message that keeps ``item`` (JSON-safe) exactly, with ``role`` and ``text`` as its readable rendering.
+
+    Its ``message_id`` is always a new chatkeep id: frameworks' own ids are not unique enough to deduplicate
+    appends by (the Agents SDK gives every Chat Completions item the same placeholder id).
+    """
+    contents: dict[str, Any] = {"text": text} if text else {}
+    return Message(role=role, **contents, additional_properties={ENVELOPE_KEY: {"format": format, "item": dict(item)}})
+
+
+def unwrap(message: Message, *, format: str) -> dict[str, Any] | None:
+    """The item of ``format`` a message keeps, or ``None`` for a message that no adapter wrote.
+
+    Raises:
+        MessageFormatError: the message keeps an item of another framework's format (the session was written
+            through another adapter); read it with that adapter, or keep one framework per session.
+    """
+    envelope = message.additional_properties.get(ENVELOPE_KEY)
+    if envelope is None:
+        return None
+    item = envelope.get("item") if isinstance(envelope, dict) else None
+    if not isinstance(envelope, dict) or not isinstance(item, dict):
+        raise MessageFormatError(
+            f"message {message.message_id} has a malformed {ENVELOPE_KEY!r} entry: it was not written by "
+            "chatkeep-interop; remove that key from the message's additional_properties"
+        )
+    if envelope.get("format") != format:
+        raise MessageFormatError(
+            f"message {message.message_id} holds a {envelope.get('format')!r} item, not {format!r}: this session "
+            f"was written through another framework's adapter; read it with that adapter, or use one framework per "
+            "session"
+        )
+    return item
