@@ -6,6 +6,8 @@ nox -s lint typecheck docs
 nox -s bench                 benchmarks beside the raw drivers (not in the default run)
 nox -s reliability           fault, recovery and concurrency tests on every backend, 3 rounds in a row
                              (not in the default run; -- --rounds 5 for more, other arguments go to pytest)
+nox -s soak                  a fault-injecting soak of every shared backend, 5 minutes each (not in the default run;
+                             -- --minutes 1 --backends redis,sqlite)
 nox -s interop               the framework adapters, each with its framework's real package
 nox -s interop_bench         the adapters beside each framework's own stores (not in the default run)
 """
@@ -160,6 +162,20 @@ def bench(session: nox.Session) -> None:
     """Run the benchmarks in benchmarks/: chatkeep beside the raw drivers, measured in the same run."""
     sync(session, "dev", "bench")
     session.run("python", "-m", "benchmarks", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def soak(session: nox.Session) -> None:
+    """Soak every shared backend under injected faults, then check its whole history (python -m soak --help).
+
+    4 processes x 8 writers per backend append and read for 5 minutes (``-- --minutes N``) while proxy cuts,
+    black holes, outages, restarts of private servers and SIGKILLs of writers are injected; the run fails
+    when an acknowledged append was lost, duplicated, reordered or torn. PostgreSQL and MariaDB are the
+    machine's (faulted only through a proxy); Redis and Azurite are private instances the run starts.
+    """
+    sync(session, "dev")
+    session.run("scripts/azurite", "up", external=True)  # installs the Azurite binary the private instances run
+    session.run("python", "-m", "soak", *session.posargs)
 
 
 @nox.session(python=PYTHON)

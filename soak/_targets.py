@@ -1,0 +1,213 @@
+"""The backends a soak runs on: where the store lives, and which faults can be injected on the way to it.
+
+Every target is reached through a :class:`LoopbackProxy` where there is a network (so cuts, black holes and
+outages break the path, never a shared server), and a target with a private server instance can restart it.
+The shared PostgreSQL and MariaDB are only ever faulted through the proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from chatkeep.testing.faults import LoopbackProxy, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+AZURITE_BIN = ROOT / ".services" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+POSTGRES_URL = os.environ.get("CHATKEEP_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+MYSQL_URL = os.environ.get("CHATKEEP_TEST_MYSQL_URL", "mysql+asyncmy://root@127.0.0.1:3306/test")
+
+
+class Target:
+    """One backend under soak. ``url`` is what the workers open; ``check_url`` what the checker reads through."""
+
+    name = ""
+    #: fault kinds this target supports beyond killing writer processes
+    faults: tuple[str, ...] = ()
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.url = ""
+        self.check_url = ""
+        self.env: dict[str, str] = {}
+        self.proxy: LoopbackProxy | None = None
+
+    async def start(self) -> None:
+        """Start what the target needs (a proxy, a private server)."""
+
+    async def stop(self) -> None:
+        """Stop what :meth:`start` started."""
+        if self.proxy is not None:
+            await self.proxy.aclose()
+
+    async def _proxy(self, port: int) -> int:
+        self.proxy = LoopbackProxy(port)
+        return await self.proxy.start()
+
+    async def inject(self, kind: str, seconds: float) -> None:
+        """Inject one fault for about ``seconds``, then heal it."""
+        proxy = self.proxy
+        if kind == "cut" and proxy is not None:
+            proxy.cut()
+        elif kind == "blackhole" and proxy is not None:
+            proxy.blackhole = True
+            await asyncio.sleep(seconds)
+            proxy.restore()
+            proxy.cut()  # connections whose replies were dropped are out of step: a real client would drop them too
+        elif kind == "outage" and proxy is not None:
+            proxy.down()
+            await asyncio.sleep(seconds)
+            proxy.restore()
+        elif kind == "restart":
+            await self.restart(seconds)
+        else:
+            raise ValueError(f"target {self.name} has no fault {kind!r}")
+
+    async def restart(self, seconds: float) -> None:
+        """Stop the private server instance, wait, start it again."""
+        raise ValueError(f"target {self.name} has no private server to restart")
+
+
+class SQLite(Target):
+    name = "sqlite"
+
+    async def start(self) -> None:
+        self.url = self.check_url = f"sqlite:///{self.workdir / 'soak.db'}"
+
+
+class ServerSQL(Target):
+    """A shared SQL server behind a proxy (never restarted: other work uses it)."""
+
+    faults = ("cut", "blackhole", "outage")
+    server_url = ""
+
+    async def start(self) -> None:
+        scheme, rest = self.server_url.split("://", 1)
+        credentials, location = rest.rsplit("@", 1)
+        hostport, database = location.split("/", 1)
+        port = int(hostport.rsplit(":", 1)[1])
+        proxied = await self._proxy(port)
+        self.url = f"{scheme}://{credentials}@127.0.0.1:{proxied}/{database}"
+        self.check_url = self.server_url
+
+
+class PostgreSQL(ServerSQL):
+    name = "postgresql"
+    server_url = POSTGRES_URL
+
+
+class MySQL(ServerSQL):
+    name = "mysql"
+    server_url = MYSQL_URL
+
+
+class Redis(Target):
+    """A private redis-server with an fsync'd append-only file, so a SIGKILL restart keeps every acknowledged write."""
+
+    name = "redis"
+    faults = ("cut", "blackhole", "outage", "restart")
+
+    async def start(self) -> None:
+        self.port = free_port()
+        self.process: asyncio.subprocess.Process | None = None
+        await self._start_server()
+        proxied = await self._proxy(self.port)
+        self.url = f"redis://127.0.0.1:{proxied}/0?socket_timeout=2"
+        self.check_url = f"redis://127.0.0.1:{self.port}/0"
+
+    async def _start_server(self) -> None:
+        folder = self.workdir / "redis"
+        folder.mkdir(exist_ok=True)
+        self.process = await asyncio.create_subprocess_exec(
+            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", str(folder),
+            "--appendonly", "yes", "--appendfsync", "always",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        for _ in range(200):
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                writer.close()
+                return
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"the private redis-server on port {self.port} did not start")
+
+    async def restart(self, seconds: float) -> None:
+        assert self.process is not None
+        self.process.kill()  # SIGKILL: only what the append-only file holds survives
+        await self.process.wait()
+        await asyncio.sleep(seconds)
+        await self._start_server()
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+
+
+class Blob(Target):
+    """A private Azurite keeping its data on disk, behind a proxy; restarted gracefully (see the docs)."""
+
+    name = "blob"
+    faults = ("cut", "blackhole", "outage", "restart")
+
+    async def start(self) -> None:
+        if not AZURITE_BIN.exists():
+            raise RuntimeError(f"{AZURITE_BIN} is missing; run scripts/azurite up (it installs Azurite)")
+        self.port = free_port()
+        self.process: asyncio.subprocess.Process | None = None
+        await self._start_server()
+        proxied = await self._proxy(self.port)
+        container = f"soak-{uuid.uuid4().hex[:12]}"
+        self.url = self.check_url = f"azblob://{container}?read_timeout=5"
+        self.env = {"AZURE_STORAGE_CONNECTION_STRING": _azurite(proxied)}
+        self.check_env = {"AZURE_STORAGE_CONNECTION_STRING": _azurite(self.port)}
+
+    async def _start_server(self) -> None:
+        location = self.workdir / "azurite"
+        location.mkdir(exist_ok=True)
+        self.process = await asyncio.create_subprocess_exec(
+            str(AZURITE_BIN), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", str(location),
+            "--skipApiVersionCheck", "--loose", "--silent", "--disableTelemetry",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        for _ in range(400):
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                writer.close()
+                return
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"the private Azurite on port {self.port} did not start")
+
+    async def restart(self, seconds: float) -> None:
+        assert self.process is not None
+        self.process.terminate()  # Azurite writes its metadata out on SIGTERM; a SIGKILL would lose some of it
+        await self.process.wait()
+        await asyncio.sleep(seconds)
+        await self._start_server()
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            await self.process.wait()
+
+
+def _azurite(port: int) -> str:
+    return (
+        f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
+    )
+
+
+TARGETS: dict[str, type[Target]] = {t.name: t for t in (SQLite, PostgreSQL, MySQL, Redis, Blob)}
+
+
+def clean(workdir: Path) -> None:
+    """Remove a target's working folder."""
+    shutil.rmtree(workdir, ignore_errors=True)
