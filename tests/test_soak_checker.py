@@ -52,6 +52,7 @@ async def test_lost_reordered_torn_and_vanished_are_each_found(tmp_path: Path) -
         verdict = await check(store, TENANT, 1, str(tmp_path))
     assert verdict.lost == ["s0/u.0"]
     assert verdict.reordered == ["s0/w: append 0 stored after append 1"]
-    assert len(verdict.torn) == 1 and "2 of 3" in verdict.torn[0]
+    assert len(verdict.torn) == 1
+    assert "2 of 3" in verdict.torn[0]
     assert verdict.vanished == ["s0/gone.0000001.0.1"]
     assert not verdict.ok
