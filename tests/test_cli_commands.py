@@ -400,6 +400,37 @@ def test_import_from_stdin_validates_before_writing(cli: CLI, memory_url: str, m
     assert cli.json("import", "--store", memory_url)["new_messages"] == 1
 
 
+def test_import_refuses_a_record_over_the_targets_limit_before_writing_anything(
+    cli: CLI, memory_url: str, tmp_path: Path
+) -> None:
+    keys = run(seed(memory_url, "acme", 2, document=False))
+    big = Message(role="assistant", text="\u00e9" * 3000)  # 2 bytes each in UTF-8: the size is counted in bytes
+
+    async def add_big() -> None:
+        async with open_store(memory_url) as store:
+            await store.append(keys[0], [big])
+
+    run(add_big())
+    exported = tmp_path / "big.jsonl"
+    cli.json("export", "--store", memory_url, "--tenant", "acme", "-o", str(exported))
+    lines = exported.read_text(encoding="utf-8").splitlines()
+    number = next(i for i, line in enumerate(lines, 1) if big.message_id in line)
+    assert number == 5  # chat-0, updated last, comes first: its four lines fit, the fifth does not
+    size = len(big.to_record().encode())
+    target = f"sqlite:///{tmp_path / 'small.db'}"
+    code, out, err = cli("import", "--store", f"{target}?max_message_bytes=4096", "-i", str(exported))
+    assert (code, out) == (1, "")
+    assert f"line {number} of {exported}: the message record is {size:,} bytes" in err
+    assert "over the target store's max_message_bytes of 4,096" in err
+    assert f"Nothing was imported: add max_message_bytes={size} (or more) to the query of the --store URL" in err
+    assert run(snapshot(target, "acme")) == {}
+    code, _, err = cli("import", "--store", f"{target}?max_message_bytes=4096", "-i", str(exported), "--json")
+    assert json.loads(err)["error"]["type"] == "MessageTooLargeError"
+    imported = cli.json("import", "--store", f"{target}?max_message_bytes={size}", "-i", str(exported))
+    assert imported["new_messages"] == 9
+    assert run(snapshot(target, "acme")) == run(snapshot(memory_url, "acme"))
+
+
 def test_import_of_a_missing_file_is_an_error(cli: CLI, memory_url: str, tmp_path: Path) -> None:
     code, _, err = cli("import", "--store", memory_url, "-i", str(tmp_path / "missing.jsonl"))
     assert code == 1
@@ -425,24 +456,51 @@ def test_copy_between_backends_verifies_every_session(cli: CLI, memory_url: str,
     assert "verified:" in out
 
 
-def test_an_interrupted_copy_resumes(cli: CLI, memory_url: str, tmp_path: Path) -> None:
+def test_a_copy_cut_off_midway_through_a_session_resumes(cli: CLI, memory_url: str, tmp_path: Path) -> None:
     keys = run(seed(memory_url, "acme", 5))
     target = f"sqlite:///{tmp_path / 'resume.db'}"
 
     async def half_copied() -> None:
-        # As if a copy died midway through chat-2: its first two messages reached the target.
+        # As if a copy died midway: chat-4 and chat-3 reached the target, and the first two messages of chat-2.
         async with open_store(memory_url) as source, open_store(target) as store:
+            for key in keys[4], keys[3]:
+                await store.append(key, await source.load(key))
             await store.append(keys[2], (await source.load(keys[2]))[:2])
 
     run(half_copied())
-    stopped = cli("copy", "--from", memory_url, "--to", target, "--tenant", "acme", "--max-sessions", "2", "--json")
-    assert stopped[0] == 1
-    first = json.loads(stopped[1])
-    assert (first["complete"], first["sessions"], first["new_messages"]) == (False, 2, 8)  # chat-4 and chat-3
-    assert run(count(target, keys[1])) == 0
     resumed = cli.json("copy", "--from", memory_url, "--to", target, "--tenant", "acme")
     assert resumed["ok"] is True
+    assert (resumed["sessions"], resumed["messages"]) == (5, 20)
     assert resumed["new_messages"] == 20 - 8 - 2  # chat-2 is completed, chat-1 and chat-0 copied
+    assert run(snapshot(target, "acme")) == run(snapshot(memory_url, "acme"))
+
+
+def test_a_copy_stops_at_a_message_over_the_targets_limit_and_resumes_once_it_is_raised(
+    cli: CLI, memory_url: str, tmp_path: Path
+) -> None:
+    keys = run(seed(memory_url, "acme", 3, document=False))
+    big = Message(role="user", text="x" * 5000)
+
+    async def add_big() -> None:
+        async with open_store(memory_url) as store:
+            await store.append(keys[1], [big])
+            await store.append(keys[2], [Message(role="user", text="chat-2 is updated last, so copied first")])
+
+    run(add_big())
+    size = len(big.to_record().encode())
+    target = f"sqlite:///{tmp_path / 'limit.db'}"
+    code, out, err = cli("copy", "--from", memory_url, "--to", f"{target}?max_message_bytes=4096", "--tenant", "acme")
+    assert (code, out) == (1, "")
+    assert f"copy stopped at session acme/chat-1: message {big.message_id} is {size:,} bytes" in err
+    assert "max_message_bytes of 4,096" in err
+    assert f"Add max_message_bytes={size} (or more) to the query of the --to URL" in err
+    assert "Traceback" not in err
+    # Newest first: chat-2 was copied, chat-0 was not reached.
+    assert run(count(target, keys[2])) == 5
+    assert run(count(target, keys[1])) == 0  # the batch holding the big message was refused whole
+    assert run(count(target, keys[0])) == 0
+    resumed = cli.json("copy", "--from", memory_url, "--to", f"{target}?max_message_bytes={size}", "--tenant", "acme")
+    assert (resumed["ok"], resumed["sessions"], resumed["new_messages"]) == (True, 3, 9)
     assert run(snapshot(target, "acme")) == run(snapshot(memory_url, "acme"))
 
 
