@@ -1,7 +1,9 @@
 """Every ``chatkeep`` command end to end, in-process on memory:// and SQLite files, bad input included.
 
 ``memory://NAME`` lives in the process, so these tests call ``chatkeep.core.cli.main`` directly; the real
-processes (pipes, a terminal-less stdin, the chat resumed in a second process) are in the last tests.
+processes (pipes, a terminal-less stdin, the chat resumed in a second process) are in the last tests. Each
+backend's nox session runs the commands on that backend through the kit's ``CLIConformance``
+(``packages/*/tests/test_cli.py``), a copy killed with SIGKILL and rerun included.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,6 @@ import pytest
 
 from chatkeep.core import (
     AgentSession,
-    FunctionCallContent,
-    FunctionResultContent,
     HistoryStore,
     Message,
     SessionKey,
@@ -32,7 +31,7 @@ from chatkeep.core import (
 )
 from chatkeep.core.cli import main
 from chatkeep.core.cli._app import duration
-from chatkeep.testing.services import missing_service
+from chatkeep.testing.conformance._cli import conversation
 
 
 class CLI:
@@ -72,19 +71,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
-
-
-def conversation(i: int) -> list[Message]:
-    """Four messages with a tool call and its result, unicode and a multi-line text."""
-    return [
-        Message(role="user", text=f"weather in Paris? #{i}\nthanks \u2603"),
-        Message(
-            role="assistant",
-            contents=[FunctionCallContent(call_id=f"call-{i}", name="weather", arguments='{"city": "Paris"}')],
-        ),
-        Message(role="tool", contents=[FunctionResultContent(call_id=f"call-{i}", result={"celsius": 21})]),
-        Message(role="assistant", text="It is 21 \u00b0C in Paris."),
-    ]
 
 
 async def seed(url: str, tenant: str = "acme", sessions: int = 3, *, document: bool = True) -> list[SessionKey]:
@@ -523,54 +509,6 @@ def test_copy_refuses_the_same_store(cli: CLI, memory_url: str) -> None:
     code, _, err = cli("copy", "--from", memory_url, "--to", memory_url, "--tenant", "acme")
     assert code == 2
     assert "same store" in err
-
-
-def unreachable(what: str, exc: BaseException) -> None:
-    missing_service(f"{what} is unreachable ({type(exc).__name__}: {exc})")
-
-
-@pytest.fixture(params=["redis", "postgresql"])
-def server_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A real server's store, isolated for this test (its own key prefix or schema), removed afterwards."""
-    name = f"ck_cli_{uuid.uuid4().hex[:12]}"
-    if request.param == "redis":
-        url = f"redis://127.0.0.1:6379/0?prefix={name}"
-        try:
-            run(count(url, SessionKey("t", "probe")))
-        except Exception as exc:  # any failure to reach the server is a reason to skip
-            unreachable("Redis at 127.0.0.1:6379", exc)
-        yield url
-
-        async def clean() -> None:
-            async with open_store(url) as store:
-                for tenant in ("acme", "globex"):
-                    await store.delete_tenant(tenant)
-
-        run(clean())
-        return
-    import psycopg
-
-    server = "postgresql://postgres@127.0.0.1:5432/test"
-    try:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA "{name}"')
-    except Exception as exc:
-        unreachable("PostgreSQL at 127.0.0.1:5432", exc)
-    yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/test?schema={name}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
-def test_copy_to_a_server_and_back_to_sqlite(cli: CLI, server_url: str, tmp_path: Path) -> None:
-    source, back = f"sqlite:///{tmp_path / 'from.db'}", f"sqlite:///{tmp_path / 'back.db'}"
-    run(seed(source, "acme", 3))
-    there = cli.json("copy", "--from", source, "--to", server_url, "--tenant", "acme")
-    assert (there["ok"], there["sessions"], there["new_messages"]) == (True, 3, 12)
-    returned = cli.json("copy", "--from", server_url, "--to", back, "--tenant", "acme")
-    assert (returned["ok"], returned["new_messages"]) == (True, 12)
-    assert run(snapshot(back, "acme")) == run(snapshot(source, "acme"))
-    doctor = cli.json("doctor", "--store", server_url)
-    assert doctor["ok"] is True, doctor
 
 
 # -- prune and migrate ---------------------------------------------------------------------------
