@@ -395,13 +395,14 @@ def test_import_refuses_a_record_over_the_targets_limit_before_writing_anything(
     async def add_big() -> None:
         async with open_store(memory_url) as store:
             await store.append(keys[0], [big])
+            await store.append(keys[1], [Message(role="user", text="chat-1 is updated last, so exported first")])
 
     run(add_big())
     exported = tmp_path / "big.jsonl"
     cli.json("export", "--store", memory_url, "--tenant", "acme", "-o", str(exported))
     lines = exported.read_text(encoding="utf-8").splitlines()
     number = next(i for i, line in enumerate(lines, 1) if big.message_id in line)
-    assert number == 5  # chat-0, updated last, comes first: its four lines fit, the fifth does not
+    assert number == 10  # after chat-1's five lines (which an import that wrote as it read would store) and four
     size = len(big.to_record().encode())
     target = f"sqlite:///{tmp_path / 'small.db'}"
     code, out, err = cli("import", "--store", f"{target}?max_message_bytes=4096", "-i", str(exported))
@@ -413,7 +414,7 @@ def test_import_refuses_a_record_over_the_targets_limit_before_writing_anything(
     code, _, err = cli("import", "--store", f"{target}?max_message_bytes=4096", "-i", str(exported), "--json")
     assert json.loads(err)["error"]["type"] == "MessageTooLargeError"
     imported = cli.json("import", "--store", f"{target}?max_message_bytes={size}", "-i", str(exported))
-    assert imported["new_messages"] == 9
+    assert imported["new_messages"] == 10
     assert run(snapshot(target, "acme")) == run(snapshot(memory_url, "acme"))
 
 

@@ -265,6 +265,8 @@ class CLIConformance(ConformanceBase):
         keys = await seed(store, source, sessions=2)
         big = Message(role="tool", text="\u00e9" * 3000)  # two bytes each in UTF-8: the limit counts bytes
         await store.append(keys[1], [big])
+        # chat-0, updated last, is exported first: an import that wrote as it read would store it.
+        await store.append(keys[0], [Message(role="user", text="chat-0 again")])
         size = len(big.to_record().encode())
         exported = tmp_path / "big.jsonl"
         await cli("export", "--store", store_url, "--tenant", source, "-o", str(exported))
@@ -279,7 +281,7 @@ class CLIConformance(ConformanceBase):
         assert await session_ids(store, target) == []
         raised = with_option(store_url, "max_message_bytes", size)
         counts = (await cli("import", "--store", raised, "--tenant", target, "-i", str(exported), "--json")).json()
-        assert counts["new_messages"] == 9
+        assert counts["new_messages"] == 10
 
     async def test_copy_to_sqlite_and_memory_and_back_is_verified(
         self, cli: _Runner, store_url: str, kit: StoreKit, store: HistoryStore, tmp_path: Path
