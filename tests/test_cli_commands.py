@@ -1,7 +1,9 @@
 """Every ``chatkeep`` command end to end, in-process on memory:// and SQLite files, bad input included.
 
 ``memory://NAME`` lives in the process, so these tests call ``chatkeep.core.cli.main`` directly; the real
-processes (pipes, a terminal-less stdin, the chat resumed in a second process) are in the last tests.
+processes (pipes, a terminal-less stdin, the chat resumed in a second process) are in the last tests. Each
+backend's nox session runs the commands on that backend through the kit's ``CLIConformance``
+(``packages/*/tests/test_cli.py``), a copy killed with SIGKILL and rerun included.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,6 @@ import pytest
 
 from chatkeep.core import (
     AgentSession,
-    FunctionCallContent,
-    FunctionResultContent,
     HistoryStore,
     Message,
     SessionKey,
@@ -32,7 +31,7 @@ from chatkeep.core import (
 )
 from chatkeep.core.cli import main
 from chatkeep.core.cli._app import duration
-from chatkeep.testing.services import missing_service
+from chatkeep.testing.conformance._cli import conversation
 
 
 class CLI:
@@ -72,19 +71,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
-
-
-def conversation(i: int) -> list[Message]:
-    """Four messages with a tool call and its result, unicode and a multi-line text."""
-    return [
-        Message(role="user", text=f"weather in Paris? #{i}\nthanks \u2603"),
-        Message(
-            role="assistant",
-            contents=[FunctionCallContent(call_id=f"call-{i}", name="weather", arguments='{"city": "Paris"}')],
-        ),
-        Message(role="tool", contents=[FunctionResultContent(call_id=f"call-{i}", result={"celsius": 21})]),
-        Message(role="assistant", text="It is 21 \u00b0C in Paris."),
-    ]
 
 
 async def seed(url: str, tenant: str = "acme", sessions: int = 3, *, document: bool = True) -> list[SessionKey]:
@@ -400,6 +386,38 @@ def test_import_from_stdin_validates_before_writing(cli: CLI, memory_url: str, m
     assert cli.json("import", "--store", memory_url)["new_messages"] == 1
 
 
+def test_import_refuses_a_record_over_the_targets_limit_before_writing_anything(
+    cli: CLI, memory_url: str, tmp_path: Path
+) -> None:
+    keys = run(seed(memory_url, "acme", 2, document=False))
+    big = Message(role="assistant", text="\u00e9" * 3000)  # 2 bytes each in UTF-8: the size is counted in bytes
+
+    async def add_big() -> None:
+        async with open_store(memory_url) as store:
+            await store.append(keys[0], [big])
+            await store.append(keys[1], [Message(role="user", text="chat-1 is updated last, so exported first")])
+
+    run(add_big())
+    exported = tmp_path / "big.jsonl"
+    cli.json("export", "--store", memory_url, "--tenant", "acme", "-o", str(exported))
+    lines = exported.read_text(encoding="utf-8").splitlines()
+    number = next(i for i, line in enumerate(lines, 1) if big.message_id in line)
+    assert number == 10  # after chat-1's five lines (which an import that wrote as it read would store) and four
+    size = len(big.to_record().encode())
+    target = f"sqlite:///{tmp_path / 'small.db'}"
+    code, out, err = cli("import", "--store", f"{target}?max_message_bytes=4096", "-i", str(exported))
+    assert (code, out) == (1, "")
+    assert f"line {number} of {exported}: the message record is {size:,} bytes" in err
+    assert "over the target store's max_message_bytes of 4,096" in err
+    assert f"Nothing was imported: add max_message_bytes={size} (or more) to the query of the --store URL" in err
+    assert run(snapshot(target, "acme")) == {}
+    code, _, err = cli("import", "--store", f"{target}?max_message_bytes=4096", "-i", str(exported), "--json")
+    assert json.loads(err)["error"]["type"] == "MessageTooLargeError"
+    imported = cli.json("import", "--store", f"{target}?max_message_bytes={size}", "-i", str(exported))
+    assert imported["new_messages"] == 10
+    assert run(snapshot(target, "acme")) == run(snapshot(memory_url, "acme"))
+
+
 def test_import_of_a_missing_file_is_an_error(cli: CLI, memory_url: str, tmp_path: Path) -> None:
     code, _, err = cli("import", "--store", memory_url, "-i", str(tmp_path / "missing.jsonl"))
     assert code == 1
@@ -425,24 +443,51 @@ def test_copy_between_backends_verifies_every_session(cli: CLI, memory_url: str,
     assert "verified:" in out
 
 
-def test_an_interrupted_copy_resumes(cli: CLI, memory_url: str, tmp_path: Path) -> None:
+def test_a_copy_cut_off_midway_through_a_session_resumes(cli: CLI, memory_url: str, tmp_path: Path) -> None:
     keys = run(seed(memory_url, "acme", 5))
     target = f"sqlite:///{tmp_path / 'resume.db'}"
 
     async def half_copied() -> None:
-        # As if a copy died midway through chat-2: its first two messages reached the target.
+        # As if a copy died midway: chat-4 and chat-3 reached the target, and the first two messages of chat-2.
         async with open_store(memory_url) as source, open_store(target) as store:
+            for key in keys[4], keys[3]:
+                await store.append(key, await source.load(key))
             await store.append(keys[2], (await source.load(keys[2]))[:2])
 
     run(half_copied())
-    stopped = cli("copy", "--from", memory_url, "--to", target, "--tenant", "acme", "--max-sessions", "2", "--json")
-    assert stopped[0] == 1
-    first = json.loads(stopped[1])
-    assert (first["complete"], first["sessions"], first["new_messages"]) == (False, 2, 8)  # chat-4 and chat-3
-    assert run(count(target, keys[1])) == 0
     resumed = cli.json("copy", "--from", memory_url, "--to", target, "--tenant", "acme")
     assert resumed["ok"] is True
+    assert (resumed["sessions"], resumed["messages"]) == (5, 20)
     assert resumed["new_messages"] == 20 - 8 - 2  # chat-2 is completed, chat-1 and chat-0 copied
+    assert run(snapshot(target, "acme")) == run(snapshot(memory_url, "acme"))
+
+
+def test_a_copy_stops_at_a_message_over_the_targets_limit_and_resumes_once_it_is_raised(
+    cli: CLI, memory_url: str, tmp_path: Path
+) -> None:
+    keys = run(seed(memory_url, "acme", 3, document=False))
+    big = Message(role="user", text="x" * 5000)
+
+    async def add_big() -> None:
+        async with open_store(memory_url) as store:
+            await store.append(keys[1], [big])
+            await store.append(keys[2], [Message(role="user", text="chat-2 is updated last, so copied first")])
+
+    run(add_big())
+    size = len(big.to_record().encode())
+    target = f"sqlite:///{tmp_path / 'limit.db'}"
+    code, out, err = cli("copy", "--from", memory_url, "--to", f"{target}?max_message_bytes=4096", "--tenant", "acme")
+    assert (code, out) == (1, "")
+    assert f"copy stopped at session acme/chat-1: message {big.message_id} is {size:,} bytes" in err
+    assert "max_message_bytes of 4,096" in err
+    assert f"Add max_message_bytes={size} (or more) to the query of the --to URL" in err
+    assert "Traceback" not in err
+    # Newest first: chat-2 was copied, chat-0 was not reached.
+    assert run(count(target, keys[2])) == 5
+    assert run(count(target, keys[1])) == 0  # the batch holding the big message was refused whole
+    assert run(count(target, keys[0])) == 0
+    resumed = cli.json("copy", "--from", memory_url, "--to", f"{target}?max_message_bytes={size}", "--tenant", "acme")
+    assert (resumed["ok"], resumed["sessions"], resumed["new_messages"]) == (True, 3, 9)
     assert run(snapshot(target, "acme")) == run(snapshot(memory_url, "acme"))
 
 
@@ -465,54 +510,6 @@ def test_copy_refuses_the_same_store(cli: CLI, memory_url: str) -> None:
     code, _, err = cli("copy", "--from", memory_url, "--to", memory_url, "--tenant", "acme")
     assert code == 2
     assert "same store" in err
-
-
-def unreachable(what: str, exc: BaseException) -> None:
-    missing_service(f"{what} is unreachable ({type(exc).__name__}: {exc})")
-
-
-@pytest.fixture(params=["redis", "postgresql"])
-def server_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A real server's store, isolated for this test (its own key prefix or schema), removed afterwards."""
-    name = f"ck_cli_{uuid.uuid4().hex[:12]}"
-    if request.param == "redis":
-        url = f"redis://127.0.0.1:6379/0?prefix={name}"
-        try:
-            run(count(url, SessionKey("t", "probe")))
-        except Exception as exc:  # any failure to reach the server is a reason to skip
-            unreachable("Redis at 127.0.0.1:6379", exc)
-        yield url
-
-        async def clean() -> None:
-            async with open_store(url) as store:
-                for tenant in ("acme", "globex"):
-                    await store.delete_tenant(tenant)
-
-        run(clean())
-        return
-    import psycopg
-
-    server = "postgresql://postgres@127.0.0.1:5432/test"
-    try:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA "{name}"')
-    except Exception as exc:
-        unreachable("PostgreSQL at 127.0.0.1:5432", exc)
-    yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/test?schema={name}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
-def test_copy_to_a_server_and_back_to_sqlite(cli: CLI, server_url: str, tmp_path: Path) -> None:
-    source, back = f"sqlite:///{tmp_path / 'from.db'}", f"sqlite:///{tmp_path / 'back.db'}"
-    run(seed(source, "acme", 3))
-    there = cli.json("copy", "--from", source, "--to", server_url, "--tenant", "acme")
-    assert (there["ok"], there["sessions"], there["new_messages"]) == (True, 3, 12)
-    returned = cli.json("copy", "--from", server_url, "--to", back, "--tenant", "acme")
-    assert (returned["ok"], returned["new_messages"]) == (True, 12)
-    assert run(snapshot(back, "acme")) == run(snapshot(source, "acme"))
-    doctor = cli.json("doctor", "--store", server_url)
-    assert doctor["ok"] is True, doctor
 
 
 # -- prune and migrate ---------------------------------------------------------------------------

@@ -35,6 +35,7 @@ __all__ = [
     "decode_records",
     "encode_records",
     "new_message_id",
+    "record_size",
 ]
 
 RECORD_VERSION = 1
@@ -246,18 +247,19 @@ def encode_records(messages: Iterable[Message], *, max_bytes: int | None = None)
     for message in messages:
         record = message.to_record()
         # A str's length is a lower bound of its UTF-8 size; encode only when that bound is close to the limit.
-        if (
-            max_bytes is not None
-            and len(record) * 4 > max_bytes
-            and len(record.encode("utf-8", "surrogatepass")) > max_bytes
-        ):
+        if max_bytes is not None and len(record) * 4 > max_bytes and record_size(record) > max_bytes:
             raise MessageTooLargeError(
-                f"message {message.message_id} is {len(record.encode('utf-8', 'surrogatepass')):,} bytes as stored, "
+                f"message {message.message_id} is {record_size(record):,} bytes as stored, "
                 f"over this store's limit of {max_bytes:,} bytes; split the content, store large data elsewhere "
                 "and keep a URI in the message, or open the store with a larger max_message_bytes"
             )
         records.append(record)
     return records
+
+
+def record_size(record: str) -> int:
+    """A record's size as a store counts it against ``max_message_bytes``: its UTF-8 bytes."""
+    return len(record.encode("utf-8", "surrogatepass"))
 
 
 def decode_records(records: Sequence[str | bytes]) -> list[Message]:

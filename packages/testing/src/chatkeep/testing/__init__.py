@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from chatkeep.testing.conformance import (
         WINDOW_SLACK,
         AppendConformance,
+        CLIConformance,
+        CLIResult,
         ConcurrencyConformance,
         ConformanceBase,
         ContentConformance,
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = [
     "WINDOW_SLACK",
     "AppendConformance",
+    "CLIConformance",
+    "CLIResult",
     "ConcurrencyConformance",
     "ConformanceBase",
     "ContentConformance",

@@ -112,7 +112,6 @@ def _parser() -> argparse.ArgumentParser:
     copy.add_argument(
         "--tenant", dest="tenants", action="append", required=True, help="a tenant to copy (repeat for several)"
     )
-    copy.add_argument("--max-sessions", type=_positive, default=None, help=argparse.SUPPRESS)  # tests: an interruption
 
     prune = _command(commands, "prune", "_inspect:prune", "delete sessions not updated for a while", parents=[common])
     prune.add_argument("--older-than", type=duration, required=True, metavar="AGE", help="e.g. 30d, 12h, 90m, 45s")

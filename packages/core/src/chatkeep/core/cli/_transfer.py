@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from chatkeep.core._errors import ChatkeepError, MessageFormatError, redact_url
-from chatkeep.core._messages import Message, decode_records
+from chatkeep.core._errors import ChatkeepError, MessageFormatError, MessageTooLargeError, redact_url
+from chatkeep.core._messages import Message, decode_records, encode_records, record_size
 from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore, SessionKey
 from chatkeep.core.cli._app import store_url
@@ -209,8 +209,31 @@ def _decode(batch: list[_Line], name: str) -> list[Message]:
         raise
 
 
-def _validate(stream: IO[bytes], name: str, tenant: str | None, spool: IO[bytes] | None, bar: Progress) -> int:
-    """The first pass: every line parsed and every record decoded, holding one batch at a time; returns messages."""
+def _check_sizes(batch: list[_Line], name: str, limit: int) -> None:
+    """Refuse the batch when a record is over the target's ``max_message_bytes``, naming the first such line."""
+    messages = _decode(batch, name)
+    try:
+        encode_records(messages, max_bytes=limit)  # the store's own size rule, as its append applies it
+    except MessageTooLargeError:
+        for line, message in zip(batch, messages, strict=True):
+            size = record_size(message.to_record())
+            if size > limit:
+                raise MessageTooLargeError(
+                    f"line {line.number} of {name}: the message record is {size:,} bytes, over the target store's "
+                    f"max_message_bytes of {limit:,}. Nothing was imported: add max_message_bytes={size} (or more) "
+                    "to the query of the --store URL to raise the limit, or leave that message out, and rerun "
+                    "the import"
+                ) from None
+        raise
+
+
+def _validate(
+    stream: IO[bytes], name: str, tenant: str | None, spool: IO[bytes] | None, bar: Progress, limit: int
+) -> int:
+    """The first pass: every line parsed, every record decoded and sized against ``limit``, a batch at a time.
+
+    Returns the number of message lines.
+    """
     batch: list[_Line] = []
     messages = 0
     for number, raw in _lines(stream, name):
@@ -221,16 +244,23 @@ def _validate(stream: IO[bytes], name: str, tenant: str | None, spool: IO[bytes]
             batch.append(line)
             messages += 1
             if len(batch) >= APPEND_BATCH:
-                _decode(batch, name)
+                _check_sizes(batch, name, limit)
                 batch.clear()
         bar.advance()
-    _decode(batch, name)
+    _check_sizes(batch, name, limit)
     return messages
 
 
-async def _write(url: str, stream: IO[bytes], name: str, tenant: str | None, total: int) -> dict[str, int]:
-    """The second pass, over lines already validated: appends in batches, one key at a time, in file order."""
+async def _import(
+    url: str, source: IO[bytes], name: str, tenant: str | None, spool: IO[bytes] | None
+) -> dict[str, int]:
+    """Validate ``source`` against the target store (spooling it when it cannot be read twice), then write it."""
     async with open_store(url) as store:
+        with progress("validate") as bar:
+            total = _validate(source, name, tenant, spool, bar, store.max_message_bytes)
+        stream = source if spool is None else spool
+        stream.seek(0)
+        # The second pass, over lines already validated: appends in batches, one key at a time, in file order.
         with progress("import", total=total) as bar:
             return await _write_lines(store, stream, name, tenant, bar)
 
@@ -271,8 +301,9 @@ async def _write_lines(
 def import_(args: argparse.Namespace) -> int:
     """Read JSON Lines from ``--input`` or stdin: validate every line first, then write. Rerunning is safe.
 
-    Nothing is written until the whole input has been validated, so a corrupt line leaves the store as it was.
-    Standard input cannot be read twice, so it is spooled to a temporary file during validation.
+    Nothing is written until the whole input has been validated (its shape, its records, and each record's size
+    against the target's ``max_message_bytes``), so a bad line leaves the store as it was. Standard input cannot
+    be read twice, so it is spooled to a temporary file during validation.
     """
     url = store_url(args)
     tenant: str | None = args.tenant  # None: each line's own tenant
@@ -280,16 +311,10 @@ def import_(args: argparse.Namespace) -> int:
     name = str(path) if path else "stdin"
     with contextlib.ExitStack() as files:
         if path is None:
-            stream: IO[bytes] = files.enter_context(tempfile.TemporaryFile())
-            with progress("validate") as bar:
-                total = _validate(sys.stdin.buffer, name, tenant, stream, bar)
-            stream.seek(0)
+            spool: IO[bytes] = files.enter_context(tempfile.TemporaryFile())
+            counts = asyncio.run(_import(url, sys.stdin.buffer, name, tenant, spool))
         else:
-            stream = files.enter_context(open(path, "rb"))
-            with progress("validate") as bar:
-                total = _validate(stream, name, tenant, None, bar)
-            stream.seek(0)
-        counts = asyncio.run(_write(url, stream, name, tenant, total))
+            counts = asyncio.run(_import(url, files.enter_context(open(path, "rb")), name, tenant, None))
     text = (
         f"imported {plural(counts['messages'], 'message')} ({counts['new_messages']} new) in "
         f"{plural(counts['sessions'], 'session')} and {plural(counts['session_documents'], 'session document')} "
@@ -314,6 +339,27 @@ async def session_checksum(store: HistoryStore, key: SessionKey) -> tuple[int, s
     return count, digest.hexdigest()
 
 
+async def _append_copied(target: HistoryStore, key: SessionKey, batch: list[Message], bar: Progress) -> int:
+    """Append one batch to the target (idempotent by message_id: a rerun skips what is there); returns how many new."""
+    try:
+        new = await target.append(key, batch)
+    except MessageTooLargeError:
+        limit = target.max_message_bytes
+        for message in batch:
+            size = record_size(message.to_record())
+            if size > limit:
+                raise MessageTooLargeError(
+                    f"copy stopped at session {key.tenant}/{key.session_id}: message {message.message_id} is "
+                    f"{size:,} bytes as stored, over the target's max_message_bytes of {limit:,}. The sessions "
+                    "before it are copied (this one in part). Add "
+                    f"max_message_bytes={size} (or more) to the query of the --to URL and run the same copy "
+                    "again: it resumes where it stopped"
+                ) from None
+        raise
+    bar.advance(len(batch))
+    return new
+
+
 async def _copy_session(source: HistoryStore, target: HistoryStore, key: SessionKey, bar: Progress) -> dict[str, Any]:
     stored = await source.load_session(key)
     if stored is not None:
@@ -325,12 +371,10 @@ async def _copy_session(source: HistoryStore, target: HistoryStore, key: Session
         count += 1
         batch.append(message)
         if len(batch) >= APPEND_BATCH:
-            new += await target.append(key, batch)  # idempotent by message_id: a rerun skips what is there
-            bar.advance(len(batch))
+            new += await _append_copied(target, key, batch, bar)
             batch = []
     if batch:
-        new += await target.append(key, batch)
-        bar.advance(len(batch))
+        new += await _append_copied(target, key, batch, bar)
     target_count, target_digest = await session_checksum(target, key)
     return {
         "tenant": key.tenant,
@@ -348,7 +392,9 @@ async def copy(args: argparse.Namespace) -> int:
     """Copy every session of the given tenants from one store to another, then verify each by count and sha256.
 
     The store contract has no way to list tenants, so tenants are named (``--tenant``, repeatable). An
-    interrupted copy is resumed by running it again: appends are idempotent by message id.
+    interrupted copy is resumed by running it again: appends are idempotent by message id. A message over the
+    target's ``max_message_bytes`` stops the copy there (a size check up front would read the whole source twice);
+    the error says how to raise the limit, and the rerun resumes.
     """
     if args.source == args.target:
         raise UsageError("--from and --to name the same store; copy needs two different stores")
@@ -356,24 +402,18 @@ async def copy(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"from": shown_from, "to": shown_to, "tenants": list(args.tenants)}
     sessions = messages = new = 0
     mismatches: list[dict[str, Any]] = []
-    complete = True
     async with open_store(args.source) as source, open_store(args.target) as target:
         with progress("copy") as bar:
             for tenant in args.tenants:
                 async for key in _sessions_of(source, tenant):
-                    if args.max_sessions is not None and sessions >= args.max_sessions:
-                        complete = False
-                        break
                     result = await _copy_session(source, target, key, bar)
                     sessions += 1
                     messages += result["messages"]
                     new += result["new_messages"]
                     if not result["verified"]:
                         mismatches.append(result)
-                if not complete:
-                    break
-    report.update(sessions=sessions, messages=messages, new_messages=new, complete=complete, mismatches=mismatches)
-    report["ok"] = complete and not mismatches
+    report.update(sessions=sessions, messages=messages, new_messages=new, mismatches=mismatches)
+    report["ok"] = not mismatches
     if args.json:
         emit_json(report)
     else:
@@ -387,9 +427,7 @@ async def copy(args: argparse.Namespace) -> int:
                 f"sha256 {bad['sha256'][:12]}, target {bad['target_messages']} messages "
                 f"sha256 {bad['target_sha256'][:12]}"
             )
-        if not complete:
-            say("stopped before the end (--max-sessions); run the same command again to finish")
-        elif not mismatches:
+        if not mismatches:
             say("verified: every session has the same message count and sha256 in both stores")
         else:
             say("the target holds other messages for these sessions; delete them there and copy again")

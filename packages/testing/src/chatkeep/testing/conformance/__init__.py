@@ -53,12 +53,17 @@ The subclass contract:
   still runs and reports when the backend starts passing. Any other override, a skip mark or a
   removed standard test raises ``TypeError`` when the subclass is defined.
 
+:class:`CLIConformance` runs the ``chatkeep`` command end to end on a backend (every command, bad input,
+an unreachable server, a copy killed midway and rerun); a backend's tests subclass it with a ``store_url``
+fixture, an ``unreachable_url`` fixture when it has a server, and ``multi_process``.
+
 The kit's tests are async and run on a function-scoped event loop (``pytest-asyncio``, which
 ``chatkeep-testing`` installs, in auto or strict mode). The smaller classes (:class:`AppendConformance`,
 :class:`SessionDocumentConformance`, ...) can be subclassed alone while a backend is being built.
 """
 
 from chatkeep.testing.conformance._base import WINDOW_SLACK, ConformanceBase, StoreFactory, StoreKit
+from chatkeep.testing.conformance._cli import CLIConformance, CLIResult
 from chatkeep.testing.conformance._concurrency import ConcurrencyConformance
 from chatkeep.testing.conformance._conformance import HistoryStoreConformance
 from chatkeep.testing.conformance._history import AppendConformance, ContentConformance, ReadConformance
@@ -69,6 +74,8 @@ from chatkeep.testing.conformance._sessions import ListingConformance, SessionDo
 __all__ = [
     "WINDOW_SLACK",
     "AppendConformance",
+    "CLIConformance",
+    "CLIResult",
     "ConcurrencyConformance",
     "ConformanceBase",
     "ContentConformance",
