@@ -22,27 +22,25 @@ _ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant", "system": "
 
 
 def _is_output(item: Mapping[str, Any]) -> bool:
-    """Whether the item answers a call: function_call_output, computer_call_output, shell_call_output,
-    custom_tool_call_output, program_output, tool_search_output, ..., and any ``*_output`` type added later."""
+    """Whether the item answers a call: an ``mcp_approval_response`` or any ``*_output`` item."""
+    # function_call_output, computer_call_output, shell_call_output, custom_tool_call_output, program_output,
+    # tool_search_output, ...: the Responses API names every output type so, the ones it adds later too.
     kind = item.get("type")
     return kind == "mcp_approval_response" or (isinstance(kind, str) and kind.endswith("_output"))
 
 
-def _answered(item: Mapping[str, Any]) -> str | None:
-    """The id of the call an output item answers (``None``: not an output, or one of a hosted tool)."""
-    if not _is_output(item):
-        return None
-    key = "approval_request_id" if item.get("type") == "mcp_approval_response" else "call_id"
-    reference = item.get(key)
-    return reference if isinstance(reference, str) else None
+def _links(item: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The id of the call the item makes, and the id of the call it answers (``None`` where there is none).
 
-
-def _call_id(item: Mapping[str, Any]) -> str | None:
-    """The id an output would name to answer this item (``None``: the item is not a call)."""
+    An output of a hosted tool names no call (its ``call_id`` is null), so nothing outside the window can
+    be missing for it.
+    """
+    kind = item.get("type")
     if _is_output(item):
-        return None
-    reference = item.get("id") if item.get("type") == "mcp_approval_request" else item.get("call_id")
-    return reference if isinstance(reference, str) else None
+        answered = item.get("approval_request_id" if kind == "mcp_approval_response" else "call_id")
+        return None, answered if isinstance(answered, str) else None
+    made = item.get("id") if kind == "mcp_approval_request" else item.get("call_id")
+    return made if isinstance(made, str) else None, None
 
 
 def _text_of(value: Any) -> str:
@@ -98,9 +96,13 @@ def sendable_window(items: Sequence[dict[str, Any]], *, before: dict[str, Any] |
     required reasoning item is missing). It stays contiguous, so the SDK sees a true tail of its history.
     """
     calls: dict[str, int] = {}
+    outputs: list[tuple[int, str]] = []
     for index, item in enumerate(items):
-        if (ref := _call_id(item)) is not None:
-            calls.setdefault(ref, index)
+        made, answered = _links(item)
+        if made is not None:
+            calls.setdefault(made, index)
+        if answered is not None:
+            outputs.append((index, answered))
     start = 0
     while True:
         moved = start
@@ -108,9 +110,8 @@ def sendable_window(items: Sequence[dict[str, Any]], *, before: dict[str, Any] |
         follows_reasoning = previous is not None and previous.get("type") == "reasoning"
         if follows_reasoning and moved < len(items) and items[moved].get("type") != "reasoning":
             moved += 1
-        for index in range(moved, len(items)):
-            answered = _answered(items[index])
-            if answered is not None and calls.get(answered, -1) < moved:
+        for index, answered in outputs:
+            if index >= moved and calls.get(answered, -1) < moved:
                 moved = index + 1
         if moved == start:
             return list(items[start:])

@@ -1,0 +1,239 @@
+"""The OpenAI Agents SDK's own sessions beside ``ChatkeepSession``, on the same backend, measured in the same run.
+
+The turn is what the SDK's runner does with a session per run: ``get_items(limit=20)``, then ``add_items`` of
+the turn's 2 new items (a user message and an assistant message, ~200 and ~600 bytes of JSON). Pairs, each on
+the same place:
+
+* SQLite: the SDK's ``SQLiteSession`` (``sqlite3`` in a worker thread) and ``ChatkeepSession`` on
+  ``sqlite:///`` in the same file.
+* PostgreSQL: the SDK's ``SQLAlchemySession`` (asyncpg) and ``ChatkeepSession`` on ``postgresql+asyncpg://``,
+  in one schema of this run's own.
+* Redis: the SDK's ``RedisSession`` and ``ChatkeepSession`` on ``redis://``, each under a key prefix of this run.
+
+Sessions of 10, 1,000 and 10,000 items, each seeded through the session itself in ``add_items`` calls of 10
+items (as turns with tool calls grow a history: the SDK's SQLAlchemy session orders by the insert time). The
+paths of a size alternate round by round, so a busy machine slows them alike. The ratio column is the SDK
+session's median turn divided by chatkeep's: above 1, chatkeep is faster.
+
+Run with ``python -m benchmarks interop-openai-agents [--quick] [--only sqlite,postgresql,redis]`` (the nox
+session ``interop_bench(framework='openai-agents')`` installs the SDK with its ``sqlalchemy`` and ``redis`` extras).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks._common import Result, measure_async
+
+__all__ = ["main"]
+
+SIZES = (10, 1_000, 10_000)
+WINDOW = 20
+SEED_BATCH = 10
+PG_URL = os.environ.get("CHATKEEP_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("CHATKEEP_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+USER_TEXT, ANSWER_TEXT = "x" * 160, "y" * 520
+
+
+def _turn_items() -> list[Any]:
+    return [
+        {"role": "user", "content": USER_TEXT},
+        {
+            "id": "msg_0123456789",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": ANSWER_TEXT, "annotations": [], "logprobs": []}],
+        },
+    ]
+
+
+@dataclass
+class Pair:
+    """One backend: how to make the SDK's session and chatkeep's for a session id, and how to clean up."""
+
+    family: str
+    sdk_name: str
+    sdk: Callable[[str], Any]
+    chatkeep: Callable[[str], Any]
+    close: Callable[[], Awaitable[None]]
+
+
+@asynccontextmanager
+async def _sqlite() -> AsyncIterator[Pair]:
+    from agents import SQLiteSession
+
+    from chatkeep.core import open_store
+    from chatkeep.interop.openai_agents import ChatkeepSession
+
+    folder = tempfile.mkdtemp(prefix="chatkeep-bench-oa-")
+    path = f"{folder}/sessions.db"
+    store = open_store(f"sqlite:///{path}")
+    opened: list[Any] = []
+
+    def sdk(session_id: str) -> Any:
+        opened.append(SQLiteSession(session_id, path))
+        return opened[-1]
+
+    async def close() -> None:
+        for session in opened:
+            session.close()
+        await store.close()
+
+    yield Pair("SQLite file", "SQLiteSession", sdk, lambda sid: ChatkeepSession(sid, store=store), close)
+
+
+@asynccontextmanager
+async def _postgresql() -> AsyncIterator[Pair]:
+    import asyncpg  # type: ignore[import-untyped]
+    from agents.extensions.memory import SQLAlchemySession
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from chatkeep.core import open_store
+    from chatkeep.interop.openai_agents import ChatkeepSession
+
+    schema = f"ck_bench_oa_{uuid.uuid4().hex[:10]}"
+    dsn = PG_URL.replace("postgresql+asyncpg://", "postgresql://", 1)
+    admin = await asyncpg.connect(dsn)
+    await admin.execute(f'CREATE SCHEMA "{schema}"')
+    engine = create_async_engine(PG_URL, connect_args={"server_settings": {"search_path": schema}})
+    store = open_store(f"{PG_URL}?schema={schema}")
+
+    def sdk(session_id: str) -> Any:
+        return SQLAlchemySession(session_id, engine=engine, create_tables=True)
+
+    async def close() -> None:
+        await store.close()
+        await engine.dispose()
+        await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await admin.close()
+
+    yield Pair("PostgreSQL", "SQLAlchemySession (asyncpg)", sdk, lambda sid: ChatkeepSession(sid, store=store), close)
+
+
+@asynccontextmanager
+async def _redis() -> AsyncIterator[Pair]:
+    import redis.asyncio as aredis
+    from agents.extensions.memory import RedisSession
+
+    from chatkeep.core import open_store
+    from chatkeep.interop.openai_agents import ChatkeepSession
+
+    prefix = f"ckbench-oa-{uuid.uuid4().hex[:8]}"
+    client = aredis.Redis.from_url(REDIS_URL)
+    store = open_store(REDIS_URL, prefix=prefix)
+
+    def sdk(session_id: str) -> Any:
+        return RedisSession(session_id, redis_client=client, key_prefix=f"{prefix}:sdk")
+
+    async def close() -> None:
+        await store.close()
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        for start in range(0, len(keys), 500):
+            await client.unlink(*keys[start : start + 500])
+        await client.aclose()
+
+    yield Pair("Redis", "RedisSession", sdk, lambda sid: ChatkeepSession(sid, store=store), close)
+
+
+PAIRS = {"sqlite": _sqlite, "postgresql": _postgresql, "redis": _redis}
+
+
+async def _seed(session: Any, size: int) -> None:
+    for start in range(0, size, SEED_BATCH):
+        batch = [item for _ in range(SEED_BATCH // 2) for item in _turn_items()]
+        await session.add_items(batch[: min(SEED_BATCH, size - start)])
+
+
+async def _turn(session: Any) -> None:
+    await session.get_items(limit=WINDOW)
+    await session.add_items(_turn_items())
+
+
+async def _measure_pair(pair: Pair, rounds: int, iterations: int) -> list[tuple[int, Result, Result]]:
+    rows = []
+    for size in SIZES:
+        session_id = f"turn-{size}-{uuid.uuid4().hex[:6]}"
+        sdk, chatkeep = pair.sdk(session_id), pair.chatkeep(session_id)
+        await _seed(sdk, size)
+        await _seed(chatkeep, size)
+        samples: dict[str, list[float]] = {"sdk": [], "chatkeep": []}
+        for round_ in range(rounds):
+            order = (("sdk", sdk), ("chatkeep", chatkeep))
+            for name, session in order if round_ % 2 == 0 else reversed(order):
+                result = await measure_async(name, size, lambda s=session: _turn(s), iterations=iterations)
+                samples[name] += result.samples
+        rows.append(
+            (size, Result(pair.sdk_name, size, samples["sdk"]), Result("ChatkeepSession", size, samples["chatkeep"]))
+        )
+        await sdk.clear_session()
+        await chatkeep.clear_session()
+    return rows
+
+
+def _table(family: str, rows: list[tuple[int, Result, Result]]) -> str:
+    lines = [
+        f"### {family}: get_items(limit=20) + add_items(2 items)",
+        "",
+        "| session items | SDK session | SDK p50 ms | ChatkeepSession p50 ms | SDK p99 ms | chatkeep p99 ms | "
+        "chatkeep speed-up (SDK p50 / chatkeep p50) |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for size, sdk, chatkeep in rows:
+        lines.append(
+            f"| {size:,} | {sdk.name} | {sdk.p50 * 1e3:.3f} | {chatkeep.p50 * 1e3:.3f} | {sdk.p99 * 1e3:.3f} | "
+            f"{chatkeep.p99 * 1e3:.3f} | {sdk.p50 / chatkeep.p50:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def _targets(results: dict[str, list[tuple[int, Result, Result]]]) -> str:
+    lines = ["### Targets", ""]
+    for family, rows in results.items():
+        by_size = {size: sdk.p50 / chatkeep.p50 for size, sdk, chatkeep in rows}
+        big, small = by_size[SIZES[-1]], by_size[SIZES[0]]
+        lines.append(
+            f"- {family}: at {SIZES[-1]:,} items {big:.2f}x faster (target 3x): {'met' if big >= 3 else 'missed'}; "
+            f"at {SIZES[0]} items {small:.2f}x (target: no slower, 1x): {'met' if small >= 1 else 'missed'}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """Run the benchmark and print one Markdown table per backend, then the targets."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks interop-openai-agents", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisy numbers)")
+    parser.add_argument("--only", default=",".join(PAIRS), help="comma-separated: sqlite, postgresql, redis")
+    args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(PAIRS))
+    if unknown:
+        parser.error(f"--only names no backend {unknown}; choose from {', '.join(PAIRS)}")
+    rounds, iterations = (2, 50) if args.quick else (6, 150)
+
+    async def run() -> dict[str, list[tuple[int, Result, Result]]]:
+        results = {}
+        for name in chosen:
+            async with PAIRS[name]() as pair:
+                try:
+                    results[pair.family] = await _measure_pair(pair, rounds, iterations)
+                finally:
+                    await pair.close()
+        return results
+
+    results = asyncio.run(run())
+    for family, rows in results.items():
+        print(_table(family, rows))
+        print()
+    print(_targets(results))
+    return 0
