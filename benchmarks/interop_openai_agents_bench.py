@@ -5,7 +5,9 @@ the turn's 2 new items (a user message and an assistant message, ~200 and ~600 b
 the same place:
 
 * SQLite: the SDK's ``SQLiteSession`` (``sqlite3`` in a worker thread) and ``ChatkeepSession`` on
-  ``sqlite:///`` in the same file.
+  ``sqlite:///`` in the same file; once with chatkeep's default durability (``synchronous=normal``: a commit
+  survives a crash of the process) and once with the SDK's (SQLite's default, ``full``: it survives a power
+  loss too).
 * PostgreSQL: the SDK's ``SQLAlchemySession`` (asyncpg) and ``ChatkeepSession`` on ``postgresql+asyncpg://``,
   in one schema of this run's own.
 * Redis: the SDK's ``RedisSession`` and ``ChatkeepSession`` on ``redis://``, each under a key prefix of this run.
@@ -15,7 +17,7 @@ items (as turns with tool calls grow a history: the SDK's SQLAlchemy session ord
 paths of a size alternate round by round, so a busy machine slows them alike. The ratio column is the SDK
 session's median turn divided by chatkeep's: above 1, chatkeep is faster.
 
-Run with ``python -m benchmarks interop-openai-agents [--quick] [--only sqlite,postgresql,redis]`` (the nox
+Run with ``python -m benchmarks interop-openai-agents [--quick] [--only sqlite,sqlite-full,postgresql,redis]`` (the nox
 session ``interop_bench(framework='openai-agents')`` installs the SDK with its ``sqlalchemy`` and ``redis`` extras).
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import tempfile
 import uuid
@@ -68,7 +71,7 @@ class Pair:
 
 
 @asynccontextmanager
-async def _sqlite() -> AsyncIterator[Pair]:
+async def _sqlite(synchronous: str) -> AsyncIterator[Pair]:
     from agents import SQLiteSession
 
     from chatkeep.core import open_store
@@ -76,7 +79,7 @@ async def _sqlite() -> AsyncIterator[Pair]:
 
     folder = tempfile.mkdtemp(prefix="chatkeep-bench-oa-")
     path = f"{folder}/sessions.db"
-    store = open_store(f"sqlite:///{path}")
+    store = open_store(f"sqlite:///{path}?synchronous={synchronous}")
     opened: list[Any] = []
 
     def sdk(session_id: str) -> Any:
@@ -88,7 +91,8 @@ async def _sqlite() -> AsyncIterator[Pair]:
             session.close()
         await store.close()
 
-    yield Pair("SQLite file", "SQLiteSession", sdk, lambda sid: ChatkeepSession(sid, store=store), close)
+    family = "SQLite file" if synchronous == "normal" else f"SQLite file, chatkeep with synchronous={synchronous}"
+    yield Pair(family, "SQLiteSession", sdk, lambda sid: ChatkeepSession(sid, store=store), close)
 
 
 @asynccontextmanager
@@ -144,7 +148,14 @@ async def _redis() -> AsyncIterator[Pair]:
     yield Pair("Redis", "RedisSession", sdk, lambda sid: ChatkeepSession(sid, store=store), close)
 
 
-PAIRS = {"sqlite": _sqlite, "postgresql": _postgresql, "redis": _redis}
+PAIRS: dict[str, Callable[[], Any]] = {
+    "sqlite": functools.partial(_sqlite, "normal"),
+    # The SDK's SQLiteSession leaves SQLite's default, FULL: an fsync of the WAL at every commit. chatkeep's
+    # default, NORMAL, keeps a commit through a crash of the process, not through a power loss.
+    "sqlite-full": functools.partial(_sqlite, "full"),
+    "postgresql": _postgresql,
+    "redis": _redis,
+}
 
 
 async def _seed(session: Any, size: int) -> None:
@@ -213,7 +224,7 @@ def main(argv: list[str]) -> int:
         prog="python -m benchmarks interop-openai-agents", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisy numbers)")
-    parser.add_argument("--only", default=",".join(PAIRS), help="comma-separated: sqlite, postgresql, redis")
+    parser.add_argument("--only", default=",".join(PAIRS), help=f"comma-separated: {', '.join(PAIRS)}")
     args = parser.parse_args(argv)
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = sorted(set(chosen) - set(PAIRS))

@@ -209,6 +209,8 @@ async def test_a_message_not_written_by_the_adapter_is_named(store_url: str, ten
         await session.store.append(session._key, [Message(role="user", text="from chatkeep's own agent")])
         with pytest.raises(MessageFormatError, match="not written through ChatkeepSession"):
             await session.get_items()
+        with pytest.raises(MessageFormatError, match="not written through ChatkeepSession"):
+            await session.pop_item()
     finally:
         await session.clear_session()
         await session.close()
