@@ -12,9 +12,10 @@ from subprocess import PIPE
 from typing import Any
 
 import pytest
-from agents import Agent, RunConfig, Runner, TResponseInputItem, function_tool
+from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, TResponseInputItem, function_tool
 from agents.memory import SessionSettings
 from agents.models.interface import Model
+from openai import AsyncOpenAI
 
 from chatkeep.interop.openai_agents import ChatkeepSession
 from chatkeep.testing.openai_server import FakeOpenAIServer
@@ -162,3 +163,30 @@ async def test_a_limit_never_sends_a_tool_output_without_its_call(
     assert ANSWER in sent
     assert "tool says" not in sent
     assert QUESTION not in sent
+
+
+# run_sync calls loop.shutdown_asyncgens() after each run but keeps the loop for the next one, where the
+# openai client's httpx auth flow (an async generator) then warns; it does so with any session, or none.
+@pytest.mark.filterwarnings(
+    "ignore:asynchronous generator .* was scheduled after loop.shutdown_asyncgens:ResourceWarning"
+)
+def test_run_sync_keeps_the_history_across_calls(openai_server: FakeOpenAIServer, store_url: str, tenant: str) -> None:
+    # run_sync runs on the thread's default event loop and leaves it open between calls; the session's store
+    # binds to that loop on the first call and is closed on it at the end.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    client = AsyncOpenAI(base_url=openai_server.base_url, api_key="test-key", max_retries=0)
+    agent = _agent(OpenAIResponsesModel(model="fake-model", openai_client=client))
+    session = ChatkeepSession("s1", store=store_url, tenant=tenant)
+    try:
+        _script_turn_1(openai_server)
+        assert Runner.run_sync(agent, QUESTION, session=session).final_output == ANSWER
+        openai_server.reply_text("Rain tomorrow.")
+        assert Runner.run_sync(agent, "And tomorrow?", session=session).final_output == "Rain tomorrow."
+        _assert_turn_1_exactly_once(openai_server.requests[-1])
+    finally:
+        loop.run_until_complete(session.clear_session())
+        loop.run_until_complete(session.close())
+        loop.run_until_complete(client.close())
+        asyncio.set_event_loop(None)
+        loop.close()
