@@ -5,16 +5,16 @@ the turn's 2 new items (a user message and an assistant message, ~200 and ~600 b
 the same place:
 
 * SQLite: the SDK's ``SQLiteSession`` (``sqlite3`` in a worker thread) and ``ChatkeepSession`` on
-  ``sqlite:///`` in the same file; once with chatkeep's default durability (``synchronous=normal``: a commit
-  survives a crash of the process) and once with the SDK's (SQLite's default, ``full``: it survives a power
-  loss too).
+  ``sqlite:///``, a file each in the same folder; once with chatkeep's default durability
+  (``synchronous=normal``: a commit survives a crash of the process) and once with the SDK's (SQLite's
+  default, ``full``: it survives a power loss too, for an fsync per commit).
 * PostgreSQL: the SDK's ``SQLAlchemySession`` (asyncpg) and ``ChatkeepSession`` on ``postgresql+asyncpg://``,
   in one schema of this run's own.
 * Redis: the SDK's ``RedisSession`` and ``ChatkeepSession`` on ``redis://``, each under a key prefix of this run.
 
 Sessions of 10, 1,000 and 10,000 items, each seeded through the session itself in ``add_items`` calls of 10
-items (as turns with tool calls grow a history: the SDK's SQLAlchemy session orders by the insert time). The
-paths of a size alternate round by round, so a busy machine slows them alike. The ratio column is the SDK
+items (as turns with tool calls grow a history: the SDK's SQLAlchemy session orders by the insert time). The two
+sessions of a size take turns, one turn each, so a busy machine slows them alike. The ratio column is the SDK
 session's median turn divided by chatkeep's: above 1, chatkeep is faster.
 
 Run with ``python -m benchmarks interop-openai-agents [--quick] [--only sqlite,sqlite-full,postgresql,redis]`` (the nox
@@ -26,15 +26,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import gc
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks._common import Result, measure_async
+from benchmarks._common import Result
 
 __all__ = ["main"]
 
@@ -77,9 +79,10 @@ async def _sqlite(synchronous: str) -> AsyncIterator[Pair]:
     from chatkeep.core import open_store
     from chatkeep.interop.openai_agents import ChatkeepSession
 
+    # One folder, a file each: sharing one file would couple the two through its WAL and its write lock.
     folder = tempfile.mkdtemp(prefix="chatkeep-bench-oa-")
-    path = f"{folder}/sessions.db"
-    store = open_store(f"sqlite:///{path}?synchronous={synchronous}")
+    path = f"{folder}/sdk.db"
+    store = open_store(f"sqlite:///{folder}/chatkeep.db?synchronous={synchronous}")
     opened: list[Any] = []
 
     def sdk(session_id: str) -> Any:
@@ -169,19 +172,34 @@ async def _turn(session: Any) -> None:
     await session.add_items(_turn_items())
 
 
-async def _measure_pair(pair: Pair, rounds: int, iterations: int) -> list[tuple[int, Result, Result]]:
+async def _alternating(sessions: dict[str, Any], turns: int, warmup: int = 20) -> dict[str, list[float]]:
+    """Time ``turns`` turns of each session, one of each in turn (in alternating order), after ``warmup``.
+
+    Turn by turn, not in blocks: on a shared machine the cost of an fsync changes from one second to the next,
+    and blocks would hand one path the quiet seconds.
+    """
+    for _ in range(warmup):
+        for session in sessions.values():
+            await _turn(session)
+    gc.collect()
+    samples: dict[str, list[float]] = {name: [] for name in sessions}
+    order = list(sessions.items())
+    for n in range(turns):
+        for name, session in order if n % 2 == 0 else reversed(order):
+            start = time.perf_counter()
+            await _turn(session)
+            samples[name].append(time.perf_counter() - start)
+    return samples
+
+
+async def _measure_pair(pair: Pair, turns: int) -> list[tuple[int, Result, Result]]:
     rows = []
     for size in SIZES:
         session_id = f"turn-{size}-{uuid.uuid4().hex[:6]}"
         sdk, chatkeep = pair.sdk(session_id), pair.chatkeep(session_id)
         await _seed(sdk, size)
         await _seed(chatkeep, size)
-        samples: dict[str, list[float]] = {"sdk": [], "chatkeep": []}
-        for round_ in range(rounds):
-            order = (("sdk", sdk), ("chatkeep", chatkeep))
-            for name, session in order if round_ % 2 == 0 else reversed(order):
-                result = await measure_async(name, size, lambda s=session: _turn(s), iterations=iterations)
-                samples[name] += result.samples
+        samples = await _alternating({"sdk": sdk, "chatkeep": chatkeep}, turns)
         rows.append(
             (size, Result(pair.sdk_name, size, samples["sdk"]), Result("ChatkeepSession", size, samples["chatkeep"]))
         )
@@ -230,14 +248,14 @@ def main(argv: list[str]) -> int:
     unknown = sorted(set(chosen) - set(PAIRS))
     if unknown:
         parser.error(f"--only names no backend {unknown}; choose from {', '.join(PAIRS)}")
-    rounds, iterations = (2, 50) if args.quick else (6, 150)
+    turns = 100 if args.quick else 900
 
     async def run() -> dict[str, list[tuple[int, Result, Result]]]:
         results = {}
         for name in chosen:
             async with PAIRS[name]() as pair:
                 try:
-                    results[pair.family] = await _measure_pair(pair, rounds, iterations)
+                    results[pair.family] = await _measure_pair(pair, turns)
                 finally:
                     await pair.close()
         return results
