@@ -74,7 +74,7 @@ class ChatkeepSession:
 
         A window that cuts the history never starts with an item whose partner fell outside it: it starts
         past tool outputs whose call is older than the window, and past the item an older reasoning item was
-        emitted with. So it may hold fewer than ``limit`` items, and the Responses API always accepts it.
+        emitted with (the Responses API refuses either). So it may hold fewer than ``limit`` items.
 
         Raises:
             InvalidArgumentError: a negative ``limit``.
