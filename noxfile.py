@@ -74,7 +74,7 @@ PYTEST = ["pytest", "-c", "pyproject.toml"]
 # OpenAI-protocol server with, and the framework's own history stores the benchmark compares against. They are
 # not in uv.lock because they cannot all share one environment (llama-index-llms-openai needs openai<3).
 INTEROP: dict[str, list[str]] = {
-    "openai-agents": ["openai-agents==0.24.0"],
+    "openai-agents": ["openai-agents[sqlalchemy,redis]==0.24.0"],  # the extras: its own sessions, for the benchmark
     "agent-framework": ["agent-framework-core==1.23.0"],
     "langchain": ["langchain-core==1.8.3"],
     "llama-index": ["llama-index-core==0.14.25"],

@@ -11,12 +11,13 @@ import inspect
 import sys
 from typing import Any
 
-# codec needs no server; sql, redis and blob need the services scripts/ starts.
+# codec needs no server; sql, redis, blob and the interop-* suites need the services scripts/ starts.
 SUITES = {
     "codec": "benchmarks.codec_bench",
     "sql": "benchmarks.sql_bench",
     "redis": "benchmarks.redis_bench",
     "blob": "benchmarks.blob_bench",
+    "interop-openai-agents": "benchmarks.interop_openai_agents_bench",
 }
 
 

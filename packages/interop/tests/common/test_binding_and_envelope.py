@@ -64,3 +64,8 @@ def test_a_malformed_envelope_is_reported() -> None:
     message = Message(role="user", additional_properties={ENVELOPE_KEY: "oops"})
     with pytest.raises(MessageFormatError, match="malformed"):
         unwrap(message, format="demo")
+
+
+def test_an_item_that_is_not_json_is_refused_with_its_value_named() -> None:
+    with pytest.raises(MessageFormatError, match=r"JSON values only .*not a set"):
+        wrap({"nested": [{"tags": {"a", "b"}}]}, format="demo", role="user")

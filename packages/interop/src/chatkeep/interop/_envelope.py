@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from chatkeep.core import Message, MessageFormatError, Role
 
 __all__ = ["ENVELOPE_KEY", "unwrap", "wrap"]
@@ -24,9 +26,21 @@ def wrap(item: Mapping[str, Any], *, format: str, role: Role, text: str = "") ->
 
     Its ``message_id`` is always a new chatkeep id: frameworks' own ids are not unique enough to deduplicate
     appends by (the Agents SDK gives every Chat Completions item the same placeholder id).
+
+    Raises:
+        MessageFormatError: ``item`` holds a value JSON cannot represent (nothing is stored).
     """
     contents: dict[str, Any] = {"text": text} if text else {}
-    return Message(role=role, **contents, additional_properties={ENVELOPE_KEY: {"format": format, "item": dict(item)}})
+    try:
+        return Message(
+            role=role, **contents, additional_properties={ENVELOPE_KEY: {"format": format, "item": dict(item)}}
+        )
+    except ValidationError as exc:
+        raise MessageFormatError(
+            f"a {format} item must hold JSON values only (dicts with string keys, lists, strings, numbers, "
+            f"booleans, None), not a {type(exc.errors()[0]['input']).__name__}; convert the value (for example "
+            "model.model_dump(mode='json')) before storing it"
+        ) from exc
 
 
 def unwrap(message: Message, *, format: str) -> dict[str, Any] | None:

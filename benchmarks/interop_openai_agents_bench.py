@@ -1,0 +1,268 @@
+"""The OpenAI Agents SDK's own sessions beside ``ChatkeepSession``, on the same backend, measured in the same run.
+
+The turn is what the SDK's runner does with a session per run: ``get_items(limit=20)``, then ``add_items`` of
+the turn's 2 new items (a user message and an assistant message, ~200 and ~600 bytes of JSON). Pairs, each on
+the same place:
+
+* SQLite: the SDK's ``SQLiteSession`` (``sqlite3`` in a worker thread) and ``ChatkeepSession`` on
+  ``sqlite:///``, a file each in the same folder; once with chatkeep's default durability
+  (``synchronous=normal``: a commit survives a crash of the process) and once with the SDK's (SQLite's
+  default, ``full``: it survives a power loss too, for an fsync per commit).
+* PostgreSQL: the SDK's ``SQLAlchemySession`` (asyncpg) and ``ChatkeepSession`` on ``postgresql+asyncpg://``,
+  in one schema of this run's own.
+* Redis: the SDK's ``RedisSession`` and ``ChatkeepSession`` on ``redis://``, each under a key prefix of this run.
+
+Sessions of 10, 1,000 and 10,000 items, each seeded through the session itself in ``add_items`` calls of 10
+items (as turns with tool calls grow a history: the SDK's SQLAlchemy session orders by the insert time). The two
+sessions of a size take turns, one turn each, so a busy machine slows them alike. The ratio column is the SDK
+session's median turn divided by chatkeep's: above 1, chatkeep is faster.
+
+Run with ``python -m benchmarks interop-openai-agents [--quick] [--only sqlite,sqlite-full,postgresql,redis]`` (the nox
+session ``interop_bench(framework='openai-agents')`` installs the SDK with its ``sqlalchemy`` and ``redis`` extras).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import gc
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks._common import Result
+
+__all__ = ["main"]
+
+SIZES = (10, 1_000, 10_000)
+WINDOW = 20
+SEED_BATCH = 10
+PG_URL = os.environ.get("CHATKEEP_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("CHATKEEP_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+USER_TEXT, ANSWER_TEXT = "x" * 160, "y" * 520
+
+
+def _turn_items() -> list[Any]:
+    return [
+        {"role": "user", "content": USER_TEXT},
+        {
+            "id": "msg_0123456789",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": ANSWER_TEXT, "annotations": [], "logprobs": []}],
+        },
+    ]
+
+
+@dataclass
+class Pair:
+    """One backend: how to make the SDK's session and chatkeep's for a session id, and how to clean up."""
+
+    family: str
+    sdk_name: str
+    sdk: Callable[[str], Any]
+    chatkeep: Callable[[str], Any]
+    close: Callable[[], Awaitable[None]]
+
+
+@asynccontextmanager
+async def _sqlite(synchronous: str) -> AsyncIterator[Pair]:
+    from agents import SQLiteSession
+
+    from chatkeep.core import open_store
+    from chatkeep.interop.openai_agents import ChatkeepSession
+
+    # One folder, a file each: sharing one file would couple the two through its WAL and its write lock.
+    folder = tempfile.mkdtemp(prefix="chatkeep-bench-oa-")
+    path = f"{folder}/sdk.db"
+    store = open_store(f"sqlite:///{folder}/chatkeep.db?synchronous={synchronous}")
+    opened: list[Any] = []
+
+    def sdk(session_id: str) -> Any:
+        opened.append(SQLiteSession(session_id, path))
+        return opened[-1]
+
+    async def close() -> None:
+        for session in opened:
+            session.close()
+        await store.close()
+
+    family = "SQLite file" if synchronous == "normal" else f"SQLite file, chatkeep with synchronous={synchronous}"
+    yield Pair(family, "SQLiteSession", sdk, lambda sid: ChatkeepSession(sid, store=store), close)
+
+
+@asynccontextmanager
+async def _postgresql() -> AsyncIterator[Pair]:
+    import asyncpg  # type: ignore[import-untyped]
+    from agents.extensions.memory import SQLAlchemySession
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from chatkeep.core import open_store
+    from chatkeep.interop.openai_agents import ChatkeepSession
+
+    schema = f"ck_bench_oa_{uuid.uuid4().hex[:10]}"
+    dsn = PG_URL.replace("postgresql+asyncpg://", "postgresql://", 1)
+    admin = await asyncpg.connect(dsn)
+    await admin.execute(f'CREATE SCHEMA "{schema}"')
+    engine = create_async_engine(PG_URL, connect_args={"server_settings": {"search_path": schema}})
+    store = open_store(f"{PG_URL}?schema={schema}")
+
+    def sdk(session_id: str) -> Any:
+        return SQLAlchemySession(session_id, engine=engine, create_tables=True)
+
+    async def close() -> None:
+        await store.close()
+        await engine.dispose()
+        await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await admin.close()
+
+    yield Pair("PostgreSQL", "SQLAlchemySession (asyncpg)", sdk, lambda sid: ChatkeepSession(sid, store=store), close)
+
+
+@asynccontextmanager
+async def _redis() -> AsyncIterator[Pair]:
+    import redis.asyncio as aredis
+    from agents.extensions.memory import RedisSession
+
+    from chatkeep.core import open_store
+    from chatkeep.interop.openai_agents import ChatkeepSession
+
+    prefix = f"ckbench-oa-{uuid.uuid4().hex[:8]}"
+    client = aredis.Redis.from_url(REDIS_URL)
+    store = open_store(REDIS_URL, prefix=prefix)
+
+    def sdk(session_id: str) -> Any:
+        return RedisSession(session_id, redis_client=client, key_prefix=f"{prefix}:sdk")
+
+    async def close() -> None:
+        await store.close()
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        for start in range(0, len(keys), 500):
+            await client.unlink(*keys[start : start + 500])
+        await client.aclose()
+
+    yield Pair("Redis", "RedisSession", sdk, lambda sid: ChatkeepSession(sid, store=store), close)
+
+
+PAIRS: dict[str, Callable[[], Any]] = {
+    "sqlite": functools.partial(_sqlite, "normal"),
+    # The SDK's SQLiteSession leaves SQLite's default, FULL: an fsync of the WAL at every commit. chatkeep's
+    # default, NORMAL, keeps a commit through a crash of the process, not through a power loss.
+    "sqlite-full": functools.partial(_sqlite, "full"),
+    "postgresql": _postgresql,
+    "redis": _redis,
+}
+
+
+async def _seed(session: Any, size: int) -> None:
+    for start in range(0, size, SEED_BATCH):
+        batch = [item for _ in range(SEED_BATCH // 2) for item in _turn_items()]
+        await session.add_items(batch[: min(SEED_BATCH, size - start)])
+
+
+async def _turn(session: Any) -> None:
+    await session.get_items(limit=WINDOW)
+    await session.add_items(_turn_items())
+
+
+async def _alternating(sessions: dict[str, Any], turns: int, warmup: int = 20) -> dict[str, list[float]]:
+    """Time ``turns`` turns of each session, one of each in turn (in alternating order), after ``warmup``.
+
+    Turn by turn, not in blocks: on a shared machine the cost of an fsync changes from one second to the next,
+    and blocks would hand one path the quiet seconds.
+    """
+    for _ in range(warmup):
+        for session in sessions.values():
+            await _turn(session)
+    gc.collect()
+    samples: dict[str, list[float]] = {name: [] for name in sessions}
+    order = list(sessions.items())
+    for n in range(turns):
+        for name, session in order if n % 2 == 0 else reversed(order):
+            start = time.perf_counter()
+            await _turn(session)
+            samples[name].append(time.perf_counter() - start)
+    return samples
+
+
+async def _measure_pair(pair: Pair, turns: int) -> list[tuple[int, Result, Result]]:
+    rows = []
+    for size in SIZES:
+        session_id = f"turn-{size}-{uuid.uuid4().hex[:6]}"
+        sdk, chatkeep = pair.sdk(session_id), pair.chatkeep(session_id)
+        await _seed(sdk, size)
+        await _seed(chatkeep, size)
+        samples = await _alternating({"sdk": sdk, "chatkeep": chatkeep}, turns)
+        rows.append(
+            (size, Result(pair.sdk_name, size, samples["sdk"]), Result("ChatkeepSession", size, samples["chatkeep"]))
+        )
+        await sdk.clear_session()
+        await chatkeep.clear_session()
+    return rows
+
+
+def _table(family: str, rows: list[tuple[int, Result, Result]]) -> str:
+    lines = [
+        f"### {family}: get_items(limit=20) + add_items(2 items)",
+        "",
+        "| session items | SDK session | SDK p50 ms | ChatkeepSession p50 ms | SDK p99 ms | chatkeep p99 ms | "
+        "chatkeep speed-up (SDK p50 / chatkeep p50) |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for size, sdk, chatkeep in rows:
+        lines.append(
+            f"| {size:,} | {sdk.name} | {sdk.p50 * 1e3:.3f} | {chatkeep.p50 * 1e3:.3f} | {sdk.p99 * 1e3:.3f} | "
+            f"{chatkeep.p99 * 1e3:.3f} | {sdk.p50 / chatkeep.p50:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def _targets(results: dict[str, list[tuple[int, Result, Result]]]) -> str:
+    lines = ["### Targets", ""]
+    for family, rows in results.items():
+        by_size = {size: sdk.p50 / chatkeep.p50 for size, sdk, chatkeep in rows}
+        big, small = by_size[SIZES[-1]], by_size[SIZES[0]]
+        lines.append(
+            f"- {family}: at {SIZES[-1]:,} items {big:.2f}x faster (target 3x): {'met' if big >= 3 else 'missed'}; "
+            f"at {SIZES[0]} items {small:.2f}x (target: no slower, 1x): {'met' if small >= 1 else 'missed'}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """Run the benchmark and print one Markdown table per backend, then the targets."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks interop-openai-agents", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisy numbers)")
+    parser.add_argument("--only", default=",".join(PAIRS), help=f"comma-separated: {', '.join(PAIRS)}")
+    args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(PAIRS))
+    if unknown:
+        parser.error(f"--only names no backend {unknown}; choose from {', '.join(PAIRS)}")
+    turns = 100 if args.quick else 900
+
+    async def run() -> dict[str, list[tuple[int, Result, Result]]]:
+        results = {}
+        for name in chosen:
+            async with PAIRS[name]() as pair:
+                try:
+                    results[pair.family] = await _measure_pair(pair, turns)
+                finally:
+                    await pair.close()
+        return results
+
+    results = asyncio.run(run())
+    for family, rows in results.items():
+        print(_table(family, rows))
+        print()
+    print(_targets(results))
+    return 0
