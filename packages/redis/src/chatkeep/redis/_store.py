@@ -349,11 +349,15 @@ class RedisHistoryStore(HistoryStore):
         """
         commands = (("ZADD", self._tenants_key, "GT", now, tenant), ("ZADD", index, "GT", now, session_id))
         if self._wait is None:
-            await asyncio.gather(*(self._command(*command) for command in commands))
-            return []
-        # Each on the node that owns it, waiting there for its replicas.
-        replies = await asyncio.gather(*(self._replicated(command[1], command) for command in commands))
-        return [acknowledged for _, acknowledged in replies]
+            writes = [self._command(*command) for command in commands]
+        else:  # each on the node that owns it, waiting there for its replicas
+            writes = [self._replicated(command[1], command) for command in commands]
+        # Both finish before either failure is raised: no task is left behind with an error nobody reads.
+        outcomes: list[Any] = await asyncio.gather(*writes, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return [] if self._wait is None else [acknowledged for _, acknowledged in outcomes]
 
     # -- messages --------------------------------------------------------------------------------
 
