@@ -330,7 +330,7 @@ class RedisHistoryStore(HistoryStore):
             ("EVALSHA", script.sha, len(keys), *keys, *args),
             fallback=("EVAL", script.source, len(keys), *keys, *args),
         )
-        return reply, min(acknowledged, *earlier)
+        return reply, min([acknowledged, *earlier])
 
     def _check_replicas(self, acknowledged: int | None, *, what: str, retry: str) -> None:
         """Raise ``ReplicationTimeoutError`` when fewer than ``wait_replicas`` replicas have the call's writes."""
