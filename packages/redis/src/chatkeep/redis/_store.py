@@ -105,7 +105,10 @@ class RedisHistoryStore(HistoryStore):
         **options: the URL's options as keywords: ``prefix`` (the first segment of every key; stores on other
             prefixes never meet), ``ttl`` (seconds or a ``timedelta`` an idle session lives; each write restarts
             it), ``keep_last`` (keep at most this many newest messages per session, trimmed in the append
-            itself), ``max_message_bytes``, ``socket_timeout`` and ``connect_timeout`` (seconds).
+            itself), ``max_message_bytes``, ``socket_timeout`` and ``connect_timeout`` (seconds),
+            ``wait_replicas`` (replicas that must have each ``append`` and ``save_session`` before it returns,
+            by Redis ``WAIT`` on the write's connection; default 0) and ``wait_timeout_ms`` (how long they may
+            take, default 1000; then ``ReplicationTimeoutError``).
 
     Raises:
         RedisURLError: the URL or an option is malformed, or an option is neither chatkeep's nor redis-py's.
@@ -610,7 +613,8 @@ def open_store(url: str = "redis://localhost:6379/0", **options: Any) -> RedisHi
     ``redis://[[user]:password@]host[:port][/db][?prefix=P&ttl=SECONDS&keep_last=N&max_message_bytes=N]``,
     ``rediss://`` for TLS, ``unix:///path/redis.sock?db=0``, ``redis+cluster://host:port[,host:port...]``.
     Keyword options (``prefix``, ``ttl``, ``keep_last``, ``max_message_bytes``, ``socket_timeout``,
-    ``connect_timeout``) override the query; other query options must be redis-py's, and go to it.
+    ``connect_timeout``, ``wait_replicas``, ``wait_timeout_ms``) override the query; other query options
+    must be redis-py's, and go to it.
 
     Raises:
         RedisURLError: the URL is malformed, or an option is unknown or malformed.
