@@ -8,7 +8,7 @@ nox -s reliability           fault, recovery and concurrency tests on every back
                              (not in the default run; -- --rounds 5 for more, other arguments go to pytest)
 nox -s failover              a master of a private replicated Redis Cluster killed under 8 writers, 3 rounds
                              with and without wait_replicas, printing the appends lost without it (not in the
-                             default run, which does one round with wait_replicas=1; -- --rounds N)
+                             default run, which does one: wait_replicas=1, lagging replica; -- --rounds N)
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def failover(session: nox.Session) -> None:
     touched, and no other service is needed. Each round SIGKILLs the master that owns the writers' sessions, with
     its replica in step or lagging, and lets the replica take over. With wait_replicas=1 every acknowledged append
     must survive; without it, the tests print how many acknowledged appends the failover lost (the figure in
-    docs/backends/redis.md). The default run does one round with wait_replicas=1 only. In
+    docs/backends/redis.md). The default run does one round only, wait_replicas=1 with a lagging replica. In
     `nox -s failover -- --rounds 5 -k lagging`, --rounds (default 3) sets the rounds and the rest goes to pytest.
     """
     rounds, pytest_args = rounds_and_pytest_args(session, FAILOVER_ROUNDS)

@@ -12,8 +12,8 @@ With ``wait_replicas=1`` every acknowledged append must be there, once, in each 
 acknowledged append the replica had not received yet is lost: that test measures how many and prints it (the
 figure quoted in docs/backends/redis.md), asserting only what must hold even then (no duplicates, no reordering).
 
-The default run does one round with ``wait_replicas=1``; ``nox -s failover`` sets ``CHATKEEP_FAILOVER_ROUNDS``
-(default 3) for both tests.
+The default run does one round, with ``wait_replicas=1`` and a lagging replica; ``nox -s failover`` sets
+``CHATKEEP_FAILOVER_ROUNDS`` (default 3) and runs every case that many rounds.
 """
 
 from __future__ import annotations
@@ -51,6 +51,12 @@ SETTLE_S = 60.0
 def rounds() -> int:
     """How many kill-and-recover rounds each test runs (``CHATKEEP_FAILOVER_ROUNDS``, default 1)."""
     return max(1, int(os.environ.get("CHATKEEP_FAILOVER_ROUNDS", "1")))
+
+
+def only_in_failover_runs(what: str) -> None:
+    """Skip outside ``nox -s failover`` (which sets ``CHATKEEP_FAILOVER_ROUNDS``): the default run does one round."""
+    if "CHATKEEP_FAILOVER_ROUNDS" not in os.environ:
+        pytest.skip(f"{what}: run nox -s failover")
 
 
 def _cluster_ports(count: int) -> list[int]:
@@ -294,6 +300,8 @@ REPLICA_STATES = pytest.mark.parametrize("lagging", [False, True], ids=["replica
 
 @REPLICA_STATES
 async def test_failover_with_wait_replicas_loses_no_acknowledged_append(cluster: Cluster, lagging: bool) -> None:
+    if not lagging:
+        only_in_failover_runs("the default run does the lagging-replica round, the one without WAIT loses appends in")
     for round_ in range(1, rounds() + 1):
         outcome = await _round(cluster, wait_replicas=1, lagging=lagging)
         print(f"failover round {round_} with wait_replicas=1 (lagging replica: {lagging}): {outcome}")
@@ -309,8 +317,7 @@ async def test_failover_with_wait_replicas_loses_no_acknowledged_append(cluster:
 async def test_failover_without_wait_replicas_measures_lost_appends(
     cluster: Cluster, lagging: bool, record_property: pytest.RecordProperty, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if "CHATKEEP_FAILOVER_ROUNDS" not in os.environ:
-        pytest.skip("measures the loss without WAIT over several rounds: run nox -s failover")
+    only_in_failover_runs("measures the loss without WAIT over several rounds")
     outcomes = [await _round(cluster, wait_replicas=0, lagging=lagging) for _ in range(rounds())]
     lost = [outcome.lost for outcome in outcomes]
     acknowledged = [outcome.acknowledged for outcome in outcomes]
