@@ -10,6 +10,9 @@ nox -s soak                  a fault-injecting soak of every shared backend, 5 m
                              -- --minutes 1 --backends redis,sqlite)
 nox -s interop               the framework adapters, each with its framework's real package
 nox -s interop_bench         the adapters beside each framework's own stores (not in the default run)
+nox -s failover              a master of a private replicated Redis Cluster killed under 8 writers, 3 rounds
+                             with and without wait_replicas, printing the appends lost without it (not in the
+                             default run, which does one: wait_replicas=1, lagging replica; -- --rounds N)
 """
 
 from __future__ import annotations
@@ -82,6 +85,17 @@ INTEROP: dict[str, list[str]] = {
 
 
 RELIABILITY_ROUNDS = 3  # how many times `nox -s reliability` runs the marked tests; `-- --rounds N` changes it
+FAILOVER_ROUNDS = 3  # kill-and-recover rounds of each `nox -s failover` test; `-- --rounds N` changes it
+
+
+def rounds_and_pytest_args(session: nox.Session, default: int) -> tuple[int, list[str]]:
+    """Split a session's arguments into ``--rounds N`` (``default`` when absent) and everything else, for pytest."""
+    parser = argparse.ArgumentParser(prog=f"nox -s {session.name} --", add_help=False, allow_abbrev=False)
+    parser.add_argument("--rounds", type=int, default=default)
+    options, pytest_args = parser.parse_known_args(session.posargs)
+    if options.rounds < 1:
+        session.error(f"--rounds must be 1 or more, not {options.rounds}")
+    return options.rounds, pytest_args
 
 
 def sync(session: nox.Session, *groups: str) -> None:
@@ -189,11 +203,7 @@ def reliability(session: nox.Session) -> None:
     `nox -s reliability -- --rounds 10 -k outage`, --rounds (default 3) sets the number of rounds and
     everything else goes to pytest.
     """
-    parser = argparse.ArgumentParser(prog="nox -s reliability --", add_help=False, allow_abbrev=False)
-    parser.add_argument("--rounds", type=int, default=RELIABILITY_ROUNDS)
-    options, pytest_args = parser.parse_known_args(session.posargs)
-    if options.rounds < 1:
-        session.error(f"--rounds must be 1 or more, not {options.rounds}")
+    rounds, pytest_args = rounds_and_pytest_args(session, RELIABILITY_ROUNDS)
     sync(session, "dev")
     for backend in EXAMPLES:
         install_example(session, backend)
@@ -205,9 +215,9 @@ def reliability(session: nox.Session) -> None:
     }
     # A -k or a path after -- may leave a backend with no test to run (pytest's exit code 5).
     success_codes = [0, 5] if pytest_args else [0]
-    for round_ in range(1, options.rounds + 1):
+    for round_ in range(1, rounds + 1):
         for backend, (paths, env) in BACKENDS.items():
-            session.log(f"reliability round {round_} of {options.rounds}: {backend}")
+            session.log(f"reliability round {round_} of {rounds}: {backend}")
             session.run(
                 *PYTEST,
                 "-m",
@@ -217,3 +227,29 @@ def reliability(session: nox.Session) -> None:
                 env={**unset, **env, "CHATKEEP_TEST_BACKEND": backend},
                 success_codes=success_codes,
             )
+
+
+@nox.session(python=PYTHON)
+def failover(session: nox.Session) -> None:
+    """Kill a master of a private replicated Redis Cluster under 8 concurrent writers, several rounds per test.
+
+    The tests (packages/redis/tests/test_failover.py) start their own cluster, 3 masters and a replica each, with
+    `scripts/redis-cluster up --replicas` on free ports, and stop it at the end; the shared cluster is never
+    touched, and no other service is needed. Each round SIGKILLs the master that owns the writers' sessions, with
+    its replica in step or lagging, and lets the replica take over. With wait_replicas=1 every acknowledged append
+    must survive; without it, the tests print how many acknowledged appends the failover lost (the figure in
+    docs/backends/redis.md). The default run does one round only, wait_replicas=1 with a lagging replica. In
+    `nox -s failover -- --rounds 5 -k lagging`, --rounds (default 3) sets the rounds and the rest goes to pytest.
+    """
+    rounds, pytest_args = rounds_and_pytest_args(session, FAILOVER_ROUNDS)
+    sync(session, "dev")
+    session.run(
+        *PYTEST,
+        "packages/redis/tests/test_failover.py",
+        *pytest_args,
+        env={
+            "CHATKEEP_FAILOVER_ROUNDS": str(rounds),
+            "CHATKEEP_TEST_REDIS_URL": None,
+            "CHATKEEP_TEST_BACKEND": "redis-cluster",
+        },
+    )

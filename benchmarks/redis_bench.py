@@ -3,6 +3,12 @@
 Run with ``python -m benchmarks redis [--quick] [--url redis://127.0.0.1:6379/0]``. Every path runs in the
 same process against the same server, interleaved round by round so a busy machine slows them alike.
 
+``wait_replicas`` (Redis ``WAIT`` after each write) is measured on a private master and replica the benchmark
+starts itself on free ports, and on the replicated cluster of ``scripts/redis-cluster up --replicas``
+(``--replicated-cluster-url``, default ``redis+cluster://127.0.0.1:7100``; skipped when it does not answer):
+the turn with ``wait_replicas=0`` and ``1`` beside raw redis-py doing the same read, then the same write with
+(or without) ``WAIT 1`` on its connection.
+
 chatkeep's store talks to a standalone server over its own small asyncio connection (hiredis parsing) for the
 append script, ``LRANGE`` and ``LLEN``; the "store, redis-py asyncio only" row turns that off.
 
@@ -18,10 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import redis
@@ -30,6 +39,7 @@ import redis.asyncio as aredis
 from benchmarks._common import Result, format_table, measure, measure_async, ratio
 from chatkeep.core import Message, SessionKey
 from chatkeep.redis import RedisHistoryStore, open_store
+from chatkeep.testing.faults import free_port
 
 __all__ = ["main"]
 
@@ -299,6 +309,151 @@ async def _memory(url: str, prefix: str) -> str:
     )
 
 
+WAIT_TIMEOUT_MS = 1000
+
+
+@contextlib.asynccontextmanager
+async def _private_pair() -> AsyncIterator[str | None]:
+    """A private redis-server and its replica on free ports (no persistence), stopped afterwards; its URL."""
+    if shutil.which("redis-server") is None:
+        yield None
+        return
+    master, replica = free_port(), free_port()
+    common = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    processes = [
+        await asyncio.create_subprocess_exec(
+            "redis-server", "--port", str(port), *common, *extra, stdout=asyncio.subprocess.DEVNULL
+        )
+        for port, extra in ((master, ()), (replica, ("--replicaof", "127.0.0.1", str(master))))
+    ]
+    try:
+        client = aredis.Redis(port=replica, decode_responses=True)
+        try:
+            for _ in range(200):
+                with contextlib.suppress(redis.RedisError):
+                    if (await client.info("replication")).get("master_link_status") == "up":
+                        break
+                await asyncio.sleep(0.05)
+            else:
+                raise RuntimeError("the private replica did not sync")
+        finally:
+            await client.aclose()
+        yield f"redis://127.0.0.1:{master}/0"
+    finally:
+        for process in processes:
+            process.kill()
+            await process.wait()
+
+
+async def _reachable(url: str) -> bool:
+    store = open_store(url, connect_timeout=1)
+    try:
+        await store.count(SessionKey("bench", "probe"))
+        return True
+    except Exception:
+        return False
+    finally:
+        await store.close()
+
+
+async def _replicated_turns(url: str, label: str, prefix: str, rounds: int, iterations: int) -> list[Result]:
+    """The turn with and without ``wait_replicas=1``, beside raw redis-py with and without ``WAIT 1``."""
+    cluster = url.startswith("redis+cluster://")
+    key = SessionKey("bench", "replicated")
+    no_wait = open_store(url, prefix=prefix)
+    waiting = open_store(url, prefix=prefix, wait_replicas=1, wait_timeout_ms=WAIT_TIMEOUT_MS)
+    raw: Any = (
+        aredis.RedisCluster.from_url("redis://" + url.split("://", 1)[1].split(",")[0])
+        if cluster
+        else aredis.Redis.from_url(url)
+    )
+    raw_key = f"{prefix}:{{rawrep}}:m"
+    results: dict[str, list[Result]] = {}
+    try:
+        await no_wait.append(key, [_message(n) for n in range(1_000)])
+        await raw.rpush(raw_key, *[_message(n).to_record() for n in range(1_000)])
+        target = {"target_nodes": raw.get_node_from_key(raw_key)} if cluster else {}
+
+        async def raw_turn(wait: bool) -> None:
+            # The read before the model call, the write after its answer (with WAIT on the write's connection).
+            [json.loads(r) for r in await raw.lrange(raw_key, -WINDOW, -1)]
+            pipe = raw.pipeline(transaction=False)
+            pipe.execute_command("RPUSH", raw_key, json.dumps(_raw_dict(0)), json.dumps(_raw_dict(1)), **target)
+            if wait:
+                pipe.execute_command("WAIT", 1, WAIT_TIMEOUT_MS, **target)
+            replies = await pipe.execute()
+            if wait and replies[-1] < 1:
+                raise RuntimeError("the raw WAIT was not confirmed by the replica")
+
+        for _ in range(rounds):
+            for result in (
+                await measure_async(
+                    f"chatkeep, {label}, wait_replicas=0",
+                    1_000,
+                    lambda: _chatkeep_turn(no_wait, key),
+                    iterations=iterations,
+                ),
+                await measure_async(
+                    f"chatkeep, {label}, wait_replicas=1",
+                    1_000,
+                    lambda: _chatkeep_turn(waiting, key),
+                    iterations=iterations,
+                ),
+                await measure_async(
+                    f"raw redis-py asyncio, {label}, no WAIT", 1_000, lambda: raw_turn(False), iterations=iterations
+                ),
+                await measure_async(
+                    f"raw redis-py asyncio, {label}, WAIT 1", 1_000, lambda: raw_turn(True), iterations=iterations
+                ),
+            ):
+                results.setdefault(result.name, []).append(result)
+        await no_wait.delete(key)
+        await raw.delete(raw_key)
+    finally:
+        await no_wait.close()
+        await waiting.close()
+        await raw.aclose()
+    return [_merge(r) for r in results.values()]
+
+
+def _raw_counterpart(results: list[Result]) -> Any:
+    """Each row's raw path with the same WAIT on the same target (a raw row is its own baseline)."""
+
+    def baseline(row: Result) -> Result:
+        label, waits = row.name.split(", ")[1], row.name.endswith("=1") or row.name.endswith("WAIT 1")
+        return next(
+            r
+            for r in results
+            if r.name.startswith("raw") and r.name.split(", ")[1] == label and r.name.endswith("WAIT 1") == waits
+        )
+
+    return baseline
+
+
+def _without_wait(results: list[Result]) -> Any:
+    """The same path and target without WAIT, for the cost of waiting."""
+
+    def baseline(row: Result) -> Result | None:
+        if row.name.endswith("wait_replicas=1"):
+            return next(r for r in results if r.name == row.name.replace("=1", "=0"))
+        if row.name.endswith("WAIT 1"):
+            return next(r for r in results if r.name == row.name.replace("WAIT 1", "no WAIT"))
+        return None
+
+    return baseline
+
+
+def _replicated_report(results: list[Result]) -> str:
+    table = format_table(
+        "The turn with wait_replicas (sessions of 1,000 messages; a replica per master)",
+        results,
+        _raw_counterpart(results),
+        also=("no WAIT", _without_wait(results)),
+    )
+    # The first ratio column compares each row with raw redis-py doing the same (with or without WAIT).
+    return table.replace("| p50 vs fastest raw |", "| p50 vs raw, same WAIT |", 1)
+
+
 async def _cleanup(url: str, prefix: str) -> None:
     """Remove every key of this run (its own prefix only)."""
     client = aredis.Redis.from_url(url)
@@ -306,6 +461,16 @@ async def _cleanup(url: str, prefix: str) -> None:
         keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
         for start in range(0, len(keys), 500):
             await client.unlink(*keys[start : start + 500])
+    finally:
+        await client.aclose()
+
+
+async def _cleanup_cluster(url: str, prefix: str) -> None:
+    """Remove this run's keys from every master of a cluster."""
+    client = aredis.RedisCluster.from_url("redis://" + url.split("://", 1)[1].split(",")[0])
+    try:
+        async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            await client.unlink(key)
     finally:
         await client.aclose()
 
@@ -329,11 +494,33 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks redis", description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("CHATKEEP_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisy numbers)")
+    parser.add_argument(
+        "--replicated-cluster-url",
+        default=os.environ.get("CHATKEEP_BENCH_REDIS_REPLICATED_URL", "redis+cluster://127.0.0.1:7100"),
+        help="a Redis Cluster with a replica per master (scripts/redis-cluster up --replicas)",
+    )
+    parser.add_argument("--only-replicated", action="store_true", help="only the wait_replicas tables")
     args = parser.parse_args(argv)
     rounds, iterations = (2, 200) if args.quick else (5, 600)
     prefix = f"ckbench-{uuid.uuid4().hex[:8]}"
 
+    async def replicated() -> str:
+        rows: list[Result] = []
+        async with _private_pair() as pair:
+            if pair is not None:
+                rows += await _replicated_turns(pair, "master + replica", prefix, rounds, iterations)
+        if await _reachable(args.replicated_cluster_url):
+            try:
+                rows += await _replicated_turns(args.replicated_cluster_url, "cluster", prefix, rounds, iterations)
+            finally:
+                await _cleanup_cluster(args.replicated_cluster_url, prefix)
+        else:
+            print(f"skipped the replicated cluster: nothing answers at {args.replicated_cluster_url}")
+        return _replicated_report(rows) if rows else "(no replicated server: redis-server is not installed)"
+
     async def run() -> list[str]:
+        if args.only_replicated:
+            return [await replicated()]
         try:
             turns = await _turns(args.url, prefix, rounds, iterations)
             concurrent = await _concurrent(args.url, prefix, 16, 100 if args.quick else 400)
@@ -341,7 +528,7 @@ def main(argv: list[str]) -> int:
             memory = await _memory(args.url, prefix)
         finally:
             await _cleanup(args.url, prefix)
-        return [_report(turns, concurrent, whole), memory]
+        return [_report(turns, concurrent, whole), memory, await replicated()]
 
     for block in asyncio.run(run()):
         print(block)

@@ -17,6 +17,7 @@ __all__ = [
     "MessageTooLargeError",
     "MissingExtraError",
     "ModelError",
+    "ReplicationTimeoutError",
     "SessionFormatError",
     "SessionIntegrityError",
     "SessionOwnershipError",
@@ -78,6 +79,27 @@ class ConcurrencyConflictError(ChatkeepError):
 
 class StoreUnavailableError(ChatkeepError, ConnectionError):
     """The storage server could not be reached or failed; the driver's error is chained as the cause."""
+
+
+class ReplicationTimeoutError(StoreUnavailableError):
+    """A write was stored on the primary, but fewer replicas than asked for confirmed it in time.
+
+    Unlike other unavailable-store errors, the write itself happened and is not undone: it may be
+    lost if the primary fails before a replica has it. Retrying the same append is safe (appends are
+    idempotent by ``message_id``) and waits for the replicas again.
+
+    Attributes:
+        acknowledged: how many replicas confirmed the write.
+        required: how many were asked for.
+        timeout_ms: how long the store waited for them, in milliseconds.
+    """
+
+    # Defaults only so that pickling (which calls the class with the message alone) round-trips.
+    def __init__(self, message: str, *, acknowledged: int = 0, required: int = 0, timeout_ms: int = 0) -> None:
+        super().__init__(message)
+        self.acknowledged = acknowledged
+        self.required = required
+        self.timeout_ms = timeout_ms
 
 
 class StoreConfigurationError(ChatkeepError, ValueError):

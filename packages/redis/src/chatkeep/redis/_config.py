@@ -15,6 +15,7 @@ from chatkeep.core.backend import (
     TTL,
     OptionSet,
     StoreOption,
+    non_negative_int,
     positive_int,
     positive_seconds,
     redact_url,
@@ -24,6 +25,7 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_PREFIX",
     "DEFAULT_SOCKET_TIMEOUT",
+    "DEFAULT_WAIT_TIMEOUT_MS",
     "OPTIONS",
     "RedisConfig",
     "RedisURLError",
@@ -33,6 +35,7 @@ __all__ = [
 DEFAULT_PREFIX = "chatkeep"
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_SOCKET_TIMEOUT = 10.0
+DEFAULT_WAIT_TIMEOUT_MS = 1000
 
 _SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
 
@@ -83,6 +86,18 @@ OPTIONS = OptionSet(
         MAX_MESSAGE_BYTES,
         StoreOption("socket_timeout", positive_seconds, DEFAULT_SOCKET_TIMEOUT, "seconds a command may wait"),
         StoreOption("connect_timeout", positive_seconds, DEFAULT_CONNECT_TIMEOUT, "seconds a connection may take"),
+        StoreOption(
+            "wait_replicas",
+            non_negative_int,
+            0,
+            "replicas that must confirm each write (Redis WAIT) before it returns; 0 does not wait",
+        ),
+        StoreOption(
+            "wait_timeout_ms",
+            positive_int,
+            DEFAULT_WAIT_TIMEOUT_MS,
+            "milliseconds a write waits for its replicas before raising ReplicationTimeoutError",
+        ),
     ],
     error=RedisURLError,
     driver_option=lambda name: name in _redis_py_options(),
@@ -104,6 +119,8 @@ class RedisConfig:
         max_message_bytes: the largest message record accepted, in UTF-8 bytes.
         socket_timeout: seconds a command may wait for the server before the call fails.
         connect_timeout: seconds a connection attempt may take before the call fails.
+        wait_replicas: how many replicas must confirm each write (``WAIT``) before it returns; 0 does not wait.
+        wait_timeout_ms: how long a write waits for them, in milliseconds (less than ``socket_timeout``).
         startup_nodes: for a cluster, every ``(host, port)`` the URL names.
         given_url: the URL as the caller wrote it (shown, redacted, in messages).
     """
@@ -116,6 +133,8 @@ class RedisConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     socket_timeout: float = DEFAULT_SOCKET_TIMEOUT
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    wait_replicas: int = 0
+    wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
     startup_nodes: tuple[tuple[str, int], ...] = field(default=())
     given_url: str = ""
 
@@ -136,7 +155,7 @@ class RedisConfig:
 
 
 def parse_url(url: str, **options: Any) -> RedisConfig:
-    """Read a Redis URL, e.g. ``redis://[[user]:password@]host[:port][/db][?prefix=P&ttl=S&keep_last=N]``.
+    """Read a Redis URL, e.g. ``redis://[[user]:password@]host[:port][/db][?prefix=P&ttl=S&keep_last=N&wait_replicas=1]``.
 
     ``redis+cluster://host:port[,host:port...]`` connects to a Redis Cluster, ``unix:///path/redis.sock?db=0``
     to a socket. Keyword options override the query; ``None`` means "not given".
@@ -160,6 +179,12 @@ def parse_url(url: str, **options: Any) -> RedisConfig:
         raise RedisURLError(f"{shown!r} has a fragment (#...); remove it")
     parsed = OPTIONS.parse(parts.query, options, url=url)
     ours = parsed.values
+    if ours["wait_replicas"] and ours["wait_timeout_ms"] >= ours["socket_timeout"] * 1000:
+        # The socket would time out first, and the write would fail as unreachable instead of naming the replicas.
+        raise RedisURLError(
+            f"the Redis store option wait_timeout_ms={ours['wait_timeout_ms']} in {shown!r} is not shorter than "
+            f"socket_timeout={ours['socket_timeout']:g} s; lower wait_timeout_ms or raise socket_timeout"
+        )
     nodes: tuple[tuple[str, int], ...] = ()
     cluster = scheme == "redis+cluster"
     netloc = parts.netloc
@@ -192,6 +217,8 @@ def parse_url(url: str, **options: Any) -> RedisConfig:
         max_message_bytes=ours["max_message_bytes"],
         socket_timeout=ours["socket_timeout"],
         connect_timeout=ours["connect_timeout"],
+        wait_replicas=ours["wait_replicas"],
+        wait_timeout_ms=ours["wait_timeout_ms"],
         startup_nodes=nodes,
         given_url=url,
     )

@@ -22,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, cast
 
 from redis import exceptions as redis_errors
 
@@ -36,6 +36,8 @@ except ImportError:  # pragma: no cover - the fast path is off without hiredis
 _pack = cast(Callable[[tuple[Any, ...]], bytes], getattr(hiredis, "pack_command", None))
 
 __all__ = ["FastConnection", "fast_target"]
+
+T = TypeVar("T")
 
 # The store's redis-py retry policy: two retries, ExponentialBackoff(cap=0.5, base=0.05).
 _RETRIES = 2
@@ -192,22 +194,40 @@ class FastConnection:
             # Both in one write: the script is cached before the command runs (one round trip).
             return await self.execute_packed(command, before=_pack(("SCRIPT", "LOAD", source)))
 
+    async def pipeline(self, *commands: Sequence[Any]) -> list[Any]:
+        """Run commands sent in one write, so they follow each other on this connection; their replies in order.
+
+        A server error reply is returned in its place as the exception (``NoScriptError``...), as redis-py's
+        pipelines do with ``raise_on_error=False``; a failed connection raises, and is retried as every command.
+        """
+        packed = [_pack(tuple(command)) for command in commands]
+        return await self._retrying(lambda protocol: self._replies(protocol, packed))
+
     async def execute_packed(self, command: bytes, *, before: bytes | None = None) -> Any:
         """Send a packed command (after ``before``, whose reply is ignored) and return its reply."""
+        if before is None:
+            return await self._retrying(lambda protocol: protocol.send([command], self.socket_timeout)[0])
+        reply = (await self._retrying(lambda protocol: self._replies(protocol, [before, command])))[1]
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def _replies(self, protocol: _Protocol, commands: list[bytes]) -> list[Any]:
+        replies = await asyncio.gather(*protocol.send(commands, self.socket_timeout), return_exceptions=True)
+        for reply in replies:
+            if isinstance(reply, BaseException) and not isinstance(reply, redis_errors.ResponseError):
+                raise reply  # the connection failed (retried), not the command
+        return replies
+
+    async def _retrying(self, send: Callable[[_Protocol], Awaitable[T]]) -> T:
+        """``send`` on the connection (connected first if need be), again on a new one when the connection fails."""
         failures = 0
         while True:
             protocol = self._protocol
             try:
                 if protocol is None or protocol.broken is not None:
                     protocol = await self._connected()
-                if before is None:
-                    return await protocol.send([command], self.socket_timeout)[0]
-                replies = await asyncio.gather(
-                    *protocol.send([before, command], self.socket_timeout), return_exceptions=True
-                )
-                if isinstance(replies[1], BaseException):
-                    raise replies[1]
-                return replies[1]
+                return await send(protocol)
             except redis_errors.AuthenticationError:
                 raise  # a wrong password stays wrong
             except _RETRYABLE:

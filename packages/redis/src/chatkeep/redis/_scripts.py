@@ -56,7 +56,8 @@ end
 """
 
 # KEYS: h, m, i [, tenant index, tenants index (standalone only: a cluster writes them first, apart)]
-# ARGV: now_us, ttl_ms, max_messages (0: none), n, tenant, session_id, id_1..id_n, record_1..record_n
+# ARGV: now_us, ttl_ms, max_messages (0: none), n, tenant, session_id, replicated (1: the store WAITs for replicas),
+#       id_1..id_n, record_1..record_n
 # Returns how many messages were new.
 APPEND = Script(
     "append",
@@ -65,17 +66,22 @@ APPEND = Script(
 local n = tonumber(ARGV[4])
 local seen, ids, records = {}, {}, {}
 for k = 1, n do
-  local id = ARGV[6 + k]
+  local id = ARGV[7 + k]
   if not seen[id] then
     seen[id] = true
     if not redis.call('ZSCORE', KEYS[3], id) then
       ids[#ids + 1] = id
-      records[#records + 1] = ARGV[6 + n + k]
+      records[#records + 1] = ARGV[7 + n + k]
     end
   end
 end
 local added = #ids
-if added == 0 then return 0 end
+if added == 0 then
+  -- A retry of an append already stored: WAIT counts replicas of this connection's writes, so write something
+  -- (a no-op increment, which Redis still replicates) for it to cover the stored messages, whoever stored them.
+  if ARGV[7] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HINCRBY', KEYS[1], 'next', 0) end
+  return 0
+end
 if #KEYS >= 5 then
   redis.call('ZADD', KEYS[5], 'GT', ARGV[1], ARGV[5])
   redis.call('ZADD', KEYS[4], 'GT', ARGV[1], ARGV[6])

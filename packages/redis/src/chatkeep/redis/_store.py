@@ -33,9 +33,10 @@ from chatkeep.core.backend import (
     redact_url,
     session_document,
 )
-from chatkeep.redis import _layout, _scripts
+from chatkeep.redis import _layout, _replicas, _scripts
 from chatkeep.redis._config import parse_url
 from chatkeep.redis._fastpath import FastConnection, fast_target
+from chatkeep.redis._scripts import Script
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.retry import Retry
@@ -49,6 +50,16 @@ _SCAN_BATCH = 500
 _POP_RECEIPT_MS = 60_000  # longer than any retry of the command takes (see _scripts.POP)
 # What the driver raises: its own errors (RedisClusterException is not a RedisError), sockets, timeouts.
 _DRIVER_ERRORS = (redis_errors.RedisError, redis_errors.RedisClusterException, OSError, asyncio.TimeoutError)
+
+# What a caller can do after a ReplicationTimeoutError, per write.
+_RETRY_APPEND = (
+    "Retrying the same append is safe: appends are idempotent by message_id, so it adds nothing twice and waits "
+    "for the replicas again."
+)
+_RETRY_SAVE = (
+    "The new version is stored: load the session (load_session) before saving it again, since a retry with the "
+    "same expected_version raises ConcurrencyConflictError."
+)
 
 
 def _abandon(client: RedisClient) -> None:
@@ -95,7 +106,10 @@ class RedisHistoryStore(HistoryStore):
         **options: the URL's options as keywords: ``prefix`` (the first segment of every key; stores on other
             prefixes never meet), ``ttl`` (seconds or a ``timedelta`` an idle session lives; each write restarts
             it), ``keep_last`` (keep at most this many newest messages per session, trimmed in the append
-            itself), ``max_message_bytes``, ``socket_timeout`` and ``connect_timeout`` (seconds).
+            itself), ``max_message_bytes``, ``socket_timeout`` and ``connect_timeout`` (seconds),
+            ``wait_replicas`` (replicas that must have each ``append`` and ``save_session`` before it returns,
+            by Redis ``WAIT`` on the write's connection; default 0) and ``wait_timeout_ms`` (how long they may
+            take, default 1000; then ``ReplicationTimeoutError``).
 
     Raises:
         RedisURLError: the URL or an option is malformed, or an option is neither chatkeep's nor redis-py's.
@@ -124,6 +138,8 @@ class RedisHistoryStore(HistoryStore):
         self._fast: FastConnection | None = None
         self._cluster = isinstance(client, RedisCluster) if client is not None else config.cluster
         self._tenants_key = f"{self.prefix}:tenants"
+        # With wait_replicas, every write of append and save_session is followed by this on its connection.
+        self._wait = ("WAIT", config.wait_replicas, config.wait_timeout_ms) if config.wait_replicas else None
         self._messages_read = 0
         self.bytes_read = 0
 
@@ -266,12 +282,86 @@ class RedisHistoryStore(HistoryStore):
         except _DRIVER_ERRORS as exc:
             self._unavailable(exc)
 
-    async def _touch_indexes(self, tenant: str, session_id: str, index: str, now: int) -> None:
-        """Update the tenant's and the tenants' index (before the session: see the module's notes)."""
-        await asyncio.gather(
-            self._command("ZADD", self._tenants_key, "GT", now, tenant),
-            self._command("ZADD", index, "GT", now, session_id),
+    async def _together(self, key: str, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Commands in one write on one connection (on a cluster, the primary owning ``key``); replies in order.
+
+        A server error reply comes back in its place as the exception; a failed connection raises.
+        """
+        fast = self._fast or self._fast_connection()
+        if fast is not None:
+            return await fast.pipeline(*commands)
+        client = self._redis()
+        if isinstance(client, RedisCluster):
+            return await _replicas.on_slot_owner(client, key, commands)
+        pipe = client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
+
+    async def _replicated(self, key: str, command: Sequence[Any], *, fallback: Sequence[Any] = ()) -> tuple[Any, int]:
+        """Run a write and ``WAIT`` right behind it on its connection: its reply, and how many replicas have it.
+
+        ``fallback`` is sent instead (with its ``WAIT``) when the server does not know the script of ``command``.
+
+        Raises:
+            StoreUnavailableError: the server could not be reached or refused the write.
+        """
+        assert self._wait is not None
+        try:
+            reply, acknowledged = await self._together(key, (command, self._wait))
+            if isinstance(reply, redis_errors.NoScriptError) and fallback:
+                reply, acknowledged = await self._together(key, (fallback, self._wait))
+            for outcome in (reply, acknowledged):
+                if isinstance(outcome, Exception):
+                    raise outcome
+        except _DRIVER_ERRORS as exc:
+            self._unavailable(exc)
+        return reply, int(acknowledged)
+
+    async def _write_script(
+        self, script: Script, keys: Sequence[str], args: Sequence[Any], *, hot: bool, earlier: Sequence[int] = ()
+    ) -> tuple[Any, int | None]:
+        """A script that writes: as ``_hot_script`` (or ``_script``), followed by ``WAIT`` with ``wait_replicas``.
+
+        Returns:
+            The script's reply, and how many replicas have this call's writes (the fewest of the script's and
+            ``earlier``, the counts of the writes before it); ``None`` without ``wait_replicas``.
+        """
+        if self._wait is None:
+            return await (self._hot_script if hot else self._script)(script, keys, args), None
+        reply, acknowledged = await self._replicated(
+            keys[0],
+            ("EVALSHA", script.sha, len(keys), *keys, *args),
+            fallback=("EVAL", script.source, len(keys), *keys, *args),
         )
+        return reply, min([acknowledged, *earlier])
+
+    def _check_replicas(self, acknowledged: int | None, *, what: str, retry: str) -> None:
+        """Raise ``ReplicationTimeoutError`` when fewer than ``wait_replicas`` replicas have the call's writes."""
+        if acknowledged is not None:
+            config = self.config
+            _replicas.check_replicas(
+                acknowledged, config.wait_replicas, config.wait_timeout_ms,
+                where=config.address, what=what, retry=retry,
+            )  # fmt: skip
+
+    async def _touch_indexes(self, tenant: str, session_id: str, index: str, now: int) -> list[int]:
+        """Update the tenant's and the tenants' index (before the session: see the module's notes).
+
+        Returns:
+            With ``wait_replicas``, how many replicas have each update (checked with the session's write).
+        """
+        commands = (("ZADD", self._tenants_key, "GT", now, tenant), ("ZADD", index, "GT", now, session_id))
+        if self._wait is None:
+            writes = [self._command(*command) for command in commands]
+        else:  # each on the node that owns it, waiting there for its replicas
+            writes = [self._replicated(command[1], command) for command in commands]
+        # Both finish before either failure is raised: no task is left behind with an error nobody reads.
+        outcomes: list[Any] = await asyncio.gather(*writes, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return [] if self._wait is None else [acknowledged for _, acknowledged in outcomes]
 
     # -- messages --------------------------------------------------------------------------------
 
@@ -284,6 +374,7 @@ class RedisHistoryStore(HistoryStore):
             "prefix": self.prefix,
             "ttl": self.ttl,
             "keep_last": self.keep_last,
+            "wait_replicas": self.config.wait_replicas,
         }
 
     def __repr__(self) -> str:
@@ -300,14 +391,18 @@ class RedisHistoryStore(HistoryStore):
         """Append in one atomic script, skipping ids already stored; returns how many were new."""
         h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
         now = _layout.now_us()
-        args = [now, self._ttl_ms, self._cap, len(records), key.tenant, key.session_id]
+        args = [now, self._ttl_ms, self._cap, len(records), key.tenant, key.session_id, int(self._wait is not None)]
         args += [message.message_id for message in messages]
         args += records
         if self._cluster:
-            await self._touch_indexes(key.tenant, key.session_id, index, now)
-            added = await self._script(_scripts.APPEND, (h, m, i), args)
+            earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
+            keys: tuple[str, ...] = (h, m, i)
         else:
-            added = await self._hot_script(_scripts.APPEND, (h, m, i, index, self._tenants_key), args)
+            earlier, keys = [], (h, m, i, index, self._tenants_key)
+        added, acknowledged = await self._write_script(
+            _scripts.APPEND, keys, args, hot=not self._cluster, earlier=earlier
+        )
+        self._check_replicas(acknowledged, what="append", retry=_RETRY_APPEND)
         return int(added)
 
     def _decode(self, records: list[bytes]) -> list[Message]:
@@ -431,8 +526,8 @@ class RedisHistoryStore(HistoryStore):
         version = uuid.uuid4().hex
         h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
         now = _layout.now_us()
-        await self._touch_indexes(key.tenant, key.session_id, index, now)
-        outcome = await self._script(
+        earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
+        outcome, acknowledged = await self._write_script(
             _scripts.SAVE_SESSION,
             (h, m, i),
             (
@@ -445,11 +540,14 @@ class RedisHistoryStore(HistoryStore):
                 now,
                 self._ttl_ms,
             ),
+            hot=False,
+            earlier=earlier,
         )
         if outcome == b"owner":
             raise owner_error()
         if outcome == b"conflict":
             raise conflict_error(key.session_id, expected_version or "")
+        self._check_replicas(acknowledged, what="session document", retry=_RETRY_SAVE)
         return version
 
     async def _load_session(self, key: SessionKey) -> StoredSession | None:
@@ -529,7 +627,8 @@ def open_store(url: str = "redis://localhost:6379/0", **options: Any) -> RedisHi
     ``redis://[[user]:password@]host[:port][/db][?prefix=P&ttl=SECONDS&keep_last=N&max_message_bytes=N]``,
     ``rediss://`` for TLS, ``unix:///path/redis.sock?db=0``, ``redis+cluster://host:port[,host:port...]``.
     Keyword options (``prefix``, ``ttl``, ``keep_last``, ``max_message_bytes``, ``socket_timeout``,
-    ``connect_timeout``) override the query; other query options must be redis-py's, and go to it.
+    ``connect_timeout``, ``wait_replicas``, ``wait_timeout_ms``) override the query; other query options
+    must be redis-py's, and go to it.
 
     Raises:
         RedisURLError: the URL is malformed, or an option is unknown or malformed.
