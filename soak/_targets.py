@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import shutil
+import signal
+import socket
 import uuid
 from pathlib import Path
 
@@ -198,6 +201,101 @@ class Blob(Target):
             await self.process.wait()
 
 
+class RedisCluster(Target):
+    """A private 3+3 Redis Cluster (scripts/redis-cluster --replicas) written with ``wait_replicas=1``.
+
+    Its fault is a failover: a master is SIGKILLed, its replica takes over, and once the cluster is whole again
+    the killed node comes back as a replica. Nothing is persisted, so the replica's copy is all there is.
+    """
+
+    name = "redis-cluster"
+    faults = ("failover",)
+
+    async def start(self) -> None:
+        self.ports = _cluster_ports(6)
+        self.folder = self.workdir / "cluster"
+        await self._script("up")
+        nodes = ",".join(f"127.0.0.1:{p}" for p in self.ports[:2])
+        self.check_url = f"redis+cluster://{nodes}"
+        self.url = f"{self.check_url}?wait_replicas=1&wait_timeout_ms=1000&socket_timeout=2"
+
+    async def _script(self, *args: str) -> None:
+        env = {
+            **os.environ,
+            "CHATKEEP_REDIS_CLUSTER_PORTS": " ".join(map(str, self.ports)),
+            "CHATKEEP_REDIS_CLUSTER_DIR": str(self.folder),
+        }
+        process = await asyncio.create_subprocess_exec(
+            str(ROOT / "scripts" / "redis-cluster"), *args, "--replicas", env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        output, _ = await process.communicate()
+        if process.returncode != 0:
+            raise RuntimeError(f"scripts/redis-cluster {' '.join(args)} failed: {output.decode()}")
+
+    async def _nodes(self, avoid: int) -> list[tuple[int, str]]:
+        """(port, flags) of every node, as a live node other than ``avoid`` sees them."""
+        from redis.asyncio import Redis as Client
+
+        for port in self.ports:
+            if port == avoid:
+                continue
+            client = Client(port=port, socket_timeout=1, socket_connect_timeout=1, decode_responses=True)
+            try:
+                text = await client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
+            except Exception:
+                continue
+            finally:
+                await client.aclose()
+            rows = [line.split() for line in text.splitlines()]
+            return [(int(address.split("@")[0].rsplit(":", 1)[1]), flags) for _, address, flags, *_ in rows]
+        raise RuntimeError("no node of the private cluster answers")
+
+    async def inject(self, kind: str, seconds: float) -> None:
+        if kind != "failover":
+            await super().inject(kind, seconds)
+            return
+        masters = [port for port, flags in await self._nodes(avoid=0) if "master" in flags and "fail" not in flags]
+        victim = random.choice(masters)
+        os.kill(int((self.folder / str(victim) / "redis.pid").read_text()), signal.SIGKILL)
+        # Back only once its replica has taken over: a node without data returning first would wipe the replica.
+        for _ in range(300):
+            await asyncio.sleep(0.1)
+            flags = dict(await self._nodes(avoid=victim))
+            if "fail" in flags.get(victim, "") and sum("master" in f and "fail" not in f for f in flags.values()) == 3:
+                break
+        else:
+            raise RuntimeError(f"no replica took over from the killed master on port {victim}")
+        await asyncio.sleep(seconds)
+        await self._script("node-up", str(victim))
+
+    async def stop(self) -> None:
+        await self._script("down")
+
+
+def _cluster_ports(count: int) -> list[int]:
+    """Free ports whose cluster bus port (port + 10000) is free too."""
+    chosen: list[int] = []
+    while len(chosen) < count:
+        port = free_port()
+        if (
+            port + 10000 < 65536
+            and _free(port + 10000)
+            and not {port, port + 10000} & {q + d for q in chosen for d in (0, 10000)}
+        ):
+            chosen.append(port)
+    return chosen
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _azurite(port: int) -> str:
     return (
         f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};"
@@ -205,7 +303,7 @@ def _azurite(port: int) -> str:
     )
 
 
-TARGETS: dict[str, type[Target]] = {t.name: t for t in (SQLite, PostgreSQL, MySQL, Redis, Blob)}
+TARGETS: dict[str, type[Target]] = {t.name: t for t in (SQLite, PostgreSQL, MySQL, Redis, RedisCluster, Blob)}
 
 
 def clean(workdir: Path) -> None:
