@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from chatkeep.core import Message, MessageFormatError, Role
 
 __all__ = ["ENVELOPE_KEY", "unwrap", "wrap"]
@@ -24,9 +26,29 @@ def wrap(item: Mapping[str, Any], *, format: str, role: Role, text: str = "") ->
 
     Its ``message_id`` is always a new chatkeep id: frameworks' own ids are not unique enough to deduplicate
     appends by (the Agents SDK gives every Chat Completions item the same placeholder id).
+
+    Raises:
+        MessageFormatError: the item holds a value that is not JSON (a datetime, bytes, an object); the error
+            names where.
     """
     contents: dict[str, Any] = {"text": text} if text else {}
-    return Message(role=role, **contents, additional_properties={ENVELOPE_KEY: {"format": format, "item": dict(item)}})
+    try:
+        return Message(
+            role=role, **contents, additional_properties={ENVELOPE_KEY: {"format": format, "item": dict(item)}}
+        )
+    except ValidationError as exc:
+        places = [_json_path(error["loc"]) for error in exc.errors() if error["loc"][:1] == ("additional_properties",)]
+        if not places:
+            raise
+        raise MessageFormatError(
+            f"a {format!r} item holds a value that is not JSON at {', '.join(places)}: chatkeep keeps items as "
+            "JSON; convert it to strings, numbers, lists and dicts before storing it"
+        ) from exc
+
+
+def _json_path(loc: tuple[int | str, ...]) -> str:
+    """``item["a"][1]`` from pydantic's location of a bad JSON value (type tags and keys alternate after the key)."""
+    return "item" + "".join(f"[{step!r}]" for step in loc[5::2])
 
 
 def unwrap(message: Message, *, format: str) -> dict[str, Any] | None:
