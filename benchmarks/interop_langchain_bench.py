@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import math
 import os
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -288,6 +289,16 @@ def main(argv: list[str]) -> int:
     unknown = sorted(set(names) - set(BACKENDS))
     if unknown:
         parser.error(f"unknown backends {unknown}; choose from {', '.join(BACKENDS)}")
+    try:
+        import langchain_community  # noqa: F401
+        import langchain_postgres  # noqa: F401
+    except ImportError as exc:
+        print(
+            f"{exc.name} is not installed: run nox -s \"interop_bench(framework='langchain')\", or install the pins of "
+            "INTEROP['langchain'] in noxfile.py",
+            file=sys.stderr,
+        )
+        return 2
     rounds = 1 if args.quick else 3
     run_id = uuid.uuid4().hex[:8]
     targets: list[str] = []
