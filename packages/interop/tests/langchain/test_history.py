@@ -227,6 +227,10 @@ def test_a_window_never_starts_with_a_tool_result_whose_call_fell_outside_it(his
     assert contents(history(max_messages=4).messages) == ["", "f done", "g done", "both done"]
     assert contents(history(max_messages=3).messages) == ["both done"]
     assert len(history().messages) == 5, "the window changed what is stored"
+    # A window longer than the history cuts nothing, so nothing is dropped (nor is anything without a window).
+    history("starts-with-a-result").add_messages(answers)
+    assert contents(history("starts-with-a-result", max_messages=10).messages) == ["f done", "g done"]
+    assert contents(history("starts-with-a-result").messages) == ["f done", "g done"]
 
 
 def test_without_a_window_the_whole_history_is_read_however_long(history: HistoryFactory) -> None:

@@ -115,12 +115,22 @@ class ChatkeepChatMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # the base declares a plain attribute
         """The conversation in order: the newest ``max_messages``, or all of it (reads the store each time)."""
-        return _to_langchain(self._binding.view.load(self._key, last=self.max_messages))
+        return self._read(self._binding.view.load(self._key, last=self.max_messages))
 
     async def aget_messages(self) -> list[BaseMessage]:
         """:attr:`messages` for async code (the event loop runs other tasks while the store reads)."""
         view = self._binding.view
-        return _to_langchain(await view.arun(view.store.load(self._key, last=self.max_messages)))
+        return self._read(await view.arun(view.store.load(self._key, last=self.max_messages)))
+
+    def _read(self, stored: list[Message]) -> list[BaseMessage]:
+        messages = _to_langchain(stored)
+        if self.max_messages is not None and len(stored) == self.max_messages:
+            # The window may have cut a tool call from its results: drop results it begins with.
+            start = 0
+            while start < len(messages) and isinstance(messages[start], ToolMessage):
+                start += 1
+            return messages[start:]
+        return messages
 
     # -- writing ------------------------------------------------------------------------------------------
 
@@ -186,10 +196,7 @@ def _to_langchain(stored: Sequence[Message]) -> list[BaseMessage]:
     for message in stored:
         item = unwrap(message, format=FORMAT)
         items.extend(_from_plain(message) if item is None else messages_from_dict([item]))
-    start = 0
-    while start < len(items) and isinstance(items[start], ToolMessage):
-        start += 1  # a window's leading tool results, whose call fell outside it
-    return items[start:]
+    return items
 
 
 def _role(message: BaseMessage) -> Role:
