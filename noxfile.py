@@ -79,7 +79,14 @@ PYTEST = ["pytest", "-c", "pyproject.toml"]
 INTEROP: dict[str, list[str]] = {
     "openai-agents": ["openai-agents[sqlalchemy,redis]==0.24.0"],  # the extras: its own sessions, for the benchmark
     "agent-framework": ["agent-framework-core==1.23.0"],
-    "langchain": ["langchain-core==1.8.3"],
+    # langchain-openai drives the tests' model; langchain-community and langchain-postgres hold the histories the
+    # benchmark compares (langchain-redis is left out: its history needs the RedisJSON and RediSearch modules).
+    "langchain": [
+        "langchain-core==1.8.3",
+        "langchain-openai==1.7.4",
+        "langchain-community==0.4.2",
+        "langchain-postgres==0.0.19",
+    ],
     "llama-index": ["llama-index-core==0.14.25"],
 }
 

@@ -154,6 +154,77 @@ def test_one_view_serves_two_event_loops_running_at_once(view: SyncHistoryStore)
     assert sorted(texts(view.load(KEY))) == ["from loop 0", "from loop 1"]
 
 
+def test_arun_lets_async_callers_on_any_loop_share_the_views_loop_with_blocking_callers(view: SyncHistoryStore) -> None:
+    async def caller(n: int) -> int:
+        # Two loops one after another, and blocking calls between: the store stays on the view's loop throughout.
+        await view.arun(view.store.append(KEY, [Message(role="user", text=f"async {n}")]))
+        view.append(KEY, [Message(role="user", text=f"sync {n}")])
+        return await view.arun(view.store.count(KEY))
+
+    assert asyncio.run(caller(1)) == 2
+    assert asyncio.run(caller(2)) == 4
+    assert texts(view.load(KEY)) == ["async 1", "sync 1", "async 2", "sync 2"]
+
+
+def test_arun_keeps_the_callers_loop_free_while_the_store_works() -> None:
+    callers_loop_ran = threading.Event()
+
+    class WaitsForTheCaller(MemoryHistoryStore):
+        async def count(self, key: SessionKey) -> int:
+            # Returns only once the caller's loop has run another task: a blocked caller's loop never would.
+            assert await asyncio.to_thread(callers_loop_ran.wait, 10), "the caller's event loop was blocked"
+            return 7
+
+    view = SyncHistoryStore(WaitsForTheCaller(namespace=namespace()))
+
+    async def main() -> int:
+        counting = asyncio.ensure_future(view.arun(view.store.count(KEY)))
+        await asyncio.sleep(0)
+        callers_loop_ran.set()
+        return await counting
+
+    try:
+        assert asyncio.run(main()) == 7
+    finally:
+        view.close()
+
+
+def test_cancelling_an_arun_caller_cancels_the_call_on_the_loop_thread() -> None:
+    started, cancelled = threading.Event(), threading.Event()
+
+    class Slow(MemoryHistoryStore):
+        async def count(self, key: SessionKey) -> int:
+            started.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            return 0
+
+    view = SyncHistoryStore(Slow(namespace=namespace()))
+
+    async def main() -> None:
+        counting = asyncio.ensure_future(view.arun(view.store.count(KEY)))
+        await asyncio.to_thread(started.wait, 10)
+        counting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await counting
+
+    try:
+        asyncio.run(main())
+        assert cancelled.wait(10), "the store's call went on running after its caller was cancelled"
+    finally:
+        view.close()
+
+
+async def test_arun_on_a_closed_view_raises_store_closed_error() -> None:
+    view = SyncHistoryStore(MemoryHistoryStore(namespace=namespace()))
+    await asyncio.to_thread(view.close)
+    with pytest.raises(StoreClosedError, match="SyncHistoryStore"):
+        await view.arun(view.store.count(KEY))
+
+
 def test_iter_messages_streams_5000_messages_in_order_one_batch_at_a_time() -> None:
     pulled = 0
     finished = False

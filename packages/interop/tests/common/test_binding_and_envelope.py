@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from chatkeep.core import InvalidSessionKeyError, Message, MessageFormatError, StoreConfigurationError, open_store
-from chatkeep.interop._binding import StoreBinding
+from chatkeep.interop._binding import StoreBinding, SyncStoreBinding
 from chatkeep.interop._envelope import ENVELOPE_KEY, unwrap, wrap
 
 
@@ -66,6 +68,43 @@ def test_a_malformed_envelope_is_reported() -> None:
         unwrap(message, format="demo")
 
 
-def test_an_item_that_is_not_json_is_refused_with_its_value_named() -> None:
-    with pytest.raises(MessageFormatError, match=r"JSON values only .*not a set"):
+def test_an_item_holding_a_set_is_refused_with_where_it_is() -> None:
+    with pytest.raises(MessageFormatError, match=r"not JSON at item\['nested'\]\[0\]\['tags'\]"):
         wrap({"nested": [{"tags": {"a", "b"}}]}, format="demo", role="user")
+def test_a_value_that_is_not_json_is_refused_with_where_it_is() -> None:
+    item = {"content": [{"type": "text", "text": "ok"}, {"when": datetime.datetime(2026, 1, 1)}], "raw": b"x"}
+    with pytest.raises(MessageFormatError, match=r"not JSON at item\['content'\]\[1\]\['when'\], item\['raw'\]"):
+        wrap(item, format="demo", role="user")
+
+
+def test_a_sync_binding_opens_a_view_of_a_url_and_closes_it() -> None:
+    binding = SyncStoreBinding("memory://")
+    assert binding.owns_view
+    key = binding.key("s1", "t1")
+    binding.view.append(key, [Message(role="user", text="hi")])
+    assert binding.view.count(key) == 1
+    binding.close()
+    assert binding.view.closed
+
+
+async def test_a_sync_binding_keeps_the_callers_view_open() -> None:
+    view = open_store("memory://").sync()
+    binding = SyncStoreBinding(view)
+    assert not binding.owns_view
+    await binding.aclose()
+    assert not view.closed
+    view.close()
+
+
+def test_a_sync_binding_refuses_an_async_store_and_says_to_pass_its_view() -> None:
+    with pytest.raises(StoreConfigurationError, match=r"store\.sync\(\)"):
+        SyncStoreBinding(open_store("memory://"))  # type: ignore[arg-type]
+
+
+def test_a_sync_binding_refuses_options_with_a_view_and_objects_of_other_types() -> None:
+    view = open_store("memory://").sync()
+    with pytest.raises(StoreConfigurationError, match="only apply to a store opened from a URL"):
+        SyncStoreBinding(view, store_options={"ttl": 60})
+    view.close()
+    with pytest.raises(StoreConfigurationError, match="sync view such as"):
+        SyncStoreBinding(42)  # type: ignore[arg-type]

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from chatkeep.core import DEFAULT_TENANT, HistoryStore, SessionKey, StoreConfigurationError, open_store
+from chatkeep.core import (
+    DEFAULT_TENANT,
+    HistoryStore,
+    SessionKey,
+    StoreConfigurationError,
+    SyncHistoryStore,
+    open_store,
+)
 
-__all__ = ["StoreBinding"]
+__all__ = ["StoreBinding", "SyncStoreBinding"]
+
+
+def _refuse_options_for_an_object(store_options: Mapping[str, Any] | None) -> None:
+    if store_options:
+        raise StoreConfigurationError(
+            "store_options only apply to a store opened from a URL; configure the store object you passed "
+            "when you open it instead"
+        )
 
 
 class StoreBinding:
@@ -25,11 +41,7 @@ class StoreBinding:
 
     def __init__(self, store: HistoryStore | str, *, store_options: Mapping[str, Any] | None = None) -> None:
         if isinstance(store, HistoryStore):
-            if store_options:
-                raise StoreConfigurationError(
-                    "store_options only apply to a store opened from a URL; configure the store object you passed "
-                    "when you open it instead"
-                )
+            _refuse_options_for_an_object(store_options)
             self.store, self.owns_store = store, False
         elif isinstance(store, str):
             self.store, self.owns_store = open_store(store, **dict(store_options or {})), True
@@ -48,3 +60,53 @@ class StoreBinding:
         """Close the store if the binding opened it; a store the caller passed stays open."""
         if self.owns_store:
             await self.store.close()
+
+
+class SyncStoreBinding:
+    """A store's sync view, for an adapter whose framework calls it from sync and async code alike.
+
+    Every call runs on the view's private loop thread: blocking methods call the view, async ones await
+    ``view.arun(view.store...)``. So one store serves both kinds of caller from one event loop, and a blocking
+    call made where an event loop is running (a sync function called from async code) never waits on that loop.
+
+    Args:
+        store: a store's sync view, ``open_store(url).sync()`` (the caller keeps owning it: the way to share one
+            store, its connections and its loop thread between many adapters), or a store URL or an installed
+            backend's name, which the binding opens in a view of its own and closes.
+        store_options: options for a store opened from a URL (what its query takes, as keywords).
+
+    Raises:
+        UnknownBackendError: no installed backend handles the URL; the message names the extra to install.
+        StoreConfigurationError: an async :class:`HistoryStore` (it is bound to one event loop: pass
+            ``store.sync()``), ``store_options`` given with a view, or ``store`` of another type.
+    """
+
+    def __init__(self, store: SyncHistoryStore | str, *, store_options: Mapping[str, Any] | None = None) -> None:
+        if isinstance(store, SyncHistoryStore):
+            _refuse_options_for_an_object(store_options)
+            self.view, self.owns_view = store, False
+        elif isinstance(store, HistoryStore):
+            raise StoreConfigurationError(
+                f"this adapter has blocking and async methods, so it runs its store on a private loop thread; pass "
+                f"a sync view of your {type(store).__name__}: store.sync() (make one view, share it between all "
+                "your histories and close it with view.close() when done), or a store URL"
+            )
+        elif isinstance(store, str):
+            self.view, self.owns_view = StoreBinding(store, store_options=store_options).store.sync(), True
+        else:
+            raise StoreConfigurationError(
+                f"store must be a store's sync view such as open_store('sqlite:///chat.db').sync(), a store URL "
+                f"or a backend name such as 'memory', not a {type(store).__name__}"
+            )
+
+    key = staticmethod(StoreBinding.key)
+
+    def close(self) -> None:
+        """Close the view (and its store) if the binding opened it; a view the caller passed stays open."""
+        if self.owns_view:
+            self.view.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` for async code: the caller's event loop runs on while the view's thread stops."""
+        if self.owns_view:
+            await asyncio.to_thread(self.view.close)

@@ -28,7 +28,8 @@ def wrap(item: Mapping[str, Any], *, format: str, role: Role, text: str = "") ->
     appends by (the Agents SDK gives every Chat Completions item the same placeholder id).
 
     Raises:
-        MessageFormatError: ``item`` holds a value JSON cannot represent (nothing is stored).
+        MessageFormatError: the item holds a value that is not JSON (a datetime, bytes, an object); the error
+            names where.
     """
     contents: dict[str, Any] = {"text": text} if text else {}
     try:
@@ -36,11 +37,18 @@ def wrap(item: Mapping[str, Any], *, format: str, role: Role, text: str = "") ->
             role=role, **contents, additional_properties={ENVELOPE_KEY: {"format": format, "item": dict(item)}}
         )
     except ValidationError as exc:
+        places = [_json_path(error["loc"]) for error in exc.errors() if error["loc"][:1] == ("additional_properties",)]
+        if not places:
+            raise
         raise MessageFormatError(
-            f"a {format} item must hold JSON values only (dicts with string keys, lists, strings, numbers, "
-            f"booleans, None), not a {type(exc.errors()[0]['input']).__name__}; convert the value (for example "
-            "model.model_dump(mode='json')) before storing it"
+            f"a {format!r} item holds a value that is not JSON at {', '.join(places)}: chatkeep keeps items as "
+            "JSON; convert it to strings, numbers, lists and dicts before storing it"
         ) from exc
+
+
+def _json_path(loc: tuple[int | str, ...]) -> str:
+    """``item["a"][1]`` from pydantic's location of a bad JSON value (type tags and keys alternate after the key)."""
+    return "item" + "".join(f"[{step!r}]" for step in loc[5::2])
 
 
 def unwrap(message: Message, *, format: str) -> dict[str, Any] | None:

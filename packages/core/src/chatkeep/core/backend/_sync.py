@@ -372,6 +372,22 @@ class SyncHistoryStore:
         """Delete every session of a tenant; returns how many sessions were deleted."""
         return self._thread.run(self._store.delete_tenant(tenant))
 
+    async def arun(self, call: Coroutine[Any, Any, T]) -> T:
+        """Await a call of :attr:`store` from async code on any event loop: it runs on this view's loop thread.
+
+        For code that serves sync and async callers from one store (a framework's history class with both kinds
+        of method): async callers await the store on the loop the blocking calls use, so the store stays on one
+        loop, and the caller's loop runs other tasks while it waits. Cancelling the caller cancels the call on
+        the loop thread (an append stays all or none). The store's errors are raised as they are.
+
+        Example:
+            ``messages = await view.arun(view.store.load(key, last=20))``
+
+        Raises:
+            StoreClosedError: the view is closed.
+        """
+        return await asyncio.wrap_future(self._thread.submit(call))
+
     def close(self) -> None:
         """Release connections; safe to call more than once.
 
