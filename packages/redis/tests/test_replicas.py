@@ -91,6 +91,14 @@ async def test_without_replicas_a_waiting_append_is_stored_and_says_it_was_not_c
             await store.save_session(KEY, AgentSession(session_id=KEY.session_id, tenant=KEY.tenant))
         assert "load the session" in str(saved.value)
         assert await store.load_session(KEY) is not None
+
+        # A pop waits too; it is not undone either, so the error hands over what it removed and warns off a retry.
+        with pytest.raises(ReplicationTimeoutError) as popped:
+            await store.pop(KEY)
+        assert popped.value.popped is not None
+        assert popped.value.popped.message_id == batch[-1].message_id
+        assert "Do not retry the pop" in str(popped.value)
+        assert [m.message_id for m in await store.load(KEY)] == [batch[0].message_id]
         await store.delete(KEY)
 
 
@@ -154,6 +162,12 @@ async def test_a_waiting_append_is_on_the_replica_when_it_returns(pair: Pair, co
             assert await replica.llen(m) == n
         await store.save_session(KEY, AgentSession(session_id=KEY.session_id, tenant=KEY.tenant))
         assert await replica.hget(session_keys("chatkeep", KEY.tenant, KEY.session_id)[0], "doc") is not None
+        popped = await store.pop(KEY)
+        assert popped is not None
+        assert popped.text == "turn-20-0"
+        assert await replica.llen(m) == 19  # the pop, too, was on the replica when it returned
+        assert await store.append(KEY, [popped]) == 1  # put back, for the rest of the test
+        assert await replica.llen(m) == 20
 
         await pair.replica.stop()
         unconfirmed = messages(1, "unconfirmed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 __all__ = [
     "AgentConfigurationError",
@@ -92,7 +93,11 @@ class ReplicationTimeoutError(StoreUnavailableError):
         acknowledged: how many replicas confirmed the write.
         required: how many were asked for.
         timeout_ms: how long the store waited for them, in milliseconds.
+        popped: for a ``pop``, the message it removed (``None`` for other writes, or a pop of an empty session).
+            Do not retry a pop: it would remove the next message.
     """
+
+    popped: Any = None
 
     # Defaults only so that pickling (which calls the class with the message alone) round-trips.
     def __init__(self, message: str, *, acknowledged: int = 0, required: int = 0, timeout_ms: int = 0) -> None:

@@ -18,6 +18,7 @@ from chatkeep.core import (
     AgentSession,
     BackendHistoryProvider,
     Message,
+    ReplicationTimeoutError,
     SessionInfo,
     SessionKey,
     SessionPage,
@@ -55,6 +56,10 @@ _DRIVER_ERRORS = (redis_errors.RedisError, redis_errors.RedisClusterException, O
 _RETRY_APPEND = (
     "Retrying the same append is safe: appends are idempotent by message_id, so it adds nothing twice and waits "
     "for the replicas again."
+)
+_RETRY_POP = (
+    "Do not retry the pop: it would remove the next message. The message it removed is the error's popped "
+    "attribute."
 )
 _RETRY_SAVE = (
     "The new version is stored: load the session (load_session) before saving it again, since a retry with the "
@@ -454,11 +459,18 @@ class RedisHistoryStore(HistoryStore):
         now = _layout.now_us()
         args = (now, self._ttl_ms, _POP_RECEIPT_MS, key.tenant, key.session_id)
         if self._cluster:
-            await self._touch_indexes(key.tenant, key.session_id, index, now)
-            record = await self._script(_scripts.POP, (h, m, i, receipt), args)
+            earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
+            keys: tuple[str, ...] = (h, m, i, receipt)
         else:
-            record = await self._script(_scripts.POP, (h, m, i, receipt, index, self._tenants_key), args)
-        return None if record is None else self._decode([record])[0]
+            earlier, keys = [], (h, m, i, receipt, index, self._tenants_key)
+        record, acknowledged = await self._write_script(_scripts.POP, keys, args, hot=False, earlier=earlier)
+        popped = None if record is None else self._decode([record])[0]
+        try:
+            self._check_replicas(acknowledged, what="pop", retry=_RETRY_POP)
+        except ReplicationTimeoutError as exc:
+            exc.popped = popped  # removed on the primary: the caller still gets it
+            raise
+        return popped
 
     # -- sessions --------------------------------------------------------------------------------
 
