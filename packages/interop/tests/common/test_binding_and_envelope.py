@@ -71,6 +71,8 @@ def test_a_malformed_envelope_is_reported() -> None:
 def test_an_item_holding_a_set_is_refused_with_where_it_is() -> None:
     with pytest.raises(MessageFormatError, match=r"not JSON at item\['nested'\]\[0\]\['tags'\]"):
         wrap({"nested": [{"tags": {"a", "b"}}]}, format="demo", role="user")
+
+
 def test_a_value_that_is_not_json_is_refused_with_where_it_is() -> None:
     item = {"content": [{"type": "text", "text": "ok"}, {"when": datetime.datetime(2026, 1, 1)}], "raw": b"x"}
     with pytest.raises(MessageFormatError, match=r"not JSON at item\['content'\]\[1\]\['when'\], item\['raw'\]"):

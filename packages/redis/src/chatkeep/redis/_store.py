@@ -58,8 +58,7 @@ _RETRY_APPEND = (
     "for the replicas again."
 )
 _RETRY_POP = (
-    "Do not retry the pop: it would remove the next message. The message it removed is the error's popped "
-    "attribute."
+    "Do not retry the pop: it would remove the next message. The message it removed is the error's popped attribute."
 )
 _RETRY_SAVE = (
     "The new version is stored: load the session (load_session) before saving it again, since a retry with the "
