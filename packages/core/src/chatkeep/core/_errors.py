@@ -22,6 +22,7 @@ __all__ = [
     "SessionOwnershipError",
     "StoreClosedError",
     "StoreConfigurationError",
+    "StoreFullError",
     "StoreLoopError",
     "StoreUnavailableError",
     "SyncCallError",
@@ -77,6 +78,14 @@ class ConcurrencyConflictError(ChatkeepError):
 
 class StoreUnavailableError(ChatkeepError, ConnectionError):
     """The storage server could not be reached or failed; the driver's error is chained as the cause."""
+
+
+class StoreFullError(StoreUnavailableError):
+    """The storage has no room left (a full disk, volume, quota or tablespace): nothing of the call was stored.
+
+    A :class:`StoreUnavailableError`, so handlers of an unavailable store keep working; the message says to free
+    space. The store needs no restart: once there is room again, its next call works.
+    """
 
 
 class StoreConfigurationError(ChatkeepError, ValueError):
