@@ -57,7 +57,7 @@ class SessionIntegrityError(ChatkeepError, ValueError):
 
 
 class MessageFormatError(ChatkeepError, ValueError):
-    """A stored message record cannot be read by this version of chatkeep."""
+    """A stored message record cannot be read by this version of chatkeep, or a message cannot be encoded as one."""
 
 
 class MessageTooLargeError(ChatkeepError, ValueError):

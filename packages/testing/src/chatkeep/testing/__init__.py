@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from chatkeep.testing.conformance import (
+        PROPERTY_SETTINGS,
         WINDOW_SLACK,
         AppendConformance,
         ConcurrencyConformance,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
         KeyConformance,
         LifecycleConformance,
         ListingConformance,
+        PropertyConformance,
         ReadConformance,
         RetentionConformance,
         SessionDocumentConformance,
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "PROPERTY_SETTINGS",
     "WINDOW_SLACK",
     "AppendConformance",
     "ConcurrencyConformance",
@@ -44,6 +47,7 @@ __all__ = [
     "KeyConformance",
     "LifecycleConformance",
     "ListingConformance",
+    "PropertyConformance",
     "ReadConformance",
     "RetentionConformance",
     "SessionDocumentConformance",

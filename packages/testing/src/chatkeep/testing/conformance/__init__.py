@@ -2,7 +2,8 @@
 
 A backend's test module subclasses :class:`HistoryStoreConformance` and tells the kit how to open
 stores; the kit brings the tests (order, idempotent retries, concurrent writers, cancellation,
-windowed reads, hostile ids, tenant isolation, versioned documents, listing, prune, TTL, lifecycle)::
+windowed reads, hostile ids, tenant isolation, versioned documents, listing, prune, TTL, lifecycle, and
+property tests drawing random messages, ids and session state with Hypothesis)::
 
     import uuid
 
@@ -64,9 +65,11 @@ from chatkeep.testing.conformance._conformance import HistoryStoreConformance
 from chatkeep.testing.conformance._history import AppendConformance, ContentConformance, ReadConformance
 from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationConformance
 from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
+from chatkeep.testing.conformance._properties import PROPERTY_SETTINGS, PropertyConformance
 from chatkeep.testing.conformance._sessions import ListingConformance, SessionDocumentConformance
 
 __all__ = [
+    "PROPERTY_SETTINGS",
     "WINDOW_SLACK",
     "AppendConformance",
     "ConcurrencyConformance",
@@ -76,6 +79,7 @@ __all__ = [
     "KeyConformance",
     "LifecycleConformance",
     "ListingConformance",
+    "PropertyConformance",
     "ReadConformance",
     "RetentionConformance",
     "SessionDocumentConformance",

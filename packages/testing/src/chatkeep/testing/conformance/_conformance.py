@@ -6,6 +6,7 @@ from chatkeep.testing.conformance._concurrency import ConcurrencyConformance
 from chatkeep.testing.conformance._history import AppendConformance, ContentConformance, ReadConformance
 from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationConformance
 from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
+from chatkeep.testing.conformance._properties import PropertyConformance
 from chatkeep.testing.conformance._sessions import ListingConformance, SessionDocumentConformance
 
 __all__ = ["HistoryStoreConformance"]
@@ -23,6 +24,7 @@ class HistoryStoreConformance(
     RetentionConformance,
     TTLConformance,
     LifecycleConformance,
+    PropertyConformance,
 ):
     """Every rule of the :class:`~chatkeep.core.HistoryStore` contract, as tests a backend inherits.
 
