@@ -149,10 +149,11 @@ async def private_redis() -> AsyncIterator[PrivateRedis]:
         await server.stop()
 
 
-@pytest_asyncio.fixture(loop_scope="function")
-async def aof_redis(tmp_path: Path) -> AsyncIterator[PrivateRedis]:
-    """A private redis-server with an append-only file fsynced at every write (``appendfsync always``)."""
-    server = PrivateRedis(free_port(), "--appendonly", "yes", "--appendfsync", "always", "--dir", str(tmp_path))
+@pytest_asyncio.fixture(loop_scope="function", params=["everysec", "always"])
+async def aof_redis(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[PrivateRedis]:
+    """A private redis-server with an append-only file, fsynced every second or at every write."""
+    fsync = str(request.param)
+    server = PrivateRedis(free_port(), "--appendonly", "yes", "--appendfsync", fsync, "--dir", str(tmp_path))
     await server.start()
     try:
         yield server
