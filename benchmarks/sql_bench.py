@@ -319,26 +319,17 @@ async def _bench_database(family: str, iterations: int, synchronous: str) -> tup
         sync_url, async_url = db.sqlalchemy_urls()
         sync_engine = create_engine(sync_url)
         async_engine = create_async_engine(async_url)
-        if family == "postgresql":
+        # What each SQLAlchemy connection runs first: the schema (PostgreSQL), the run's synchronous (SQLite).
+        setup = {"postgresql": f'SET search_path TO "{db.name}"', "sqlite": f"PRAGMA synchronous={synchronous}"}
+        if family in setup:
             from sqlalchemy import event
 
             for target in (sync_engine, async_engine.sync_engine):
 
                 @event.listens_for(target, "connect")
-                def _path(dbapi_connection: Any, _record: Any) -> None:
+                def _setup(dbapi_connection: Any, _record: Any) -> None:
                     cursor = dbapi_connection.cursor()
-                    cursor.execute(f'SET search_path TO "{db.name}"')
-                    cursor.close()
-
-        if family == "sqlite":
-            from sqlalchemy import event
-
-            for target in (sync_engine, async_engine.sync_engine):
-
-                @event.listens_for(target, "connect")
-                def _synchronous(dbapi_connection: Any, _record: Any) -> None:
-                    cursor = dbapi_connection.cursor()
-                    cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
+                    cursor.execute(setup[family])
                     cursor.close()
 
         sel = text("SELECT record FROM chatkeep_messages WHERE session_ref = :ref ORDER BY seq DESC LIMIT 20")
