@@ -153,7 +153,7 @@ class AgentSession:
                 "pass the dict that AgentSession.to_dict() returned"
             )
         version = data.get("v")
-        if version != SESSION_FORMAT_VERSION:
+        if type(version) is not int or version != SESSION_FORMAT_VERSION:  # True and 1.0 equal 1, but are not it
             raise SessionFormatError(
                 f"unsupported session format version {version!r}; this chatkeep-core reads version "
                 f"{SESSION_FORMAT_VERSION} (upgrade chatkeep-core to read sessions from a newer release)"
