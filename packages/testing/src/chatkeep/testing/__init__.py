@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         StoreKit,
         TenantIsolationConformance,
         TTLConformance,
+        for_all,
     )
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "StoreKit",
     "TTLConformance",
     "TenantIsolationConformance",
+    "for_all",
 ]
 
 

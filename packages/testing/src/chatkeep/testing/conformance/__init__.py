@@ -65,7 +65,7 @@ from chatkeep.testing.conformance._conformance import HistoryStoreConformance
 from chatkeep.testing.conformance._history import AppendConformance, ContentConformance, ReadConformance
 from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationConformance
 from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
-from chatkeep.testing.conformance._properties import PROPERTY_SETTINGS, PropertyConformance
+from chatkeep.testing.conformance._properties import PROPERTY_SETTINGS, PropertyConformance, for_all
 from chatkeep.testing.conformance._sessions import ListingConformance, SessionDocumentConformance
 
 __all__ = [
@@ -87,4 +87,5 @@ __all__ = [
     "StoreKit",
     "TTLConformance",
     "TenantIsolationConformance",
+    "for_all",
 ]

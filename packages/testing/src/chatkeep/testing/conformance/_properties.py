@@ -9,11 +9,14 @@ servers, in every CI run; a failure prints the smallest input Hypothesis found.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
@@ -38,26 +41,45 @@ from chatkeep.core import (
 from chatkeep.core.backend import HistoryStore, SessionKey, StoredSession
 from chatkeep.testing.conformance._base import ConformanceBase, StoreKit
 
-__all__ = ["PROPERTY_SETTINGS", "PropertyConformance"]
+__all__ = ["PROPERTY_SETTINGS", "PropertyConformance", "for_all"]
+
+T = TypeVar("T")
 
 #: The limit the message properties open their store with: small, so records near it are cheap to make.
 LIMIT = 4096
 
 #: Few examples (each one is a round trip to a real server), no deadline (shared machines are slow), no example
-#: database left in the backend's repository; the kit's function-scoped fixtures are shared by the examples on
-#: purpose (each example writes under keys of its own).
+#: database left in the backend's repository.
 PROPERTY_SETTINGS = settings(
     max_examples=30,
     deadline=None,
     database=None,
     print_blob=True,
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.differing_executors,
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+
+
+async def for_all(
+    strategy: st.SearchStrategy[T],
+    check: Callable[[T], Coroutine[Any, Any, None]],
+    *,
+    config: settings = PROPERTY_SETTINGS,
+) -> None:
+    """Await ``check(value)`` for values Hypothesis draws from ``strategy``; the smallest failing one is raised.
+
+    Hypothesis runs in a worker thread and each check on the calling event loop (where the test's stores
+    live), so a kit test stays a plain async test: a backend can override it with a strict ``xfail`` and
+    ``super()``, as any other kit test.
+    """
+    loop = asyncio.get_running_loop()
+
+    @config
+    @given(strategy)
+    def run(value: T) -> None:
+        asyncio.run_coroutine_threadsafe(check(value), loop).result()
+
+    await asyncio.to_thread(run)
+
 
 _surrogates = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=2)
 #: Any unicode (NULs and other controls, astral planes, combining marks), now and then with a lone surrogate.
@@ -152,83 +174,86 @@ class PropertyConformance(ConformanceBase):
         """A store with ``max_message_bytes`` of :data:`LIMIT`, and a tenant the examples share (deleted after)."""
         return _Target(await kit.open(max_message_bytes=LIMIT), kit, kit.tenant("prop"))
 
-    @given(batch=st.lists(_messages(), min_size=1, max_size=4))
-    @PROPERTY_SETTINGS
-    async def test_any_messages_round_trip_exactly_or_are_refused_whole(
-        self, property_target: _Target, batch: list[Message]
-    ) -> None:
-        store, key = property_target.store, SessionKey(property_target.tenant, f"s-{uuid.uuid4().hex}")
-        before = Message(role="user", text="already stored")
-        assert await store.append(key, [before]) == 1
-        expected = _expected_error(batch)
-        if expected is not None:
-            try:
-                await store.append(key, batch)
-            except expected:
-                pass
-            else:
-                raise AssertionError(f"append stored a batch the contract refuses with {expected.__name__}")
-            assert await store.count(key) == 1, "a refused append stored part of its batch"
-            assert [m.to_record() for m in await store.load(key)] == [before.to_record()]
-            return
-        first: dict[str, Message] = {}  # the first message of each id: a repeated id is a retry
-        for message in batch:
-            first.setdefault(message.message_id, message)
-        assert await store.append(key, batch) == len(first)
-        for reader in (store, await property_target.kit.open(max_message_bytes=LIMIT)):
-            loaded = await reader.load(key)
-            assert [m.to_record() for m in loaded] == [m.to_record() for m in (before, *first.values())]
-            assert loaded == [before, *first.values()]
-        assert await store.append(key, batch) == 0, "a retry of the same batch stored something twice"
+    async def test_any_messages_round_trip_exactly_or_are_refused_whole(self, property_target: _Target) -> None:
+        await for_all(st.lists(_messages(), min_size=1, max_size=4), partial(_check_messages, property_target))
 
-    @given(tenant_suffix=_ids(), session_id=_ids())
-    @PROPERTY_SETTINGS
-    async def test_any_tenant_and_session_id_round_trips_or_is_refused(
-        self, property_target: _Target, tenant_suffix: str, session_id: str
-    ) -> None:
-        # The tenant starts with one of the kit's own, so whatever the suffix, the kit can find and delete it.
-        tenant = property_target.tenant + tenant_suffix
-        if not (_valid_id(tenant) and _valid_id(session_id)):
-            try:
-                SessionKey(tenant, session_id)
-            except InvalidSessionKeyError:
-                return
-            raise AssertionError(f"SessionKey accepted an invalid id (tenant {tenant!r}, session id {session_id!r})")
-        property_target.kit.remember_tenant(tenant)
-        store, key = property_target.store, SessionKey(tenant, session_id)
-        message = Message(role="user", text=f"to {session_id[:40]}")
-        assert await store.append(key, [message]) == 1
-        assert await store.load(key) == [message]
-        page = await store.list_sessions(tenant)
-        assert [(info.tenant, info.session_id, info.message_count) for info in page.items] == [(tenant, session_id, 1)]
-        session = AgentSession(session_id=session_id, tenant=tenant, state={"id": session_id})
-        version = await store.save_session(key, session)
-        assert await store.load_session(key) == StoredSession(session, version)
-        assert await store.delete(key)
-        assert await store.count(key) == 0
+    async def test_any_tenant_and_session_id_round_trips_or_is_refused(self, property_target: _Target) -> None:
+        await for_all(st.tuples(_ids(), _ids()), partial(_check_ids, property_target))
 
-    @given(state=st.dictionaries(_text, _json, max_size=4), service_session_id=st.none() | _text)
-    @PROPERTY_SETTINGS
-    async def test_any_session_state_round_trips_or_is_refused(
-        self, property_target: _Target, state: dict[str, Any], service_session_id: str | None
-    ) -> None:
-        store, key = property_target.store, SessionKey(property_target.tenant, f"s-{uuid.uuid4().hex}")
-        session = AgentSession(
-            session_id=key.session_id, tenant=key.tenant, service_session_id=service_session_id, state=state
-        )
-        if not _encodable({"service_session_id": service_session_id, "state": state}):
-            # A lone surrogate somewhere: no store can keep it as text, so it is refused and nothing is stored.
-            try:
-                await store.save_session(key, session)
-            except ChatkeepError:
-                pass
-            else:
-                raise AssertionError("save_session stored a session holding a lone surrogate")
-            assert await store.load_session(key) is None, "a refused session document was stored"
+    async def test_any_session_state_round_trips_or_is_refused(self, property_target: _Target) -> None:
+        states = st.tuples(st.dictionaries(_text, _json, max_size=4), st.none() | _text)
+        await for_all(states, partial(_check_state, property_target))
+
+
+async def _check_messages(property_target: _Target, batch: list[Message]) -> None:
+    store, key = property_target.store, SessionKey(property_target.tenant, f"s-{uuid.uuid4().hex}")
+    before = Message(role="user", text="already stored")
+    assert await store.append(key, [before]) == 1
+    expected = _expected_error(batch)
+    if expected is not None:
+        try:
+            await store.append(key, batch)
+        except expected:
+            pass
+        else:
+            raise AssertionError(f"append stored a batch the contract refuses with {expected.__name__}")
+        assert await store.count(key) == 1, "a refused append stored part of its batch"
+        assert [m.to_record() for m in await store.load(key)] == [before.to_record()]
+        return
+    first: dict[str, Message] = {}  # the first message of each id: a repeated id is a retry
+    for message in batch:
+        first.setdefault(message.message_id, message)
+    assert await store.append(key, batch) == len(first)
+    for reader in (store, await property_target.kit.open(max_message_bytes=LIMIT)):
+        loaded = await reader.load(key)
+        assert [m.to_record() for m in loaded] == [m.to_record() for m in (before, *first.values())]
+        assert loaded == [before, *first.values()]
+    assert await store.append(key, batch) == 0, "a retry of the same batch stored something twice"
+
+
+async def _check_ids(property_target: _Target, ids: tuple[str, str]) -> None:
+    tenant_suffix, session_id = ids
+    # The tenant starts with one of the kit's own, so whatever the suffix, the kit can find and delete it.
+    tenant = property_target.tenant + tenant_suffix
+    if not (_valid_id(tenant) and _valid_id(session_id)):
+        try:
+            SessionKey(tenant, session_id)
+        except InvalidSessionKeyError:
             return
-        version = await store.save_session(key, session)
-        for reader in (store, await property_target.kit.open()):
-            assert await reader.load_session(key) == StoredSession(session, version)
+        raise AssertionError(f"SessionKey accepted an invalid id (tenant {tenant!r}, session id {session_id!r})")
+    property_target.kit.remember_tenant(tenant)
+    store, key = property_target.store, SessionKey(tenant, session_id)
+    message = Message(role="user", text=f"to {session_id[:40]}")
+    assert await store.append(key, [message]) == 1
+    assert await store.load(key) == [message]
+    page = await store.list_sessions(tenant)
+    assert [(info.tenant, info.session_id, info.message_count) for info in page.items] == [(tenant, session_id, 1)]
+    session = AgentSession(session_id=session_id, tenant=tenant, state={"id": session_id})
+    version = await store.save_session(key, session)
+    assert await store.load_session(key) == StoredSession(session, version)
+    assert await store.delete(key)
+    assert await store.count(key) == 0
+
+
+async def _check_state(property_target: _Target, drawn: tuple[dict[str, Any], str | None]) -> None:
+    state, service_session_id = drawn
+    store, key = property_target.store, SessionKey(property_target.tenant, f"s-{uuid.uuid4().hex}")
+    session = AgentSession(
+        session_id=key.session_id, tenant=key.tenant, service_session_id=service_session_id, state=state
+    )
+    if not _encodable({"service_session_id": service_session_id, "state": state}):
+        # A lone surrogate somewhere: no store can keep it as text, so it is refused and nothing is stored.
+        try:
+            await store.save_session(key, session)
+        except ChatkeepError:
+            pass
+        else:
+            raise AssertionError("save_session stored a session holding a lone surrogate")
+        assert await store.load_session(key) is None, "a refused session document was stored"
+        return
+    version = await store.save_session(key, session)
+    for reader in (store, await property_target.kit.open()):
+        assert await reader.load_session(key) == StoredSession(session, version)
 
 
 def _encodable(document: object) -> bool:
