@@ -18,7 +18,10 @@ alike); the tables report each path's median and 99th percentile. Also the load 
 history: chatkeep's ``load(key)`` beside the raw fetch plus ``json`` decode. A last table splits the raw paths'
 turns and chatkeep's into their parts (read and decode the last 20, make the two new messages, append them),
 timed inside the same turns.
-Run with ``python -m benchmarks sql [--iterations N] [--only sqlite,postgresql,mysql]``.
+SQLite runs twice, at ``synchronous=normal`` (chatkeep's default) and ``synchronous=full``: every path of a run
+uses the same setting (chatkeep's ``?synchronous=``, the raw and SQLAlchemy connections' ``PRAGMA``), and a last
+table puts both settings side by side. PostgreSQL and MariaDB run with the server's own settings.
+Run with ``python -m benchmarks sql [--iterations N] [--only sqlite,postgresql,mysql] [--synchronous normal,full]``.
 """
 
 # Each closure below is timed inside the loop iteration that defines it, so late binding cannot bite.
@@ -73,8 +76,9 @@ def _raw_records() -> list[tuple[bytes, str]]:
 class _Database:
     """One database under test: where chatkeep's tables live, and the raw statements on them."""
 
-    def __init__(self, family: str) -> None:
+    def __init__(self, family: str, synchronous: str = "normal") -> None:
         self.family = family
+        self.synchronous = synchronous  # SQLite only: every path's connections use it
         self.name = f"ck_bench_{uuid.uuid4().hex[:10]}"
         self.tmp = tempfile.mkdtemp(prefix="chatkeep-bench-")
 
@@ -82,7 +86,7 @@ class _Database:
 
     def store_url(self) -> str:
         if self.family == "sqlite":
-            return f"sqlite:///{self.tmp}/bench.db"
+            return f"sqlite:///{self.tmp}/bench.db?synchronous={self.synchronous}"
         if self.family == "postgresql":
             return f"{PG_URL}?schema={self.name}"
         return f"{MYSQL_URL.rsplit('/', 1)[0]}/{self.name}"
@@ -91,7 +95,7 @@ class _Database:
         if self.family == "sqlite":
             conn = sqlite3.connect(f"{self.tmp}/bench.db", isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
             return conn
         if self.family == "postgresql":
             import psycopg
@@ -293,8 +297,8 @@ async def _seed(store: SQLHistoryStore, key: SessionKey, n: int) -> None:
         )
 
 
-async def _bench_database(family: str, iterations: int) -> tuple[list[Result], list[Result]]:
-    db = _Database(family)
+async def _bench_database(family: str, iterations: int, synchronous: str) -> tuple[list[Result], list[Result]]:
+    db = _Database(family, synchronous)
     db.create()
     results: list[Result] = []
     whole: list[Result] = []
@@ -315,15 +319,17 @@ async def _bench_database(family: str, iterations: int) -> tuple[list[Result], l
         sync_url, async_url = db.sqlalchemy_urls()
         sync_engine = create_engine(sync_url)
         async_engine = create_async_engine(async_url)
-        if family == "postgresql":
+        # What each SQLAlchemy connection runs first: the schema (PostgreSQL), the run's synchronous (SQLite).
+        setup = {"postgresql": f'SET search_path TO "{db.name}"', "sqlite": f"PRAGMA synchronous={synchronous}"}
+        if family in setup:
             from sqlalchemy import event
 
             for target in (sync_engine, async_engine.sync_engine):
 
                 @event.listens_for(target, "connect")
-                def _path(dbapi_connection: Any, _record: Any) -> None:
+                def _setup(dbapi_connection: Any, _record: Any) -> None:
                     cursor = dbapi_connection.cursor()
-                    cursor.execute(f'SET search_path TO "{db.name}"')
+                    cursor.execute(setup[family])
                     cursor.close()
 
         sel = text("SELECT record FROM chatkeep_messages WHERE session_ref = :ref ORDER BY seq DESC LIMIT 20")
@@ -481,33 +487,64 @@ def _reachable(family: str) -> str | None:
     return None
 
 
+def _settings_table(by_setting: dict[str, list[Result]]) -> str:
+    """SQLite at each ``synchronous`` setting: chatkeep's p50 beside the raw paths' at the same setting."""
+    lines = [
+        "### sqlite: one turn at each synchronous setting (p50 ms; every path at the row's setting)",
+        "",
+        "| synchronous | messages in session | raw sync | raw sync + guarantees | chatkeep | chatkeep vs raw | "
+        "chatkeep vs raw + guarantees | chatkeep vs chatkeep at normal |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for setting, results in by_setting.items():
+        for size in SIZES:
+            row = {r.name: r for r in results if r.size == size}
+            raw, guarded, chatkeep = row["raw sync"], row["raw sync + guarantees"], row["chatkeep"]
+            normal = next((r for r in by_setting.get("normal", []) if r.size == size and r.name == "chatkeep"), None)
+            vs_normal = f"{chatkeep.p50 / normal.p50:.2f}x" if normal is not None else ""
+            lines.append(
+                f"| {setting} | {size:,} | {raw.p50 * 1e3:.3f} | {guarded.p50 * 1e3:.3f} | {chatkeep.p50 * 1e3:.3f} | "
+                f"{chatkeep.p50 / raw.p50:.2f}x | {chatkeep.p50 / guarded.p50:.2f}x | {vs_normal} |"
+            )
+    return "\n".join(lines)
+
+
 async def _main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks sql")
     parser.add_argument("--iterations", type=int, default=400)
     parser.add_argument("--only", default="sqlite,postgresql,mysql")
+    parser.add_argument("--synchronous", default="normal,full", help="SQLite's settings to run, in order")
     args = parser.parse_args(argv)
+    by_setting: dict[str, list[Result]] = {}
     for family in args.only.split(","):
         problem = _reachable(family)
         if problem:
             print(f"### {family}: skipped ({problem})\n")
             continue
-        _PARTS.clear()
-        results, whole = await _bench_database(family, args.iterations)
-        print(
-            format_table(
-                f"{family}: one turn (load last 20 + append 2)",
-                results,
-                _fastest_raw(results),
-                also=("raw + guarantees", _guarded(results)),
+        for synchronous in args.synchronous.split(",") if family == "sqlite" else ["normal"]:
+            label = f"sqlite synchronous={synchronous}" if family == "sqlite" else family
+            _PARTS.clear()
+            results, whole = await _bench_database(family, args.iterations, synchronous)
+            if family == "sqlite":
+                by_setting[synchronous] = results
+            print(
+                format_table(
+                    f"{label}: one turn (load last 20 + append 2)",
+                    results,
+                    _fastest_raw(results),
+                    also=("raw + guarantees", _guarded(results)),
+                )
             )
-        )
-        print()
-        chatkeep = {r.size: r for r in results if r.name == "chatkeep"}
-        print(f"chatkeep p50 at 100,000 vs 10 messages: {chatkeep[100_000].p50 / chatkeep[10].p50:.2f}x")
-        print()
-        print(_parts_table(family, 1_000))
-        print()
-        print(format_table(f"{family}: load a whole {WHOLE:,}-message history", whole, lambda r: whole[0]))
+            print()
+            chatkeep = {r.size: r for r in results if r.name == "chatkeep"}
+            print(f"chatkeep p50 at 100,000 vs 10 messages: {chatkeep[100_000].p50 / chatkeep[10].p50:.2f}x")
+            print()
+            print(_parts_table(label, 1_000))
+            print()
+            print(format_table(f"{label}: load a whole {WHOLE:,}-message history", whole, lambda r: whole[0]))
+            print()
+    if by_setting:
+        print(_settings_table(by_setting))
         print()
 
 

@@ -120,6 +120,8 @@ def test_state_that_is_not_json_fails_to_dict(value: dict[str, Any], says: str) 
         pytest.param({k: v for k, v in valid_payload().items() if k != "type"}, '"type" is None', id="no-type"),
         pytest.param({k: v for k, v in valid_payload().items() if k != "v"}, "version None", id="no-version"),
         pytest.param(valid_payload(v=2), "version 2.*upgrade chatkeep-core", id="newer-version"),
+        pytest.param(valid_payload(v=True), "version True", id="bool-version"),
+        pytest.param(valid_payload(v=1.0), "version 1.0", id="float-version"),
         pytest.param(valid_payload(v="1"), "version '1'", id="version-as-text"),
         pytest.param(
             {k: v for k, v in valid_payload().items() if k != "session_id"}, 'must have "session_id"', id="no-id"

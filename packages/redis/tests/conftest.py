@@ -11,6 +11,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -141,6 +142,18 @@ class PrivateRedis:
 async def private_redis() -> AsyncIterator[PrivateRedis]:
     """A private redis-server, stopped at the end of the test."""
     server = PrivateRedis(free_port())
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="function", params=["everysec", "always"])
+async def aof_redis(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[PrivateRedis]:
+    """A private redis-server with an append-only file, fsynced every second or at every write."""
+    fsync = str(request.param)
+    server = PrivateRedis(free_port(), "--appendonly", "yes", "--appendfsync", fsync, "--dir", str(tmp_path))
     await server.start()
     try:
         yield server

@@ -45,6 +45,21 @@ async def test_store_recovers_after_the_server_restarts(private_redis: Any) -> N
 
 
 @pytest.mark.reliability
+async def test_with_an_append_only_file_acknowledged_appends_survive_a_server_kill(aof_redis: Any) -> None:
+    """Unlike the shared server (no persistence), one with an AOF loses nothing to a SIGKILL of the server."""
+    async with open_store(aof_redis.url, socket_timeout=1, connect_timeout=1) as store:
+        acknowledged = []
+        for n in range(20):
+            batch = make_messages(5, f"a{n}")
+            assert await store.append(KEY, batch) == 5
+            acknowledged += batch
+        await aof_redis.stop()  # SIGKILL: no shutdown save, no AOF rewrite
+        await aof_redis.start()  # the same folder: the server replays its append-only file
+        assert [m.message_id for m in await store.load(KEY)] == [m.message_id for m in acknowledged]
+        assert await store.append(KEY, acknowledged[-5:]) == 0  # the idempotency index survived too
+
+
+@pytest.mark.reliability
 async def test_refused_connection_names_host_and_port_and_hides_the_password() -> None:
     port = free_port()
     async with open_store(f"redis://:hunter2@127.0.0.1:{port}/0", connect_timeout=1) as store:

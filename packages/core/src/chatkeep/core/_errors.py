@@ -24,6 +24,7 @@ __all__ = [
     "SessionOwnershipError",
     "StoreClosedError",
     "StoreConfigurationError",
+    "StoreFullError",
     "StoreLoopError",
     "StoreUnavailableError",
     "SyncCallError",
@@ -59,7 +60,7 @@ class SessionIntegrityError(ChatkeepError, ValueError):
 
 
 class MessageFormatError(ChatkeepError, ValueError):
-    """A stored message record cannot be read by this version of chatkeep."""
+    """A stored message record cannot be read by this version of chatkeep, or a message cannot be encoded as one."""
 
 
 class MessageTooLargeError(ChatkeepError, ValueError):
@@ -105,6 +106,14 @@ class ReplicationTimeoutError(StoreUnavailableError):
         self.acknowledged = acknowledged
         self.required = required
         self.timeout_ms = timeout_ms
+
+
+class StoreFullError(StoreUnavailableError):
+    """The storage has no room left (a full disk, volume, quota or tablespace): nothing of the call was stored.
+
+    A :class:`StoreUnavailableError`, so handlers of an unavailable store keep working; the message says to free
+    space. The store needs no restart: once there is room again, its next call works.
+    """
 
 
 class StoreConfigurationError(ChatkeepError, ValueError):

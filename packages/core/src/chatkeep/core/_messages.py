@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from chatkeep.core._errors import MessageFormatError, MessageTooLargeError
 
@@ -225,8 +226,20 @@ class Message(BaseModel):
         return self
 
     def to_record(self) -> str:
-        """Encode as a versioned JSON record (``{"v":1,...}``)."""
-        return _RECORD_PREFIX + self.model_dump_json()[1:]
+        """Encode as a versioned JSON record (``{"v":1,...}``).
+
+        Raises:
+            MessageFormatError: a string in the message is not valid unicode (it holds a lone surrogate).
+        """
+        try:
+            return _RECORD_PREFIX + self.model_dump_json()[1:]
+        except PydanticSerializationError as exc:
+            # The one failure JSON-typed fields leave: a lone surrogate (from a bad decode) has no UTF-8 form.
+            raise MessageFormatError(
+                f"message {self.message_id} cannot be stored: {exc}; a text or value in it holds a lone surrogate "
+                "(a half of a UTF-16 pair, as a bad decode leaves): decode the text properly, or replace them "
+                "with text.encode('utf-8', 'replace').decode()"
+            ) from exc
 
     @classmethod
     def from_record(cls, record: str | bytes) -> Message:

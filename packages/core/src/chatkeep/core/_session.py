@@ -52,11 +52,19 @@ def validate_id(value: object, what: str) -> str:
 
 def _json_safe_copy(state: Any, what: str) -> Any:
     try:
-        return json.loads(json.dumps(state, allow_nan=False))
+        text = json.dumps(state, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise SessionFormatError(
             f"{what} must hold only JSON values (dict, list, str, int, float, bool, None): {exc}"
         ) from exc
+    try:
+        text.encode("utf-8")  # JSON can escape a lone surrogate, but no store can keep it as text
+    except UnicodeEncodeError as exc:
+        raise SessionFormatError(
+            f"{what} holds a string that is not valid unicode (a lone surrogate, as a bad decode leaves, near "
+            f"{text[max(0, exc.start - 20) : exc.start]!r}); decode the text properly before putting it in a session"
+        ) from None
+    return json.loads(text)
 
 
 class AgentSession:
@@ -104,14 +112,15 @@ class AgentSession:
             signer: sign the payload (do this when it travels through a client and comes back).
 
         Raises:
-            SessionFormatError: ``state`` holds something that is not a JSON value.
+            SessionFormatError: ``state`` holds something that is not a JSON value, or it or
+                ``service_session_id`` holds a string that is not valid unicode (a lone surrogate).
         """
         data = {
             "type": "session",
             "v": SESSION_FORMAT_VERSION,
             "session_id": self.session_id,
             "tenant": self.tenant,
-            "service_session_id": self.service_session_id,
+            "service_session_id": _json_safe_copy(self.service_session_id, "session.service_session_id"),
             "state": _json_safe_copy(self.state, "session.state"),
         }
         return signer.sign(data) if signer is not None else data
@@ -144,7 +153,7 @@ class AgentSession:
                 "pass the dict that AgentSession.to_dict() returned"
             )
         version = data.get("v")
-        if version != SESSION_FORMAT_VERSION:
+        if type(version) is not int or version != SESSION_FORMAT_VERSION:  # True and 1.0 equal 1, but are not it
             raise SessionFormatError(
                 f"unsupported session format version {version!r}; this chatkeep-core reads version "
                 f"{SESSION_FORMAT_VERSION} (upgrade chatkeep-core to read sessions from a newer release)"
@@ -174,7 +183,7 @@ class AgentSession:
             return cls(
                 session_id=data["session_id"],
                 tenant=data["tenant"],
-                service_session_id=service_id,
+                service_session_id=_json_safe_copy(service_id, '"service_session_id"'),
                 state=_json_safe_copy(state, '"state"'),
             )
         except InvalidSessionKeyError as exc:

@@ -2,7 +2,8 @@
 
 Both run one synchronous function per store call on a DBAPI connection in autocommit mode (at most one
 hop from the event loop per call), check the schema once before the first call, and translate driver
-errors into :class:`StoreUnavailableError` with the driver's exception chained. The hot calls have
+errors into :class:`StoreUnavailableError` (:class:`StoreFullError` when the disk is full) with the driver's
+exception chained. The hot calls have
 faster paths: SQLite runs short calls inline on the event loop when they need not wait for a lock, and
 an engine the store made runs ``load(last=k)`` and ``append`` on asyncpg or asyncmy natively.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import errno
 import os
 import sqlite3
 import threading
@@ -20,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from chatkeep.core import ChatkeepError, StoreUnavailableError
+from chatkeep.core import ChatkeepError, StoreFullError, StoreUnavailableError
 from chatkeep.core.backend import redact_url
 from chatkeep.sql._schema import ensure_schema
 from chatkeep.sql._sql import Statements
@@ -76,10 +78,54 @@ class Runner(abc.ABC):
         """Release every connection."""
 
     def _unavailable(self, exc: BaseException) -> StoreUnavailableError:
+        """The one translation of a driver error: :class:`StoreFullError` for a full disk, else unavailable."""
+        detail = f"{type(exc).__name__}: {redact_url(str(exc)).strip()[:500]}"
+        if disk_full(exc):
+            return StoreFullError(
+                f"the database at {self.description} has no room left: its disk, volume, quota or tablespace is "
+                f"full ({detail}); nothing of this call was stored and what was stored before is intact. Free "
+                "space where the database keeps its files (or raise its quota), then retry: the store works again "
+                "without a restart"
+            )
         return StoreUnavailableError(
-            f"the database at {self.description} failed or could not be reached ({type(exc).__name__}: "
-            f"{redact_url(str(exc)).strip()[:500]}); check that it is running and reachable, then retry"
+            f"the database at {self.description} failed or could not be reached ({detail}); check that it is "
+            "running and reachable, then retry"
         )
+
+
+#: PostgreSQL's SQLSTATE ``disk_full``; MySQL/MariaDB's ER_RECORD_FILE_FULL ("the table is full") and ER_DISK_FULL.
+_PG_DISK_FULL = "53100"
+_MYSQL_DISK_FULL = (1114, 1021)
+_MYSQL_DRIVERS = ("asyncmy", "pymysql", "MySQLdb", "aiomysql")
+_SQLITE_FULL = 13  # the primary result code (sqlite3.SQLITE_FULL at run time; typeshed does not list it)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether a driver error, or any error it wraps (SQLAlchemy's ``orig``, the chained causes), means "no space".
+
+    SQLite's SQLITE_FULL, PostgreSQL's SQLSTATE 53100, MySQL/MariaDB errors 1114 and 1021, or an OS error
+    ENOSPC / EDQUOT (a full disk or quota while a file is created or grown).
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        code = getattr(error, "sqlite_errorcode", None)
+        if isinstance(code, int) and code & 0xFF == _SQLITE_FULL:
+            return True
+        if _PG_DISK_FULL in (getattr(error, "sqlstate", None), getattr(error, "pgcode", None)):
+            return True
+        driver = type(error).__module__.split(".", 1)[0]
+        if driver in _MYSQL_DRIVERS and error.args and error.args[0] in _MYSQL_DISK_FULL:
+            return True
+        orig = getattr(error, "orig", None)
+        pending += [orig if isinstance(orig, BaseException) else None, error.__cause__, error.__context__]
+    return False
 
 
 class _InlineConnection(sqlite3.Connection):

@@ -269,6 +269,19 @@ def _may_wait(conn: DBConnection) -> bool:
     return not getattr(conn, "no_wait", False)
 
 
+def _rollback(cur: Any) -> None:
+    """``ROLLBACK``, unless the database already ended the transaction itself.
+
+    SQLite rolls a transaction back on its own after some errors (a full disk, an I/O error): a ROLLBACK then
+    fails with "no transaction is active" and would hide the error that matters.
+    """
+    try:
+        cur.execute("ROLLBACK")
+    except Exception as exc:
+        if "no transaction is active" not in str(exc).lower():
+            raise
+
+
 def transaction(conn: DBConnection, sql: Statements, cancel: Flag, body: Callable[[Any], T]) -> T:
     """Run ``body(cursor)`` in a transaction, retried on deadlocks; committed only if the caller was not cancelled."""
     for attempt in range(_ATTEMPTS):
@@ -281,7 +294,7 @@ def transaction(conn: DBConnection, sql: Statements, cancel: Flag, body: Callabl
             cur.execute("COMMIT")
             return result
         except BaseException as exc:
-            cur.execute("ROLLBACK")
+            _rollback(cur)
             if attempt + 1 < _ATTEMPTS and _retryable(exc) and not cancel.is_set and _may_wait(conn):
                 time.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
                 continue

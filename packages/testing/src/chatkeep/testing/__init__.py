@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from chatkeep.testing.conformance import (
+        PROPERTY_SETTINGS,
         WINDOW_SLACK,
         AppendConformance,
         CLIConformance,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
         LifecycleConformance,
         ListingConformance,
         PopConformance,
+        PropertyConformance,
         ReadConformance,
         RetentionConformance,
         SessionDocumentConformance,
@@ -35,9 +37,11 @@ if TYPE_CHECKING:
         StoreKit,
         TenantIsolationConformance,
         TTLConformance,
+        for_all,
     )
 
 __all__ = [
+    "PROPERTY_SETTINGS",
     "WINDOW_SLACK",
     "AppendConformance",
     "CLIConformance",
@@ -50,6 +54,7 @@ __all__ = [
     "LifecycleConformance",
     "ListingConformance",
     "PopConformance",
+    "PropertyConformance",
     "ReadConformance",
     "RetentionConformance",
     "SessionDocumentConformance",
@@ -57,6 +62,7 @@ __all__ = [
     "StoreKit",
     "TTLConformance",
     "TenantIsolationConformance",
+    "for_all",
 ]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from chatkeep.core._errors import (
     ChatkeepError,
     StoreConfigurationError,
+    StoreFullError,
     StoreUnavailableError,
     UnknownBackendError,
     redact_url,
@@ -84,6 +85,8 @@ def _hint(exc: BaseException, shown: str) -> str:
     """What to do about a failed check, beyond what the error itself says."""
     if isinstance(exc, UnknownBackendError):
         return "install the backend named above, or fix the URL's scheme (chatkeep backends lists what is installed)"
+    if isinstance(exc, StoreFullError):
+        return "free space where the store keeps its data (or raise its quota); what it stored before is intact"
     if isinstance(exc, StoreUnavailableError):
         return (
             "start the server or fix the host, port and credentials in the URL; for a slow network, raise the "

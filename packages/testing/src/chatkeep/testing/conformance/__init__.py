@@ -2,7 +2,8 @@
 
 A backend's test module subclasses :class:`HistoryStoreConformance` and tells the kit how to open
 stores; the kit brings the tests (order, idempotent retries, concurrent writers, cancellation,
-atomic pops, windowed reads, hostile ids, tenant isolation, versioned documents, listing, prune, TTL, lifecycle)::
+atomic pops, windowed reads, hostile ids, tenant isolation, versioned documents, listing, prune, TTL, lifecycle,
+and property tests drawing random messages, ids and session state with Hypothesis)::
 
     import uuid
 
@@ -70,9 +71,11 @@ from chatkeep.testing.conformance._history import AppendConformance, ContentConf
 from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationConformance
 from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
 from chatkeep.testing.conformance._pop import PopConformance
+from chatkeep.testing.conformance._properties import PROPERTY_SETTINGS, PropertyConformance, for_all
 from chatkeep.testing.conformance._sessions import ListingConformance, SessionDocumentConformance
 
 __all__ = [
+    "PROPERTY_SETTINGS",
     "WINDOW_SLACK",
     "AppendConformance",
     "CLIConformance",
@@ -85,6 +88,7 @@ __all__ = [
     "LifecycleConformance",
     "ListingConformance",
     "PopConformance",
+    "PropertyConformance",
     "ReadConformance",
     "RetentionConformance",
     "SessionDocumentConformance",
@@ -92,4 +96,5 @@ __all__ = [
     "StoreKit",
     "TTLConformance",
     "TenantIsolationConformance",
+    "for_all",
 ]

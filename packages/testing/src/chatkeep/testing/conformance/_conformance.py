@@ -7,6 +7,7 @@ from chatkeep.testing.conformance._history import AppendConformance, ContentConf
 from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationConformance
 from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
 from chatkeep.testing.conformance._pop import PopConformance
+from chatkeep.testing.conformance._properties import PropertyConformance
 from chatkeep.testing.conformance._sessions import ListingConformance, SessionDocumentConformance
 
 __all__ = ["HistoryStoreConformance"]
@@ -25,6 +26,7 @@ class HistoryStoreConformance(
     RetentionConformance,
     TTLConformance,
     LifecycleConformance,
+    PropertyConformance,
 ):
     """Every rule of the :class:`~chatkeep.core.HistoryStore` contract, as tests a backend inherits.
 
