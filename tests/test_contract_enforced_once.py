@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import uuid
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,25 @@ def test_chatkeep_core_exports_only_user_facing_names() -> None:
     )
     for name in chatkeep.core.__all__:
         assert getattr(chatkeep.core, name) is not None
+
+
+class _StoreWithoutPop(MemoryHistoryStore):
+    """A backend written before ``pop`` existed: it never overrides ``_pop``."""
+
+    _pop = HistoryStore._pop
+
+
+async def test_a_backend_without_pop_refuses_it_clearly_and_keeps_its_data() -> None:
+    store = _StoreWithoutPop(f"memory://pop-legacy-{uuid.uuid4().hex}")
+    key = chatkeep.core.SessionKey("t", "s")
+    await store.append(key, [chatkeep.core.Message(role="user", text="kept")])
+    with pytest.raises(chatkeep.core.UnsupportedOperationError, match="upgrade the plugin") as raised:
+        await store.pop(key)
+    assert isinstance(raised.value, NotImplementedError)
+    assert "_StoreWithoutPop does not support pop()" in str(raised.value)
+    assert await store.count(key) == 1
+    with pytest.raises(chatkeep.core.InvalidSessionKeyError):
+        await store.pop(("t", "s"))  # type: ignore[arg-type]
+    await store.close()
+    with pytest.raises(chatkeep.core.StoreClosedError):
+        await store.pop(key)

@@ -20,9 +20,9 @@ from chatkeep.core import (
     SessionKey,
     StoreConfigurationError,
 )
-from chatkeep.redis import RedisHistoryProvider, RedisHistoryStore, RedisURLError, open_store
+from chatkeep.redis import RedisHistoryProvider, RedisHistoryStore, RedisURLError, _scripts, open_store
 from chatkeep.redis._config import parse_url
-from chatkeep.redis._layout import INDEX_GRACE_US, session_keys
+from chatkeep.redis._layout import INDEX_GRACE_US, pop_receipt, session_keys
 
 
 def _msgs(n: int, label: str = "m") -> list[Message]:
@@ -147,6 +147,28 @@ async def test_keep_last_trims_in_the_append_and_forgets_trimmed_ids(redis_url: 
         assert await store.append(key, first[:1]) == 1
         assert await store.count(key) == 5
         assert await raw_redis.zcard(session_keys(store.prefix, "t", "capped")[2]) == 5
+
+
+async def test_a_retried_pop_returns_its_record_instead_of_popping_another(redis_url: str, raw_redis: Any) -> None:
+    # redis-py runs a command again when its connection drops, also after the server ran it: the pop's
+    # receipt (same slot as the session) makes the second run return the first run's record.
+    key = SessionKey("t", "popped")
+    async with open_store(redis_url) as store:
+        batch = _msgs(6)
+        await store.append(key, batch)
+        h, m, i, _ = session_keys(store.prefix, "t", "popped")
+        receipt = pop_receipt(h, "retried")
+        assert key_slot(receipt.encode()) == key_slot(h.encode())
+        args = (1, 0, 60_000, "t", "popped")
+        first = await store._script(_scripts.POP, (h, m, i, receipt), args)
+        again = await store._script(_scripts.POP, (h, m, i, receipt), args)
+        assert first == again
+        assert Message.from_record(first.decode()).message_id == batch[-1].message_id
+        assert 0 < await raw_redis.pttl(receipt) <= 60_000
+        assert await store.count(key) == 5
+        assert await raw_redis.zcard(i) == 5  # the popped id left the id set with its record
+        assert await store.append(key, batch) == 1
+        assert [m.message_id for m in await store.load(key)] == [m.message_id for m in batch]
 
 
 async def test_ttl_is_set_on_every_key_of_the_session(redis_url: str, raw_redis: Any) -> None:

@@ -368,3 +368,34 @@ def test_sqlite_file_passes_its_integrity_check_after_writers_are_killed(
         stored[append] = stored.get(append, 0) + 1
     assert acknowledged <= set(stored), "an acknowledged append is gone"
     assert set(stored.values()) == {20}, "an append was stored in part"
+
+
+async def test_pop_without_delete_returning_is_atomic(sql_target: Any) -> None:
+    # MySQL has no DELETE ... RETURNING: pop reads the newest row FOR UPDATE and deletes it. The server here is
+    # MariaDB, which has RETURNING, so its stores are switched to the statements chatkeep uses on MySQL.
+    if sql_target.family != "mysql":
+        pytest.skip("the MySQL pop statements need a MySQL or MariaDB server")
+    stores = [SQLHistoryStore(sql_target.url) for _ in range(4)]
+    try:
+        for store in stores:
+            runner: Any = store._runner
+            store._sql = runner.statements = _sql.Statements("mysql", store._sql._paramstyle, is_mariadb=False)
+            assert not store._sql.pop_returns
+        key = SessionKey("pop-mysql", f"s-{random.getrandbits(48):x}")
+        batch = [Message(role="user", text=f"m{n}") for n in range(30)]
+        await stores[0].append(key, batch)
+
+        async def drain(store: SQLHistoryStore) -> list[str]:
+            popped = []
+            while (message := await store.pop(key)) is not None:
+                popped.append(message.message_id)
+            return popped
+
+        drained = await asyncio.gather(*(drain(store) for store in stores))
+        everything = [message_id for popped in drained for message_id in popped]
+        assert sorted(everything) == sorted(m.message_id for m in batch), "a message was popped twice or lost"
+        assert await stores[0].count(key) == 0
+        await stores[0].delete(key)
+    finally:
+        for store in stores:
+            await store.close()

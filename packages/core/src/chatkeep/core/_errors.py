@@ -27,6 +27,7 @@ __all__ = [
     "SyncCallError",
     "ToolError",
     "UnknownBackendError",
+    "UnsupportedOperationError",
     "redact_url",
 ]
 
@@ -100,6 +101,10 @@ class SyncCallError(ChatkeepError, RuntimeError):
 
 class UnknownBackendError(ChatkeepError, LookupError):
     """No installed plugin handles a backend name or URL scheme."""
+
+
+class UnsupportedOperationError(ChatkeepError, NotImplementedError):
+    """A backend does not implement an optional store operation (its plugin was written before the operation)."""
 
 
 class BackendConflictError(ChatkeepError):

@@ -250,6 +250,13 @@ class EncryptedStore(HistoryStore):
     async def _trim(self, key: SessionKey, keep_last: int) -> int:
         return await self.inner.trim(key, keep_last)
 
+    async def _pop(self, key: SessionKey) -> Message | None:
+        """Pop from ``inner`` (atomic as it is) and open the message."""
+        sealed = await self.inner.pop(key)
+        if sealed is None:
+            return None
+        return self._open(key, await self._reading_key(key.tenant), sealed)
+
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         return await self.inner.list_sessions(tenant, limit=limit, cursor=cursor)
 

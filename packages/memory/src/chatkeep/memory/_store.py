@@ -228,6 +228,17 @@ class MemoryHistoryStore(HistoryStore):
                 session.first_seq += removed
             return removed
 
+    async def _pop(self, key: SessionKey) -> Message | None:
+        data = self._data
+        with data.lock:
+            session = data.get(key)
+            if session is None or not session.records:
+                return None
+            record = session.records.pop()
+            session.id_set.discard(session.ids.pop())
+            self._touch(session, data.stamp())
+        return self._decode([record])[0]
+
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         after = _decode_cursor(cursor) if cursor is not None else None
         with self._data.lock:

@@ -5,10 +5,11 @@ Layout (``P`` is the prefix, ``T`` and ``S`` the base64url of the tenant and ses
     P:{T.S}:h       hash: next sequence number, created/updated stamps, session document, version, owner
     P:{T.S}:m       list: message records in append order
     P:{T.S}:i       sorted set: message ids still stored, scored by sequence number
+    P:{T.S}:p:N     string: the record pop N removed, kept a minute so a retried pop returns it again
     P:{T}:sessions  sorted set: the tenant's session ids, scored by last update (microseconds)
     P:tenants       sorted set: tenants, scored by last update
 
-The braces are the cluster hash tag: a session's three keys share a slot, so one Lua script updates
+The braces are the cluster hash tag: a session's keys share a slot, so one Lua script updates
 them atomically. base64url has no ``.``, ``{`` or ``}``, so no id can reach another key. The tenant's
 index lives on another slot: writers update it *before* the session (an entry without a session is
 dropped by ``list_sessions`` and ``prune``; a session without an entry cannot happen), and removals
@@ -31,6 +32,7 @@ __all__ = [
     "encode_cursor",
     "now_us",
     "pairs",
+    "pop_receipt",
     "session_keys",
     "tenant_index",
     "to_datetime",
@@ -51,6 +53,11 @@ def session_keys(prefix: str, tenant: str, session_id: str) -> tuple[str, str, s
     tag_tenant = _b64(tenant)
     tag = f"{prefix}:{{{tag_tenant}.{_b64(session_id)}}}"
     return f"{tag}:h", f"{tag}:m", f"{tag}:i", f"{prefix}:{{{tag_tenant}}}:sessions"
+
+
+def pop_receipt(hash_key: str, token: str) -> str:
+    """The key where the pop ``token`` leaves its record, in the slot of the session whose hash is ``hash_key``."""
+    return f"{hash_key[:-2]}:p:{token}"
 
 
 def tenant_index(prefix: str, tenant: str) -> str:

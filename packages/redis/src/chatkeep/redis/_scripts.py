@@ -6,7 +6,7 @@ A session's keys share one hash tag, so a script touching them runs on one clust
   (microseconds since the epoch), and the session document (``doc``, ``ver``, ``owner``);
 * ``m``: a list of message records in append order; the head's sequence number is ``next - LLEN(m)``;
 * ``i``: a sorted set of the stored message ids scored by sequence number, for idempotent appends and
-  for removing the ids of trimmed messages by rank.
+  for removing the ids of trimmed and popped messages by rank.
 
 Scripts are run with EVALSHA; when a server does not know a script (restarted, flushed, another cluster
 node), the store falls back to EVAL, which also caches it there.
@@ -18,7 +18,7 @@ import functools
 import hashlib
 from dataclasses import dataclass
 
-__all__ = ["APPEND", "DELETE", "DROP_INDEX_ENTRY", "PAGE", "PRUNE", "SAVE_SESSION", "TRIM", "Script"]
+__all__ = ["APPEND", "DELETE", "DROP_INDEX_ENTRY", "PAGE", "POP", "PRUNE", "SAVE_SESSION", "TRIM", "Script"]
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,32 @@ redis.call('LTRIM', KEYS[2], over, -1)
 redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1)
 expire(tonumber(ARGV[2]))
 return over
+""",
+)
+
+# KEYS: h, m, i, receipt [, tenant index, tenants index (standalone only, as for APPEND)]
+# ARGV: now_us, ttl_ms, receipt_ms, tenant, session_id
+# Removes the newest record and its id (the id of the highest sequence number) and returns the record, or
+# false when there is none. The record stays in the receipt key for receipt_ms: the client retries a command
+# whose connection dropped, and a retry of a pop that did run must return its record, not pop another.
+POP = Script(
+    "pop",
+    _EXPIRE
+    + """
+local done = redis.call('GET', KEYS[4])
+if done then return done end
+local record = redis.call('RPOP', KEYS[2])
+if not record then return false end
+redis.call('ZREMRANGEBYRANK', KEYS[3], -1, -1)
+redis.call('HINCRBY', KEYS[1], 'next', -1)
+redis.call('SET', KEYS[4], record, 'PX', ARGV[3])
+if #KEYS >= 6 then
+  redis.call('ZADD', KEYS[6], 'GT', ARGV[1], ARGV[4])
+  redis.call('ZADD', KEYS[5], 'GT', ARGV[1], ARGV[5])
+end
+touch(ARGV[1])
+expire(tonumber(ARGV[2]))
+return record
 """,
 )
 

@@ -46,6 +46,7 @@ __all__ = ["RedisHistoryProvider", "RedisHistoryStore", "open_store"]
 RedisClient = Redis | RedisCluster
 
 _SCAN_BATCH = 500
+_POP_RECEIPT_MS = 60_000  # longer than any retry of the command takes (see _scripts.POP)
 # What the driver raises: its own errors (RedisClusterException is not a RedisError), sockets, timeouts.
 _DRIVER_ERRORS = (redis_errors.RedisError, redis_errors.RedisClusterException, OSError, asyncio.TimeoutError)
 
@@ -350,6 +351,19 @@ class RedisHistoryStore(HistoryStore):
         """Delete all but the ``keep_last`` newest messages (and forget their ids); returns how many."""
         h, m, i, _ = _layout.session_keys(self.prefix, key.tenant, key.session_id)
         return int(await self._script(_scripts.TRIM, (h, m, i), (keep_last, self._ttl_ms)))
+
+    async def _pop(self, key: SessionKey) -> Message | None:
+        """Remove the newest record and its id in one script (a retry of it returns the same record)."""
+        h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
+        receipt = _layout.pop_receipt(h, uuid.uuid4().hex)
+        now = _layout.now_us()
+        args = (now, self._ttl_ms, _POP_RECEIPT_MS, key.tenant, key.session_id)
+        if self._cluster:
+            await self._touch_indexes(key.tenant, key.session_id, index, now)
+            record = await self._script(_scripts.POP, (h, m, i, receipt), args)
+        else:
+            record = await self._script(_scripts.POP, (h, m, i, receipt, index, self._tenants_key), args)
+        return None if record is None else self._decode([record])[0]
 
     # -- sessions --------------------------------------------------------------------------------
 

@@ -195,6 +195,26 @@ class Statements:
         self.lock_session = c(f"SELECT id FROM {SESSIONS} WHERE key_hash = ?{lock}")
         self.trim_boundary = c(f"SELECT seq FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 OFFSET ?")
         self.trim_delete = c(f"DELETE FROM {MESSAGES} WHERE session_ref = ? AND seq <= ?")
+        # pop: MySQL has no DELETE ... RETURNING, so it reads the newest row with a lock, then deletes it.
+        self.pop_returns = not (self.mysql and not is_mariadb)
+        if not self.pop_returns:
+            self.pop_delete = c(
+                f"SELECT seq, record FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1{lock}"
+            )
+        elif self.mysql:  # MariaDB refuses a subquery on the table a DELETE changes, but takes ORDER BY ... LIMIT
+            self.pop_delete = c(
+                f"DELETE FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 RETURNING record"
+            )
+        else:
+            self.pop_delete = c(
+                f"DELETE FROM {MESSAGES} WHERE session_ref = ? AND seq = "
+                f"(SELECT max(seq) FROM {MESSAGES} WHERE session_ref = ?) RETURNING record"
+            )
+        self.pop_remove = c(f"DELETE FROM {MESSAGES} WHERE session_ref = ? AND seq = ?")
+        self.pop_uncount = c(
+            f"UPDATE {SESSIONS} SET message_count = message_count - 1, "
+            f"updated_at = {greatest}(updated_at, ?) WHERE id = ?"
+        )
         listing = f"SELECT id, session_id, message_count, created_at, updated_at FROM {SESSIONS} WHERE tenant_hash = ?"
         order = " ORDER BY updated_at DESC, id DESC LIMIT ?"
         self.list_first = c(listing + order)
@@ -441,6 +461,38 @@ def trim(conn: DBConnection, sql: Statements, cancel: Flag, key: bytes, keep_las
         if removed:
             cur.execute(sql.uncount, (removed, session_ref))
         return removed
+
+    return transaction(conn, sql, cancel, body)
+
+
+def pop(conn: DBConnection, sql: Statements, cancel: Flag, key: bytes, now: int) -> str | None:
+    """Delete the session's newest message and return its record (``None``: no messages), in one transaction.
+
+    The session row's lock (``BEGIN IMMEDIATE`` on SQLite) orders it after appends, trims and other pops of
+    the session, so two pops never read the same newest row.
+    """
+
+    def body(cur: Any) -> str | None:
+        cur.execute(sql.lock_session, (key,))
+        found = cur.fetchall()
+        if not found:
+            return None
+        session_ref = found[0][0]
+        if not sql.pop_returns:
+            cur.execute(sql.pop_delete, (session_ref,))
+            newest = cur.fetchall()
+            if not newest:
+                return None
+            cur.execute(sql.pop_remove, (session_ref, newest[0][0]))
+            record = newest[0][1]
+        else:
+            cur.execute(sql.pop_delete, (session_ref,) if sql.mysql else (session_ref, session_ref))
+            deleted = cur.fetchall()
+            if not deleted:
+                return None
+            record = deleted[0][0]
+        cur.execute(sql.pop_uncount, (now, session_ref))
+        return str(record)
 
     return transaction(conn, sql, cancel, body)
 

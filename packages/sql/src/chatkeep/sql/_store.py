@@ -348,6 +348,12 @@ class SQLHistoryStore(HistoryStore):
         digest, sql = key_hash(key.tenant, key.session_id), self._sql
         return await self._write(lambda conn, flag: _sql.trim(conn, sql, flag, digest, keep_last))
 
+    async def _pop(self, key: SessionKey) -> Message | None:
+        """Delete the newest message and return it, in one transaction holding the session row's lock."""
+        digest, now, sql = key_hash(key.tenant, key.session_id), self._stamp(), self._sql
+        record = await self._write(lambda conn, flag: _sql.pop(conn, sql, flag, digest, now), short=True)
+        return None if record is None else self._decode([record])[0]
+
     # -- sessions ------------------------------------------------------------------------------------
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:

@@ -26,6 +26,7 @@ from chatkeep.core._errors import (
     SessionOwnershipError,
     StoreClosedError,
     StoreLoopError,
+    UnsupportedOperationError,
 )
 from chatkeep.core._messages import Message, encode_records
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession, validate_id
@@ -193,9 +194,10 @@ class HistoryStore(abc.ABC):
 
     The public methods are the contract users call. Each checks its arguments and the store's state once,
     then calls the hook a backend implements: ``_append``, ``_load``, ``_iter_messages``, ``_count``,
-    ``_delete``, ``_trim``, ``_list_sessions``, ``_save_session``, ``_load_session``, ``_prune`` and
+    ``_delete``, ``_trim``, ``_pop``, ``_list_sessions``, ``_save_session``, ``_load_session``, ``_prune`` and
     ``_delete_tenant`` (and optionally ``_aclose`` and ``_on_loop_change``). A hook is only called with
-    valid arguments, on an open store, on the store's own event loop.
+    valid arguments, on an open store, on the store's own event loop. ``_pop`` is the one hook with a
+    default: a backend written before ``pop`` existed raises :class:`UnsupportedOperationError` from it.
 
     The base class keeps the rules every backend shares: ``close()`` is idempotent, a closed store raises
     :class:`StoreClosedError`, and a store used from another running event loop than its own raises
@@ -210,6 +212,10 @@ class HistoryStore(abc.ABC):
     * ``load`` returns messages in append order; ``last=k`` reads only the k newest.
     * ``iter_messages`` pages through the whole history in constant memory.
     * ``count``, ``delete``, ``trim`` are exact; ``delete`` removes everything the key owned.
+    * ``pop`` removes the newest message and returns it, atomically: concurrent pops return distinct
+      messages, none lost, and ``count`` drops by one per message returned. A pop is a write (it restarts
+      the TTL and counts as an update for ``list_sessions`` and ``prune``); it leaves the session document
+      alone. The popped ``message_id`` is no longer stored, so appending that message again stores it again.
     * ``list_sessions`` lists one tenant's sessions, newest first, by pages.
     * ``save_session``/``load_session`` keep whole-session documents with opaque versions. A version is
       never reused for a key, even after a delete, so a stale writer cannot overwrite a newer document.
@@ -350,6 +356,17 @@ class HistoryStore(abc.ABC):
         _check_key(key)
         return await self._trim(key, _check_count(keep_last, "keep_last", minimum=0))
 
+    async def pop(self, key: SessionKey) -> Message | None:
+        """Remove the newest message of the session and return it; None when the session has no messages.
+
+        Atomic: concurrent pops of one session return distinct messages. The session document stays.
+
+        Raises:
+            UnsupportedOperationError: the backend's plugin predates ``pop`` (upgrade the plugin).
+        """
+        self._check_usable()
+        return await self._pop(_check_key(key))
+
     async def list_sessions(
         self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
     ) -> SessionPage:
@@ -468,6 +485,19 @@ class HistoryStore(abc.ABC):
     @abc.abstractmethod
     async def _trim(self, key: SessionKey, keep_last: int) -> int:
         """Delete all but the newest ``keep_last`` (0 or more); return how many were deleted."""
+
+    async def _pop(self, key: SessionKey) -> Message | None:
+        """Remove the newest message and return it (``None``: no messages), in one atomic step.
+
+        Concurrent pops must return distinct messages. Forget the popped id (an append may store it again),
+        keep the session document, and count the pop as a write (TTL, ``updated_at``). Not abstract, so that
+        backends written before ``pop`` existed still load: by default it refuses, rather than emulate a pop
+        with a read and a delete that two callers could race.
+        """
+        raise UnsupportedOperationError(
+            f"{type(self).__name__} does not support pop(): its backend was written before HistoryStore.pop "
+            "existed; upgrade the plugin that provides it, or ask its author to implement HistoryStore._pop"
+        )
 
     @abc.abstractmethod
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:

@@ -315,6 +315,16 @@ class SyncHistoryStore:
         """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
         return self._thread.run(self._store.trim(key, keep_last))
 
+    def pop(self, key: SessionKey) -> Message | None:
+        """Remove the newest message of the session and return it; None when the session has no messages.
+
+        Atomic: concurrent pops of one session return distinct messages. The session document stays.
+
+        Raises:
+            UnsupportedOperationError: the backend's plugin predates ``pop`` (upgrade the plugin).
+        """
+        return self._thread.run(self._store.pop(key))
+
     def list_sessions(
         self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
     ) -> SessionPage:

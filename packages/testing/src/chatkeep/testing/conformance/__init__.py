@@ -2,7 +2,7 @@
 
 A backend's test module subclasses :class:`HistoryStoreConformance` and tells the kit how to open
 stores; the kit brings the tests (order, idempotent retries, concurrent writers, cancellation,
-windowed reads, hostile ids, tenant isolation, versioned documents, listing, prune, TTL, lifecycle)::
+atomic pops, windowed reads, hostile ids, tenant isolation, versioned documents, listing, prune, TTL, lifecycle)::
 
     import uuid
 
@@ -64,6 +64,7 @@ from chatkeep.testing.conformance._conformance import HistoryStoreConformance
 from chatkeep.testing.conformance._history import AppendConformance, ContentConformance, ReadConformance
 from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationConformance
 from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
+from chatkeep.testing.conformance._pop import PopConformance
 from chatkeep.testing.conformance._sessions import ListingConformance, SessionDocumentConformance
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
     "KeyConformance",
     "LifecycleConformance",
     "ListingConformance",
+    "PopConformance",
     "ReadConformance",
     "RetentionConformance",
     "SessionDocumentConformance",

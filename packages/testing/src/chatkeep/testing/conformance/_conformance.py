@@ -6,6 +6,7 @@ from chatkeep.testing.conformance._concurrency import ConcurrencyConformance
 from chatkeep.testing.conformance._history import AppendConformance, ContentConformance, ReadConformance
 from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationConformance
 from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
+from chatkeep.testing.conformance._pop import PopConformance
 from chatkeep.testing.conformance._sessions import ListingConformance, SessionDocumentConformance
 
 __all__ = ["HistoryStoreConformance"]
@@ -14,6 +15,7 @@ __all__ = ["HistoryStoreConformance"]
 class HistoryStoreConformance(
     AppendConformance,
     ReadConformance,
+    PopConformance,
     ContentConformance,
     ConcurrencyConformance,
     KeyConformance,

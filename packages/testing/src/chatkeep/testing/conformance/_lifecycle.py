@@ -173,6 +173,7 @@ class LifecycleConformance(ConformanceBase):
             "count": lambda: store.count(key),
             "delete": lambda: store.delete(key),
             "trim": lambda: store.trim(key, 1),
+            "pop": lambda: store.pop(key),
             "list_sessions": lambda: store.list_sessions(key.tenant),
             "save_session": lambda: store.save_session(key, AgentSession(session_id=key.session_id, tenant=key.tenant)),
             "load_session": lambda: store.load_session(key),
