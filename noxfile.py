@@ -75,7 +75,12 @@ INTEROP: dict[str, list[str]] = {
     "openai-agents": ["openai-agents==0.24.0"],
     "agent-framework": ["agent-framework-core==1.23.0"],
     "langchain": ["langchain-core==1.8.3"],
-    "llama-index": ["llama-index-core==0.14.25"],
+    "llama-index": [
+        "llama-index-core==0.14.25",
+        "llama-index-llms-openai==0.8.3",
+        "llama-index-storage-chat-store-redis==0.8.0",
+        "openai==2.54.0",
+    ],
 }
 
 
