@@ -288,6 +288,9 @@ def test_wrong_input_says_what_to_do() -> None:
             chat_store.add_message("k", "hello")  # type: ignore[arg-type]
         with pytest.raises(InvalidSessionKeyError):
             chat_store.get_messages("")
+        with pytest.raises(MessageFormatError, match="not JSON"):
+            chat_store.add_message("k", ChatMessage(content="x", additional_kwargs={"when": object()}))
+        assert chat_store.get_messages("k") == []
     finally:
         chat_store.close()
 

@@ -23,12 +23,14 @@ from typing import Any
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import ChatMessage, MessageRole
 from llama_index.core.storage.chat_store.base import BaseChatStore
+from pydantic_core import PydanticSerializationError
 
 from chatkeep.core import (
     DEFAULT_TENANT,
     HistoryStore,
     InvalidArgumentError,
     Message,
+    MessageFormatError,
     Role,
     SessionKey,
     SyncHistoryStore,
@@ -61,9 +63,16 @@ def _encode(message: ChatMessage) -> Message:
             f"a LlamaIndex chat store keeps ChatMessage objects, got {type(message).__name__}; "
             "wrap the text as ChatMessage(role='user', content=...)"
         )
+    try:
+        item = message.model_dump(mode="json")
+    except PydanticSerializationError as exc:
+        raise MessageFormatError(
+            f"a {message.role.value} ChatMessage holds a value that is not JSON ({exc}); keep only JSON values "
+            "(text, numbers, lists, dicts, pydantic models, bytes) in its additional_kwargs and blocks"
+        ) from exc
     # A role a later LlamaIndex adds is still kept exactly in the item; only the readable rendering guesses.
     role = _ROLES.get(MessageRole(message.role), "assistant")
-    return wrap(message.model_dump(mode="json"), format=FORMAT, role=role, text=message.content or "")
+    return wrap(item, format=FORMAT, role=role, text=message.content or "")
 
 
 def _decode(message: Message) -> ChatMessage:
@@ -184,6 +193,7 @@ class ChatkeepChatStore(BaseChatStore):
 
         Raises:
             InvalidArgumentError: ``message`` is not a ``ChatMessage``, or ``idx`` is negative.
+            MessageFormatError: the message holds a value that is not JSON (nothing is stored).
             MessageTooLargeError: the message is over the store's ``max_message_bytes``.
         """
         stored = _encode(message)
