@@ -1,6 +1,7 @@
-"""Run the benchmarks: ``python -m benchmarks [codec|sql|redis|blob|all] [--chart FILE.svg] [options]``.
+"""Run the benchmarks: ``python -m benchmarks [codec|sql|redis|blob|all|interop-...] [--chart FILE.svg] [options]``.
 
 ``nox -s bench`` runs all. ``--chart FILE.svg`` also draws the run's turn tables as a chart (docs/performance.md).
+The ``interop-<framework>`` suites need that framework's pins (``nox -s interop_bench``), so ``all`` leaves them out.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ SUITES = {
     "redis": "benchmarks.redis_bench",
     "blob": "benchmarks.blob_bench",
 }
+# An adapter beside its framework's own stores; run one at a time by name.
+INTEROP_SUITES = {
+    "interop-llama-index": "benchmarks.interop_llama_index_bench",
+}
 
 
 def main(argv: list[str]) -> int:
@@ -29,14 +34,15 @@ def main(argv: list[str]) -> int:
             return 2
         chart, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
     suite, rest = (argv[0], argv[1:]) if argv and not argv[0].startswith("-") else ("all", argv)
-    if suite not in (*SUITES, "all"):
-        print(f"unknown benchmark {suite!r}; choose one of: {', '.join(SUITES)}, all", file=sys.stderr)
+    if suite not in (*SUITES, *INTEROP_SUITES, "all"):
+        known = ", ".join([*SUITES, "all", *INTEROP_SUITES])
+        print(f"unknown benchmark {suite!r}; choose one of: {known}", file=sys.stderr)
         return 2
     from benchmarks._common import RECORDED
 
     rows: list[tuple[str, str, Any, float]] = []  # (suite, table title, result, ratio)
     for name in SUITES if suite == "all" else [suite]:
-        module = importlib.import_module(SUITES[name])
+        module = importlib.import_module({**SUITES, **INTEROP_SUITES}[name])
         start = len(RECORDED)
         result = module.main(rest)
         if inspect.iscoroutine(result):
