@@ -25,6 +25,7 @@ from chatkeep.core import (
     StoreConfigurationError,
     open_store,
 )
+from chatkeep.interop import llama_index as llama_index_adapter
 from chatkeep.interop._envelope import ENVELOPE_KEY, wrap
 from chatkeep.interop.llama_index import FORMAT, ChatkeepChatStore
 
@@ -66,7 +67,10 @@ def test_get_messages_last_reads_the_newest(chat_store: ChatkeepChatStore) -> No
     assert chat_store.get_messages("k", last=0) == []
 
 
-def test_get_keys_lists_only_this_tenant_with_messages(chat_store: ChatkeepChatStore, store_url: str) -> None:
+def test_get_keys_lists_only_this_tenant_with_messages(
+    chat_store: ChatkeepChatStore, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(llama_index_adapter, "_PAGE", 2)  # seven keys take four pages
     other = ChatkeepChatStore(store_url, tenant=f"{chat_store.tenant}-other")
     try:
         other.add_message("theirs", user("x"))
