@@ -99,6 +99,27 @@ async def test_append_that_dies_before_its_commit_leaves_no_trace(
     await fresh.close()
 
 
+async def test_pop_keeps_the_id_index_and_the_next_append_cuts_the_popped_bytes(tmp_path: pathlib.Path) -> None:
+    key, batch = SessionKey("t", "s"), messages(100)
+    async with JsonFilesHistoryStore(url(tmp_path)) as store:
+        await store.append(key, batch)
+        for expected in reversed(batch[-3:]):
+            popped = await store.pop(key)
+            assert popped is not None
+            assert popped.message_id == expected.message_id
+        [log] = [file for file in files_under(tmp_path) if file.suffix == ".jsonl"]
+        [meta] = metadata_under(tmp_path)
+        assert log.stat().st_size > meta["size"]  # the popped records are past the committed end
+        before = store.messages_read
+        # The index forgot exactly the popped ids (tombstones), so this append reads no records to rebuild it.
+        new = messages(2, "new")
+        assert await store.append(key, [*batch[-4:], *new]) == 5
+        assert store.messages_read == before
+        assert log.stat().st_size == metadata_under(tmp_path)[0]["size"]
+        assert ids(await store.load(key, last=6)) == ids(batch[-4:]) + ids(new)
+        assert await store.count(key) == 102
+
+
 async def test_iteration_continues_after_a_trim(tmp_path: pathlib.Path) -> None:
     key, batch = SessionKey("t", "s"), messages(10)
     async with JsonFilesHistoryStore(url(tmp_path)) as store:

@@ -3,9 +3,10 @@
 The file holds a 16-byte header, ``next_seq`` (the sequence number after the last record it covers) and
 ``used`` (an upper bound of the occupied slots), then a power-of-two number of 24-byte slots, probed linearly:
 a 16-byte BLAKE2b digest of a message id and its record's sequence number plus one (0: an empty slot). An
-entry is live while its record is stored (``seq >= first_seq``); trimmed records leave dead entries, which
-growing the table drops. The header is written before the slots it announces, so a writer that dies midway
-leaves a header that disagrees with the session's metadata, and the next writer rebuilds the index.
+entry is live while its record is stored (``first_seq <= seq < next_seq``); trimmed records leave dead entries,
+and a popped record a tombstone (a seq no record reaches), which growing the table drops. The header is
+written before the slots it announces, so a writer that dies midway leaves a header that disagrees with the
+session's metadata, and the next writer rebuilds the index.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = ["IdIndex", "digest"]
 _HEADER = struct.Struct("<QQ")
 _SLOT = struct.Struct("<16sQ")
 _MIN_SLOTS = 64
+_TOMBSTONE = 2**63  # the seq of a popped record's entry: never below next_seq, so never live
 
 
 def digest(message_id: str) -> bytes:
@@ -65,7 +67,9 @@ class IdIndex:
         """Record ``keys`` (none of them live) as the records ``next_seq``, ``next_seq + 1``... of the session."""
         if (self.used + len(keys)) * 2 > self.slots:  # grow at half full, so probes stay short
             table = read_at(self.fd, self.slots * _SLOT.size, _HEADER.size)
-            live = [(key, seq - 1) for key, seq in _SLOT.iter_unpack(table) if seq and seq - 1 >= first_seq]
+            live = [
+                (key, seq - 1) for key, seq in _SLOT.iter_unpack(table) if seq and first_seq <= seq - 1 < self.next_seq
+            ]
             _write(self.path, live, self.next_seq, room=len(keys), fsync=self.fsync)
             self.close()
             self._open()
@@ -77,6 +81,19 @@ class IdIndex:
             os.fsync(self.fd)  # the header reaches the disk before any slot it announces
         for n, key in enumerate(keys):
             write_at(self.fd, _SLOT.pack(key, start + n + 1), _offset(self._find(key)[0]))
+        if self.fsync:
+            os.fsync(self.fd)
+
+    def remove_newest(self, key: bytes) -> None:
+        """Forget ``key``, the id of the newest record (``next_seq - 1``), which a pop removes."""
+        slot, seq = self._find(key)
+        if seq != self.next_seq - 1:
+            raise OSError("the id index disagrees with the records: it was changed outside chatkeep")
+        self.next_seq -= 1
+        write_at(self.fd, _HEADER.pack(self.next_seq, self.used), 0)
+        if self.fsync:
+            os.fsync(self.fd)  # the header first: dying before the slot leaves a stale index, which is rebuilt
+        write_at(self.fd, _SLOT.pack(key, _TOMBSTONE + 1), _offset(slot))
         if self.fsync:
             os.fsync(self.fd)
 

@@ -4,7 +4,8 @@ Names are SHA-256 hashes of length-prefixed UTF-8 ids, so no id can name a path;
 inside the metadata. In ``ROOT/H(tenant)/``, each session ``P = H(tenant, session_id)`` has:
 
 * ``P.json``: the metadata (ids, times, count, sizes, the session document), replaced whole on every write;
-* ``P.N.jsonl``: the message records, one per line; ``N`` grows when ``trim`` rewrites the file;
+* ``P.N.jsonl``: the message records, one per line; ``N`` grows when ``trim`` rewrites the file (a ``pop``
+  only moves the committed end back);
 * ``P.ids``: the message-id index (see ``_index.py``);
 * ``P.lock``: the session's lock (``fcntl.flock``), shared by readers and held alone by a writer.
 
@@ -287,6 +288,28 @@ class JsonFilesHistoryStore(HistoryStore):
             os.remove(old_log)
             return removed
 
+    async def _pop(self, key: SessionKey) -> Message | None:
+        record = await self._run(self._pop_now, key)
+        return None if record is None else self._decode([record])[0]
+
+    def _pop_now(self, key: SessionKey) -> bytes | None:
+        paths = self._paths(key)
+        if not os.path.exists(paths.meta):
+            return None  # nothing to pop: no lock file is created just to find that out
+        with locked(paths.lock, exclusive=True):
+            meta = _Meta.read(paths.meta)
+            if meta is None or not meta.count:
+                return None
+            record = paths.in_log(meta, lambda fd: last_lines(fd, meta.size, 1))[0]
+            stored = functools.partial(self._stored_keys, paths, meta)
+            with IdIndex.open(paths.ids, meta.next_seq, stored, fsync=self.fsync) as index:
+                index.remove_newest(digest(json.loads(record)["message_id"]))
+            # The record's bytes stay past the committed size until the next append cuts them off.
+            meta.count, meta.size = meta.count - 1, meta.size - len(record) - 1
+            meta.touch()
+            replace_file(paths.meta, meta.dump(), fsync=self.fsync)
+            return record
+
     async def _delete(self, key: SessionKey) -> bool:
         return await self._run(self._delete_now, key)
 
@@ -423,7 +446,7 @@ def _names(folder: str) -> list[str]:
 
 
 def _live(seq: int | None, meta: _Meta) -> bool:
-    return seq is not None and seq >= meta.first_seq  # an entry of a trimmed record is dead
+    return seq is not None and meta.first_seq <= seq < meta.next_seq  # entries of trimmed and popped records are dead
 
 
 def _newest(meta: _Meta) -> tuple[datetime, str]:

@@ -1,4 +1,4 @@
-"""A session's metadata blob: what it holds, and how an append, a trim or a tail read changes it.
+"""A session's metadata blob: what it holds, and how an append, a trim, a pop or a tail read changes it.
 
 The metadata is the session's index and its commit point. Segments hold the records; the metadata says
 which generation and segments are live, the sequence numbers (``count = next - first``), and a window over
@@ -25,12 +25,27 @@ _ENTRY = 16  # 10-byte digest + 6-byte timestamp
 
 @dataclass
 class Segment:
-    """One append blob of the session: its number, the sequence number of its first record, blocks and bytes."""
+    """One append blob of the session: its number, the sequence number of its first record, blocks and bytes.
+
+    A pop *cuts* the segment holding the newest record: ``length`` moves back to where that record starts and
+    ``seen`` keeps how many bytes the pop had taken in. A cut segment takes no more blocks, and its bytes past
+    ``length`` are dead: the popped records, then (past ``seen``) blocks of writers who lost to the pop.
+    """
 
     number: int
     first_seq: int
     blocks: int = 0
     length: int = 0
+    seen: int | None = None  # set once the segment is cut
+
+    @property
+    def cut(self) -> bool:
+        return self.seen is not None
+
+    def fields(self) -> list[int]:
+        """The segment as the metadata's JSON holds it (``seen`` only once it is cut)."""
+        head = [self.number, self.first_seq, self.blocks, self.length]
+        return head if self.seen is None else [*head, self.seen]
 
 
 @dataclass
@@ -72,7 +87,7 @@ class SessionMeta:
             "first": self.first,
             "next": self.next,
             "first_offset": self.first_offset,
-            "segments": [[s.number, s.first_seq, s.blocks, s.length] for s in self.segments],
+            "segments": [s.fields() for s in self.segments],
             "window": base64.b64encode(bytes(self.window)).decode("ascii"),
             "ends": self.ends,
             "window_start": self.window_start,
@@ -159,7 +174,7 @@ class SessionMeta:
         return index
 
     def is_full(self, segment: Segment) -> bool:
-        return segment.blocks >= self.limit_blocks or segment.length >= self.limit_bytes
+        return segment.cut or segment.blocks >= self.limit_blocks or segment.length >= self.limit_bytes
 
     def start_of(self, seq: int) -> int | None:
         """The byte offset where record ``seq`` starts in its segment, when the window or ``first`` tells."""
@@ -181,14 +196,33 @@ class SessionMeta:
                 return segment.blocks, segment.length
         return 0, 0
 
+    def cut_at(self, number: int) -> int | None:
+        """Where segment ``number``'s live bytes end when a pop cut it (``None``: not cut, or not in it)."""
+        for segment in self.segments:
+            if segment.number == number:
+                return segment.length if segment.cut else None
+        return None
+
     def covers(self, number: int, end: int) -> bool:
-        """Whether this metadata already includes the bytes up to ``end`` of segment ``number``."""
+        """Whether this metadata already includes the bytes up to ``end`` of segment ``number``.
+
+        Of a cut segment, it includes what the pop had taken in (some of it popped since).
+        """
         if not self.segments or number > self.segments[-1].number:
             return False
         for n, segment in enumerate(self.segments):
             if segment.number == number:
+                if segment.seen is not None:
+                    return end <= segment.seen
                 return n < len(self.segments) - 1 or segment.length >= end
         return number < self.segments[0].number  # trimmed away since
+
+    def lost(self, number: int, end: int) -> bool:
+        """Whether a block ending at ``end`` of segment ``number`` landed past a pop's cut, unseen: it is dead."""
+        for segment in self.segments:
+            if segment.number == number:
+                return segment.seen is not None and end > segment.seen
+        return False
 
     # -- changing --------------------------------------------------------------------------------
 
@@ -229,6 +263,23 @@ class SessionMeta:
         del self.window[: drop * _ENTRY]
         del self.ends[:drop]
         self._digests = None
+
+    def pop(self, start: int) -> None:
+        """Forget the newest record, which starts at byte ``start`` of its segment: cut that segment there.
+
+        The segments after it hold no record (a pop emptied them) and are cut empty; none is removed, so their
+        numbers are never used again and no dead byte can come back as a new segment.
+        """
+        index = self.segment_index(self.next - 1)
+        for n, segment in enumerate(self.segments[index:]):
+            if segment.seen is None:
+                segment.seen = segment.length
+            segment.length = start if n == 0 else 0
+        self.next -= 1
+        if self.window_size:  # the newest record is the window's last entry
+            del self.window[-_ENTRY:]
+            self.ends.pop()
+            self._digests = None
 
     def trim(self, keep_last: int, first_offset: int) -> list[int]:
         """Forget all but the newest ``keep_last`` records (``first_offset``: where the new first one starts).

@@ -259,6 +259,8 @@ class BlobHistoryStore(HistoryStore):
         Blocks are counted from the headers in the data, never from the response's block-count header:
         Azurite can send a count that includes a block appended after the bytes it sends were taken.
         """
+        if length == 0:
+            return b""  # a segment a pop cut empty: nothing to ask for
         with driver_errors(self.config):
             try:
                 downloader = await blob.download_blob(offset=offset, length=length)
@@ -484,6 +486,8 @@ class BlobHistoryStore(HistoryStore):
             fresh, etag = found
             if fresh.covers(number, end):
                 return True  # a writer behind this one took the block in
+            if fresh.lost(number, end):
+                return False  # a pop cut the segment before it saw this block: append again
             view = fresh.copy()
             await self._catch_up(key, view)
 
@@ -504,7 +508,7 @@ class BlobHistoryStore(HistoryStore):
                 self._download(
                     self._segment(key, meta, segment.number),
                     first,
-                    None if n == len(segments) - 1 else segment.length - first,
+                    None if n == len(segments) - 1 and not segment.cut else segment.length - first,
                 )
                 for n, (segment, first) in enumerate(zip(segments, starts, strict=True))
             )
@@ -515,10 +519,10 @@ class BlobHistoryStore(HistoryStore):
         last = segments[-1]
         tail = reads[-1]
         blocks = last.blocks + _layout.headers_after(tail, starts[-1], last.length)
-        number, length = last.number, starts[-1] + len(tail)
-        # The open segment may have filled up after the metadata was written: later segments hold the rest.
-        while blocks >= meta.limit_blocks or length >= meta.limit_bytes:
-            number += 1
+        number, length, cut = last.number, starts[-1] + len(tail), last.cut
+        # The open segment may have filled up (or been cut) after the metadata was written: later ones hold the rest.
+        while cut or blocks >= meta.limit_blocks or length >= meta.limit_bytes:
+            number, cut = number + 1, False
             try:
                 tail = await self._download(self._segment(key, meta, number), 0, None)
             except _Gone:
@@ -562,6 +566,9 @@ class BlobHistoryStore(HistoryStore):
         pending, blocks_seen = b"", 0
         while True:
             size = int(batch * average * 1.2) + 64
+            cut = meta.cut_at(number)
+            if cut is not None:
+                size = max(min(size, cut - offset), 0)  # a cut segment's live bytes end at the cut
             try:
                 data = await self._download(self._segment(key, meta, number), offset, size)
             except _Gone:
@@ -578,7 +585,10 @@ class BlobHistoryStore(HistoryStore):
             records = [record for token, record, _ in parsed if token is None]
             for message in decode_records(records):
                 yield message
-            if len(data) < size:
+            if cut is not None:
+                if offset >= cut or len(data) < size:
+                    number, offset, pending, blocks_seen = number + 1, 0, b"", 0
+            elif len(data) < size:
                 if blocks_seen < meta.limit_blocks and offset < meta.limit_bytes:
                     return
                 number, offset, pending, blocks_seen = number + 1, 0, b"", 0
@@ -627,6 +637,33 @@ class BlobHistoryStore(HistoryStore):
                 [self.layout.segment(key.tenant, key.session_id, view.generation, number) for number in gone]
             )
             return removed
+
+    async def _pop(self, key: SessionKey) -> Message | None:
+        """Cut the newest record off with one conditional metadata write (If-Match), as an append commits."""
+        lost = 0
+        while True:
+            found = await self._read_meta(key)
+            if found is None:
+                return None
+            meta, etag = found
+            view = meta.copy()
+            try:
+                await self._catch_up(key, view)  # appends landed but not committed yet come first
+                if not view.count:
+                    return None
+                newest = view.next - 1
+                record = (await self._read_from(key, view, newest, stop=view.next))[0]
+                start = view.start_of(newest)
+                if start is None:  # earlier pops emptied the window
+                    start = await self._offset_of(key, view, newest)
+            except _Gone:
+                continue
+            view.pop(start)
+            view.updated = max(_now_us(), view.created)
+            if await self._put_meta(key, view, etag) is not None:
+                return decode_records([record])[0]
+            lost += 1  # another writer came first: as after a lost append race, pause at random, then again
+            await asyncio.sleep(random.uniform(0, min(_RACE_PAUSE * 2**lost, 0.1)))
 
     async def _offset_of(self, key: SessionKey, view: SessionMeta, seq: int) -> int:
         """Where record ``seq`` starts in its segment, by reading that segment up to it (trim's rare path)."""

@@ -163,6 +163,11 @@ class ConformanceBase:
                 '@pytest.mark.xfail(strict=True, reason="why the backend cannot") and call super() in its body.'
             )
 
+    def skip_without_native_ttl(self) -> None:
+        """Skip the calling test, saying why, unless the backend expires sessions itself (``native_ttl``)."""
+        if not self.native_ttl:
+            pytest.skip(f"{type(self).__name__}.native_ttl is False: the backend expires nothing by itself")
+
     @pytest.fixture
     def make_store(self) -> StoreFactory:
         """Override: return a callable opening a new store instance on the test's backing data."""

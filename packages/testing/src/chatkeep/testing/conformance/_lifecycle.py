@@ -122,8 +122,7 @@ class TTLConformance(ConformanceBase):
     """With ``native_ttl``: a store opened with ``ttl=`` lets idle sessions expire; every write restarts the clock."""
 
     async def test_ttl_expires_idle_sessions(self, kit: StoreKit) -> None:
-        if not self.native_ttl:
-            pytest.skip(f"{type(self).__name__}.native_ttl is False: the backend expires nothing by itself")
+        self.skip_without_native_ttl()
         store = await kit.open(ttl=1)
         key, lasting = kit.key(), kit.key()
         await _seed(store, key)
@@ -139,8 +138,7 @@ class TTLConformance(ConformanceBase):
         assert await fresh.count(lasting) == 2
 
     async def test_ttl_is_refreshed_by_writes(self, kit: StoreKit) -> None:
-        if not self.native_ttl:
-            pytest.skip(f"{type(self).__name__}.native_ttl is False: the backend expires nothing by itself")
+        self.skip_without_native_ttl()
         store = await kit.open(ttl=timedelta(seconds=1))
         key = kit.key()
         started = time.monotonic()

@@ -6,8 +6,6 @@ import asyncio
 import time
 from datetime import datetime, timedelta, timezone
 
-import pytest
-
 from chatkeep.core import AgentSession, Message
 from chatkeep.core.backend import HistoryStore, SessionKey
 from chatkeep.testing.conformance._base import ConformanceBase, StoreKit, make_messages, message_ids
@@ -148,8 +146,7 @@ class PopConformance(ConformanceBase):
         assert [await fresh.count(popped), await fresh.count(idle)] == [2, 0]
 
     async def test_ttl_is_refreshed_by_pop(self, kit: StoreKit) -> None:
-        if not self.native_ttl:
-            pytest.skip(f"{type(self).__name__}.native_ttl is False: the backend expires nothing by itself")
+        self.skip_without_native_ttl()
         store = await kit.open(ttl=timedelta(seconds=1))
         key = kit.key()
         started = time.monotonic()
