@@ -87,7 +87,13 @@ INTEROP: dict[str, list[str]] = {
         "langchain-community==0.4.2",
         "langchain-postgres==0.0.19",
     ],
-    "llama-index": ["llama-index-core==0.14.25"],
+    # llama-index-llms-openai drives the tests' model and needs openai<3; the Redis chat store is the benchmark's.
+    "llama-index": [
+        "llama-index-core==0.14.25",
+        "llama-index-llms-openai==0.8.3",
+        "llama-index-storage-chat-store-redis==0.8.0",
+        "openai==2.54.0",
+    ],
 }
 
 

@@ -18,11 +18,13 @@ SUITES = {
     "sql": "benchmarks.sql_bench",
     "redis": "benchmarks.redis_bench",
     "blob": "benchmarks.blob_bench",
-    "interop-openai-agents": "benchmarks.interop_openai_agents_bench",
 }
-# An adapter beside its framework's own stores; run one at a time by name.
+# An adapter beside its framework's own stores; run one at a time by name (nox -s interop_bench installs the pins).
 INTEROP_SUITES = {
+    "interop-openai-agents": "benchmarks.interop_openai_agents_bench",
+    "interop-agent-framework": "benchmarks.interop_agent_framework_bench",
     "interop-langchain": "benchmarks.interop_langchain_bench",
+    "interop-llama-index": "benchmarks.interop_llama_index_bench",
 }
 
 

@@ -1,0 +1,285 @@
+"""LlamaIndex's own chat stores beside ChatkeepChatStore, on the same backends, in one run.
+
+Run with ``python -m benchmarks interop-llama-index [--quick]`` after installing the pins of
+``INTEROP["llama-index"]`` in noxfile.py (``nox -s "interop_bench(framework='llama-index')"``).
+
+The turn is the standard one: read the newest 20 messages, then ``add_message`` twice (the question and the
+answer, as a memory's ``put`` does). LlamaIndex's chat stores have no window, so their turn is
+``get_messages(key)[-20:]``: the whole history is read, that is their cost. ``ChatkeepChatStore`` reads
+``get_messages(key, last=20)``; its "whole history" row reads everything as LlamaIndex's ``ChatMemoryBuffer``
+does (its token window is computed over the full list, so a memory class does not ask for a window).
+
+Stores compared, each with the chatkeep store on the same backend:
+
+* Redis: ``llama-index-storage-chat-store-redis``'s ``RedisChatStore`` (a list: ``RPUSH`` per message,
+  ``LRANGE 0 -1``), sync and async methods, vs ``ChatkeepChatStore("redis://...")``.
+* A file: ``SimpleChatStore`` (a dict in memory) made durable with ``persist()`` after each turn, one file per
+  session, vs ``ChatkeepChatStore("sqlite:///...")``.
+* In memory, for reference: ``SimpleChatStore`` without persisting vs ``ChatkeepChatStore("memory://")``.
+
+Timed turns go round several sessions so a session grows by at most a fifth of its size (or 4 messages) while
+it is measured, and the paths are interleaved in many short rounds so a busy machine slows them alike. A path
+that reads the whole history runs 30 turns at 10,000 messages (seconds each), the others 300.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from itertools import cycle
+from pathlib import Path
+
+import redis
+from llama_index.core.llms import ChatMessage
+from llama_index.core.storage.chat_store import SimpleChatStore
+from llama_index.storage.chat_store.redis import RedisChatStore
+
+from benchmarks._common import Result, format_table, measure, measure_async, ratio
+from chatkeep.interop.llama_index import ChatkeepChatStore
+
+__all__ = ["main"]
+
+SIZES = (10, 1_000, 10_000)
+WINDOW = 20
+TEXT = "The quick brown fox jumps over the lazy dog. " * 4  # ~180 characters: a typical short chat message
+PAIR = [ChatMessage(role="user", content=f"next question: {TEXT}"), ChatMessage(role="assistant", content=TEXT)]
+REDIS_URL = os.environ.get("CHATKEEP_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def _history(size: int) -> list[ChatMessage]:
+    return [ChatMessage(role="user" if n % 2 == 0 else "assistant", content=f"{n}: {TEXT}") for n in range(size)]
+
+
+def _sessions(size: int, turns: int) -> int:
+    """How many sessions keep each one's growth within a fifth of its size while ``turns`` turns run."""
+    return max(1, math.ceil(2 * turns / max(size // 5, 4)))
+
+
+@dataclass
+class Contender:
+    """One benchmarked path: its name, its comparison group (a backend), and its turn (sync or async)."""
+
+    name: str
+    group: str
+    turn: Callable[[], object] | None = None
+    aturn: Callable[[], Awaitable[object]] | None = None
+    reads_all: bool = False  # its turn reads (and decodes) the whole history
+
+
+def _framework_turn(
+    store: object, keys: cycle[str], persist: Callable[[str], None] | None = None
+) -> Callable[[], None]:
+    def turn() -> None:
+        key = next(keys)
+        store.get_messages(key)[-WINDOW:]  # type: ignore[attr-defined]
+        for message in PAIR:
+            store.add_message(key, message)  # type: ignore[attr-defined]
+        if persist is not None:
+            persist(key)
+
+    return turn
+
+
+def _adapter_turn(store: ChatkeepChatStore, keys: cycle[str], *, last: int | None) -> Callable[[], None]:
+    def turn() -> None:
+        key = next(keys)
+        store.get_messages(key, last=last)
+        for message in PAIR:
+            store.add_message(key, message)
+
+    return turn
+
+
+def _framework_aturn(store: RedisChatStore, keys: cycle[str]) -> Callable[[], Awaitable[None]]:
+    async def turn() -> None:
+        key = next(keys)
+        (await store.aget_messages(key))[-WINDOW:]
+        for message in PAIR:
+            await store.async_add_message(key, message)
+
+    return turn
+
+
+def _adapter_aturn(store: ChatkeepChatStore, keys: cycle[str]) -> Callable[[], Awaitable[None]]:
+    async def turn() -> None:
+        key = next(keys)
+        await store.aget_messages(key, last=WINDOW)
+        for message in PAIR:
+            await store.async_add_message(key, message)
+
+    return turn
+
+
+class _FilePerSession:
+    """One SimpleChatStore per session, each persisted to its own file (one shared file would rewrite them all)."""
+
+    def __init__(self, folder: Path, keys: list[str], history: list[ChatMessage]) -> None:
+        self.folder = folder
+        self.stores = {key: SimpleChatStore(store={key: list(history)}) for key in keys}
+        for key in keys:
+            self.persist(key)
+
+    def persist(self, key: str) -> None:
+        # What SimpleChatStore.persist() writes (the store as JSON), which fails in this llama-index-core with
+        # this pydantic: its ChatMessage serializer calls pydantic's handler with an argument newer ones refuse.
+        document = {"store": {key: [m.model_dump(mode="json") for m in self.stores[key].get_messages(key)]}}
+        (self.folder / f"{key}.json").write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
+
+    def get_messages(self, key: str) -> list[ChatMessage]:
+        return self.stores[key].get_messages(key)
+
+    def add_message(self, key: str, message: ChatMessage) -> None:
+        self.stores[key].add_message(key, message)
+
+
+async def _run(args: argparse.Namespace, folder: Path) -> tuple[list[Result], dict[str, str]]:
+    # Many short rounds: on a busy machine the load drifts within seconds, and every path should see the same drift.
+    rounds, iterations = (4, 60) if args.quick else (30, 300)
+    warmup = rounds
+    prefix = f"libench-{uuid.uuid4().hex[:8]}"
+    raw = redis.Redis.from_url(REDIS_URL)
+    theirs_redis = RedisChatStore(redis_url=REDIS_URL)
+    ours = {
+        "redis": ChatkeepChatStore(REDIS_URL, tenant=prefix),
+        "sqlite": ChatkeepChatStore(f"sqlite:///{folder}/chat.db", tenant=prefix),
+        "memory": ChatkeepChatStore("memory://", tenant=prefix),
+    }
+    results: dict[tuple[str, int], Result] = {}
+    try:
+        for size in SIZES:
+            history = _history(size)
+            count = _sessions(size, 2 * (iterations + warmup))  # the sync and the async turns share the sessions
+            keys = [f"{prefix}-{size}-{n}" for n in range(count)]
+            pipe = raw.pipeline(transaction=False)
+            for key in keys:
+                pipe.rpush(key, *[m.model_dump_json() for m in history])
+            pipe.execute()
+            for store in ours.values():
+                for key in keys:
+                    store.set_messages(key, history)
+            simple_memory = SimpleChatStore(store={key: list(history) for key in keys})
+            files = _FilePerSession(folder, keys, history)
+            paths = [
+                Contender(
+                    "RedisChatStore (get_messages, newest 20)",
+                    "redis",
+                    _framework_turn(theirs_redis, cycle(keys)),
+                    reads_all=True,
+                ),
+                Contender(
+                    "ChatkeepChatStore redis:// (last=20)",
+                    "redis",
+                    _adapter_turn(ours["redis"], cycle(keys), last=WINDOW),
+                ),
+                Contender(
+                    "ChatkeepChatStore redis:// (whole history)",
+                    "redis",
+                    _adapter_turn(ours["redis"], cycle(keys), last=None),
+                    reads_all=True,
+                ),
+                Contender(
+                    "RedisChatStore, async methods",
+                    "redis-async",
+                    aturn=_framework_aturn(theirs_redis, cycle(keys)),
+                    reads_all=True,
+                ),
+                Contender(
+                    "ChatkeepChatStore redis://, async methods",
+                    "redis-async",
+                    aturn=_adapter_aturn(ours["redis"], cycle(keys)),
+                ),
+                Contender(
+                    "SimpleChatStore + persist() per turn (file per session)",
+                    "file",
+                    _framework_turn(files, cycle(keys), files.persist),
+                    reads_all=True,
+                ),
+                Contender(
+                    "ChatkeepChatStore sqlite file (last=20)",
+                    "file",
+                    _adapter_turn(ours["sqlite"], cycle(keys), last=WINDOW),
+                ),
+                Contender(
+                    "ChatkeepChatStore sqlite file (whole history)",
+                    "file",
+                    _adapter_turn(ours["sqlite"], cycle(keys), last=None),
+                    reads_all=True,
+                ),
+                Contender(
+                    "SimpleChatStore in memory (not durable)", "memory", _framework_turn(simple_memory, cycle(keys))
+                ),
+                Contender(
+                    "ChatkeepChatStore memory:// (last=20)",
+                    "memory",
+                    _adapter_turn(ours["memory"], cycle(keys), last=WINDOW),
+                ),
+            ]
+            for _ in range(rounds):
+                for path in paths:
+                    # A path that reads the whole history takes seconds per turn at 10,000: fewer turns of it.
+                    turns = iterations // rounds if size < 10_000 or not path.reads_all else max(1, 30 // rounds)
+                    warm = max(1, warmup // rounds)
+                    if path.turn is not None:
+                        part = measure(path.name, size, path.turn, iterations=turns, warmup=warm)
+                    else:
+                        assert path.aturn is not None
+                        part = await measure_async(path.name, size, path.aturn, iterations=turns, warmup=warm)
+                    results.setdefault((path.name, size), Result(path.name, size, [])).samples.extend(part.samples)
+            raw.delete(*keys)
+            for store in ours.values():
+                for key in keys:
+                    store.delete_messages(key)
+    finally:
+        for store in ours.values():
+            store.close()
+        raw.close()
+    return list(results.values()), {path.name: path.group for path in paths}
+
+
+def _baseline(results: list[Result], groups: dict[str, str]) -> Callable[[Result], Result]:
+    """Each row against LlamaIndex's own store of its group at its size (the first path of the group)."""
+
+    def baseline(row: Result) -> Result:
+        return next(r for r in results if groups[r.name] == groups[row.name] and r.size == row.size)
+
+    return baseline
+
+
+def _report(results: list[Result], groups: dict[str, str]) -> str:
+    base = _baseline(results, groups)
+    table = format_table("The turn: newest 20 + add_message x2 (ratio: vs LlamaIndex's own store)", results, base)
+    table = table.replace("p50 vs fastest raw", "p50 vs LlamaIndex's store")
+    lines = [table, "", "### Targets (adapter vs LlamaIndex's own store on the same backend)", ""]
+    for name in (
+        "ChatkeepChatStore redis:// (last=20)",
+        "ChatkeepChatStore redis://, async methods",
+        "ChatkeepChatStore sqlite file (last=20)",
+    ):
+        rows = {r.size: r for r in results if r.name == name}
+        speedup = 1 / ratio(rows[SIZES[-1]], base(rows[SIZES[-1]]))
+        small = ratio(rows[SIZES[0]], base(rows[SIZES[0]]))
+        lines.append(
+            f"- {name}: {speedup:.1f}x faster at {SIZES[-1]:,} (target 3x: {'met' if speedup >= 3 else 'missed'}); "
+            f"{small:.2f}x the time at {SIZES[0]} (target 1.0x or less: {'met' if small <= 1.0 else 'missed'})"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """Run the LlamaIndex chat-store benchmark and print a Markdown table."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks interop-llama-index", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisy numbers)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="libench-") as folder:
+        results, groups = asyncio.run(_run(args, Path(folder)))
+    print(_report(results, groups))
+    return 0

@@ -1,0 +1,308 @@
+"""LlamaIndex chat store on chatkeep: :class:`ChatkeepChatStore`, a ``BaseChatStore`` for its memory classes.
+
+``ChatMemoryBuffer.from_defaults(chat_store=ChatkeepChatStore("redis://localhost:6379/0", tenant="acme"),
+chat_store_key="user-1")`` keeps a chat engine's or an agent's history in any chatkeep backend. Each
+LlamaIndex ``key`` is the session id of a :class:`SessionKey` under the chat store's one tenant, and each
+``ChatMessage`` is kept as its own JSON form (``model_dump(mode="json")``: role, content blocks,
+``additional_kwargs`` with tool calls), so what LlamaIndex writes is what it reads back, field for field.
+
+Sync and async calls of one chat store run on one thread: a store is bound to one event loop, and
+LlamaIndex calls both sides of one chat store (``ChatMemoryBuffer.aget`` reads with the sync
+``get_messages`` on a worker thread while ``aput`` writes with the async ``async_add_message``). The chat
+store therefore runs every call on its store's sync view (:meth:`HistoryStore.sync`, a private event-loop
+thread); a sync call waits for it, from any thread, without needing or blocking an event loop of its own,
+and an async call awaits that sync call on a worker thread, so the caller's event loop keeps running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.llms import ChatMessage, MessageRole
+from llama_index.core.storage.chat_store.base import BaseChatStore
+from pydantic_core import PydanticSerializationError
+
+from chatkeep.core import (
+    DEFAULT_TENANT,
+    HistoryStore,
+    InvalidArgumentError,
+    Message,
+    MessageFormatError,
+    Role,
+    SessionKey,
+    SyncHistoryStore,
+)
+from chatkeep.interop._binding import StoreBinding
+from chatkeep.interop._envelope import unwrap, wrap
+
+__all__ = ["FORMAT", "ChatkeepChatStore"]
+
+#: The envelope format of a LlamaIndex ``ChatMessage`` (its ``model_dump(mode="json")``).
+FORMAT = "llama-index.chat-message"
+
+_ROLES: dict[MessageRole, Role] = {
+    MessageRole.SYSTEM: "system",
+    MessageRole.DEVELOPER: "system",
+    MessageRole.USER: "user",
+    MessageRole.ASSISTANT: "assistant",
+    MessageRole.CHATBOT: "assistant",
+    MessageRole.MODEL: "assistant",
+    MessageRole.TOOL: "tool",
+    MessageRole.FUNCTION: "tool",
+}
+
+_PAGE = 500  # sessions per list_sessions page in get_keys
+
+
+def _encode(message: ChatMessage) -> Message:
+    if not isinstance(message, ChatMessage):
+        raise InvalidArgumentError(
+            f"a LlamaIndex chat store keeps ChatMessage objects, got {type(message).__name__}; "
+            "wrap the text as ChatMessage(role='user', content=...)"
+        )
+    try:
+        item = message.model_dump(mode="json")
+    except PydanticSerializationError as exc:
+        raise MessageFormatError(
+            f"a {message.role.value} ChatMessage holds a value that is not JSON ({exc}); keep only JSON values "
+            "(text, numbers, lists, dicts, pydantic models, bytes) in its additional_kwargs and blocks"
+        ) from exc
+    # A role a later LlamaIndex adds is still kept exactly in the item; only the readable rendering guesses.
+    role = _ROLES.get(MessageRole(message.role), "assistant")
+    return wrap(item, format=FORMAT, role=role, text=message.content or "")
+
+
+def _decode(message: Message) -> ChatMessage:
+    item = unwrap(message, format=FORMAT)
+    if item is None:  # written by chatkeep itself (its own agents): its role and text
+        return ChatMessage(role=MessageRole(message.role), content=message.text)
+    return ChatMessage.model_validate(item)
+
+
+def _index(idx: object) -> int:
+    if isinstance(idx, bool) or not isinstance(idx, int):
+        raise InvalidArgumentError(f"idx must be a whole number (a position in the history), got {idx!r}")
+    return idx
+
+
+class ChatkeepChatStore(BaseChatStore):
+    """A LlamaIndex chat store that keeps every key's history in a chatkeep store, under one tenant.
+
+    Use it wherever LlamaIndex takes a ``BaseChatStore``: ``ChatMemoryBuffer.from_defaults(chat_store=...,
+    chat_store_key=...)``, ``ChatSummaryMemoryBuffer``, and the agents and chat engines that take such a memory.
+
+    Beyond LlamaIndex's own stores:
+
+    * ``delete_message(key, idx)`` removes exactly the message at ``idx`` and keeps the order of the rest.
+    * ``delete_last_message`` is one atomic step (two callers never get the same message).
+    * ``get_messages(key, last=20)`` reads only the newest 20.
+    * ``get_keys`` lists this tenant's keys only, not every key on the server.
+
+    Atomicity, per call: ``add_message`` (at the end), ``delete_messages`` and ``delete_last_message`` are
+    atomic. ``set_messages`` appends the new history, then drops the old one: a reader in between sees the
+    old messages followed by the new ones (never an empty or partial history), and a failure in between
+    leaves both, never neither. ``delete_message`` of the oldest or newest message is atomic; of a message
+    in between, and ``add_message`` with ``idx``, take the later messages off the end one by one and put
+    them back: exact and in order, but a reader in between sees the shorter history, and if the process dies
+    in between those later messages are lost. Calls that change one key at the same moment from two places
+    are exact only for the atomic ones. (LlamaIndex's memory classes use ``get_messages``, ``add_message``,
+    ``set_messages`` and ``delete_messages``.)
+
+    Args:
+        store: a store URL (``"sqlite:///chat.db"``) or a backend name (``"memory"``), which the chat store
+            opens and :meth:`close` closes; a :class:`HistoryStore`, which it takes over (it runs on the chat
+            store's loop thread from then on, and :meth:`close` closes it); or a :class:`SyncHistoryStore`
+            (``store.sync()``) that stays yours, to share one store between several chat stores.
+        tenant: the tenant every key of this chat store belongs to.
+        store_options: options for a store opened from a URL (what its query takes, as keywords).
+
+    Raises:
+        UnknownBackendError: no installed backend handles the URL; the message names the extra to install.
+        StoreConfigurationError: ``store_options`` given with a store object, or ``store`` of the wrong type.
+        InvalidSessionKeyError: ``tenant`` is empty or too long.
+    """
+
+    tenant: str = Field(default=DEFAULT_TENANT, description="The chatkeep tenant every key belongs to.")
+
+    _view: SyncHistoryStore = PrivateAttr()
+    _owns_view: bool = PrivateAttr()
+
+    def __init__(
+        self,
+        store: HistoryStore | SyncHistoryStore | str = "memory",
+        *,
+        tenant: str = DEFAULT_TENANT,
+        store_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        StoreBinding.key("-", tenant)  # checks the tenant before anything is opened
+        super().__init__(tenant=tenant)
+        # The binding resolves a URL and checks the arguments (store_options only with a URL), also for a view.
+        binding = StoreBinding(
+            store.store if isinstance(store, SyncHistoryStore) else store, store_options=store_options
+        )
+        if isinstance(store, SyncHistoryStore):
+            self._view, self._owns_view = store, False
+        else:
+            self._view, self._owns_view = binding.store.sync(), True
+
+    @classmethod
+    def class_name(cls) -> str:
+        """The name LlamaIndex serializes this chat store under."""
+        return "ChatkeepChatStore"
+
+    @property
+    def store(self) -> SyncHistoryStore:
+        """The sync view every call runs on (``.store`` on it is the async store, for ``describe()``)."""
+        return self._view
+
+    def _key(self, key: str) -> SessionKey:
+        return StoreBinding.key(key, self.tenant)
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def get_messages(self, key: str, *, last: int | None = None) -> list[ChatMessage]:
+        """The key's messages in the order they were added; with ``last=k``, only the k newest (reading only those).
+
+        Raises:
+            MessageFormatError: the key holds another framework's messages (written through another adapter).
+        """
+        return [_decode(message) for message in self._view.load(self._key(key), last=last)]
+
+    async def aget_messages(self, key: str, *, last: int | None = None) -> list[ChatMessage]:
+        """:meth:`get_messages` for async code (the event loop keeps running meanwhile)."""
+        return await asyncio.to_thread(self.get_messages, key, last=last)
+
+    def get_keys(self) -> list[str]:
+        """The keys of this tenant that hold messages, the most recently changed first."""
+        keys: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = self._view.list_sessions(self.tenant, limit=_PAGE, cursor=cursor)
+            keys.extend(info.session_id for info in page.items if info.message_count)
+            if page.next_cursor is None:
+                return keys
+            cursor = page.next_cursor
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    def add_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
+        """Add a message at the end (atomically), or before position ``idx`` as ``list.insert`` does (``idx >= 0``).
+
+        Raises:
+            InvalidArgumentError: ``message`` is not a ``ChatMessage``, or ``idx`` is negative.
+            MessageFormatError: the message holds a value that is not JSON (nothing is stored).
+            MessageTooLargeError: the message is over the store's ``max_message_bytes``.
+        """
+        stored = _encode(message)
+        if idx is None:
+            self._view.append(self._key(key), [stored])
+            return
+        if _index(idx) < 0:
+            raise InvalidArgumentError(f"idx must be 0 or more to insert a message, got {idx}")
+        self._splice(self._key(key), idx, remove=False, insert=[stored])
+
+    async def async_add_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
+        """:meth:`add_message` for async code."""
+        await asyncio.to_thread(self.add_message, key, message, idx)
+
+    def set_messages(self, key: str, messages: list[ChatMessage]) -> None:
+        """Replace the key's history with ``messages``: appends them (atomically), then drops the older ones.
+
+        Raises:
+            MessageTooLargeError: a message is over the store's limit (the old history is left as it was).
+        """
+        stored = [_encode(message) for message in messages]
+        session = self._key(key)
+        if stored:
+            self._view.append(session, stored)
+        self._view.trim(session, len(stored))
+
+    async def aset_messages(self, key: str, messages: list[ChatMessage]) -> None:
+        """:meth:`set_messages` for async code."""
+        await asyncio.to_thread(self.set_messages, key, messages)
+
+    def delete_messages(self, key: str) -> None:
+        """Delete the key's whole history (atomically); returns ``None`` rather than read it all first."""
+        self._view.delete(self._key(key))
+
+    async def adelete_messages(self, key: str) -> None:
+        """:meth:`delete_messages` for async code."""
+        await asyncio.to_thread(self.delete_messages, key)
+
+    def delete_last_message(self, key: str) -> ChatMessage | None:
+        """Remove the newest message and return it, in one atomic step; ``None`` when the key has none."""
+        popped = self._view.pop(self._key(key))
+        return None if popped is None else _decode(popped)
+
+    async def adelete_last_message(self, key: str) -> ChatMessage | None:
+        """:meth:`delete_last_message` for async code."""
+        return await asyncio.to_thread(self.delete_last_message, key)
+
+    def delete_message(self, key: str, idx: int) -> ChatMessage | None:
+        """Remove the message at position ``idx`` and return it, keeping the others in order.
+
+        ``None`` (and nothing removed) when ``idx`` is negative or past the end, as in LlamaIndex's own stores.
+        """
+        session = self._key(key)
+        if _index(idx) < 0:
+            return None
+        return self._splice(session, idx, remove=True, insert=[])
+
+    async def adelete_message(self, key: str, idx: int) -> ChatMessage | None:
+        """:meth:`delete_message` for async code."""
+        return await asyncio.to_thread(self.delete_message, key, idx)
+
+    def _splice(self, key: SessionKey, idx: int, *, remove: bool, insert: Sequence[Message]) -> ChatMessage | None:
+        """Remove the message at ``idx`` (``remove``) and/or put ``insert`` there, keeping the rest in order.
+
+        The contract appends only at the end, and removes only the newest (``pop``) or the oldest (``trim``):
+        so the messages after ``idx`` come off the end and go back (with their own ids, so a repeated append
+        never doubles them). The oldest and the newest are removed in one atomic step.
+        """
+        total = self._view.count(key)
+        if idx >= total:
+            if remove:
+                return None
+            if insert:
+                self._view.append(key, insert)
+            return None
+        if remove and not insert and idx == total - 1:
+            popped = self._view.pop(key)
+            return None if popped is None else _decode(popped)
+        if remove and not insert and idx == 0:
+            oldest = next(iter(self._view.iter_messages(key, batch=1)), None)
+            deleted = self._view.trim(key, total - 1)
+            return None if oldest is None or not deleted else _decode(oldest)
+        tail = self._view.load(key, last=total - idx)
+        first_id = tail[0].message_id
+        taken: list[Message] = []
+        while True:  # pop back to (and including) the message now at idx, also past messages added meanwhile
+            popped = self._view.pop(key)
+            if popped is None:
+                break
+            taken.append(popped)
+            if popped.message_id == first_id:
+                break
+        taken.reverse()
+        removed = taken.pop(0) if remove and taken and taken[0].message_id == first_id else None
+        restore = [*insert, *taken]
+        if restore:
+            self._view.append(key, restore)
+        return None if removed is None else _decode(removed)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the store and stop its loop thread, unless the store is a :class:`SyncHistoryStore` you passed."""
+        if self._owns_view:
+            self._view.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` for async code."""
+        await asyncio.to_thread(self.close)
+
+    def __repr__(self) -> str:
+        return f"<ChatkeepChatStore tenant={self.tenant!r} on {self._view.store!r}>"
