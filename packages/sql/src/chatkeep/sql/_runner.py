@@ -77,6 +77,9 @@ class Runner(abc.ABC):
     async def aclose(self) -> None:
         """Release every connection."""
 
+    #: What to check when a call fails: a server's reachability, or (for a SQLite file) its folder.
+    unavailable_hint = "check that it is running and reachable, then retry"
+
     def _unavailable(self, exc: BaseException) -> StoreUnavailableError:
         """The one translation of a driver error: :class:`StoreFullError` for a full disk, else unavailable."""
         detail = f"{type(exc).__name__}: {redact_url(str(exc)).strip()[:500]}"
@@ -88,8 +91,7 @@ class Runner(abc.ABC):
                 "without a restart"
             )
         return StoreUnavailableError(
-            f"the database at {self.description} failed or could not be reached ({detail}); check that it is "
-            "running and reachable, then retry"
+            f"the database at {self.description} failed or could not be reached ({detail}); {self.unavailable_hint}"
         )
 
 
@@ -138,6 +140,10 @@ def _busy(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc).lower() or "busy" in str(exc).lower())
 
 
+#: The hint for a SQLite file that cannot be opened or written (there is no server to start).
+SQLITE_FILE_HINT = "check that the file's folder exists and that this process may read and write there, then retry"
+
+
 class SQLiteRunner(Runner):
     """SQLite through the built-in ``sqlite3`` module: short calls inline, the rest in the store's worker threads.
 
@@ -150,6 +156,8 @@ class SQLiteRunner(Runner):
     µs, about as much as the whole call. Other calls run in a worker thread, one hop per call. Connections
     are kept in a small pool; each is in WAL mode (readers never wait for the writer).
     """
+
+    unavailable_hint = SQLITE_FILE_HINT
 
     def __init__(self, path: str, *, busy_timeout: float, pool_size: int, synchronous: str = "normal") -> None:
         self.path = path
@@ -373,6 +381,8 @@ class EngineRunner(Runner):
         dialect = engine.dialect
         family = "postgresql" if dialect.name == "postgresql" else dialect.name
         self.description = redact_url(engine.url.render_as_string(hide_password=True))
+        if family == "sqlite":
+            self.unavailable_hint = SQLITE_FILE_HINT
         self.statements = Statements(family, dialect.paramstyle, is_mariadb=bool(getattr(dialect, "is_mariadb", False)))
         from sqlalchemy.exc import SQLAlchemyError
         from sqlalchemy.pool import QueuePool

@@ -87,6 +87,8 @@ def _hint(exc: BaseException, shown: str) -> str:
         return "install the backend named above, or fix the URL's scheme (chatkeep backends lists what is installed)"
     if isinstance(exc, StoreFullError):
         return "free space where the store keeps its data (or raise its quota); what it stored before is intact"
+    if isinstance(exc, StoreUnavailableError) and str(exc).startswith("the database at sqlite"):
+        return "make sure the SQLite file's folder exists and is writable by this user, or give another --store"
     if isinstance(exc, StoreUnavailableError):
         return (
             "start the server or fix the host, port and credentials in the URL; for a slow network, raise the "
