@@ -73,7 +73,13 @@ PYTEST = ["pytest", "-c", "pyproject.toml"]
 # not in uv.lock because they cannot all share one environment (llama-index-llms-openai needs openai<3).
 INTEROP: dict[str, list[str]] = {
     "openai-agents": ["openai-agents==0.24.0"],
-    "agent-framework": ["agent-framework-core==1.23.0"],
+    # agent-framework-openai: the OpenAIChatClient the tests drive; -redis: its RedisHistoryProvider, for the benchmark
+    # (it caps redis-py below 7.2.1, so this session runs chatkeep-redis on redis-py 7.1).
+    "agent-framework": [
+        "agent-framework-core==1.23.0",
+        "agent-framework-openai==1.17.0",
+        "agent-framework-redis==1.0.0b261022",
+    ],
     "langchain": ["langchain-core==1.8.3"],
     "llama-index": ["llama-index-core==0.14.25"],
 }
