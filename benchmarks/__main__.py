@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m benchmarks [codec|sql|redis|blob|all] [--chart FILE.svg] [options]``.
+"""Run the benchmarks: ``python -m benchmarks [codec|sql|redis|blob|all|interop-...] [--chart FILE.svg] [options]``.
 
 ``nox -s bench`` runs all. ``--chart FILE.svg`` also draws the run's turn tables as a chart (docs/performance.md).
 """
@@ -18,6 +18,10 @@ SUITES = {
     "redis": "benchmarks.redis_bench",
     "blob": "benchmarks.blob_bench",
 }
+# Each needs its framework's pinned packages (nox -s interop_bench), so "all" leaves them out.
+INTEROP_SUITES = {
+    "interop-agent-framework": "benchmarks.interop_agent_framework_bench",
+}
 
 
 def main(argv: list[str]) -> int:
@@ -29,14 +33,15 @@ def main(argv: list[str]) -> int:
             return 2
         chart, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
     suite, rest = (argv[0], argv[1:]) if argv and not argv[0].startswith("-") else ("all", argv)
-    if suite not in (*SUITES, "all"):
-        print(f"unknown benchmark {suite!r}; choose one of: {', '.join(SUITES)}, all", file=sys.stderr)
+    known = {**SUITES, **INTEROP_SUITES}
+    if suite not in (*known, "all"):
+        print(f"unknown benchmark {suite!r}; choose one of: {', '.join(known)}, all", file=sys.stderr)
         return 2
     from benchmarks._common import RECORDED
 
     rows: list[tuple[str, str, Any, float]] = []  # (suite, table title, result, ratio)
     for name in SUITES if suite == "all" else [suite]:
-        module = importlib.import_module(SUITES[name])
+        module = importlib.import_module(known[name])
         start = len(RECORDED)
         result = module.main(rest)
         if inspect.iscoroutine(result):
