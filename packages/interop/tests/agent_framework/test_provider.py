@@ -193,6 +193,77 @@ async def test_drops_replayed_messages_as_the_frameworks_provider_does(
     assert await history(provider, session) == await history(reference, session_ref)
 
 
+@pytest.mark.parametrize("load_last", [None, 1, 3], ids=["whole", "window-too-short", "window"])
+async def test_a_run_that_replays_its_transcript_stores_what_the_frameworks_provider_stores(
+    store_url: str, tenant: str, load_last: int | None
+) -> None:
+    # A caller that sends the whole transcript as the run's input (what some front ends do): the run compares it
+    # with what it loaded before the model call, or reads the store when that window is too short to tell.
+    reference, session_ref = InMemoryHistoryProvider("memory"), AgentSession()
+    async with ChatkeepHistoryProvider("memory", store=store_url, tenant=tenant, load_last=load_last) as provider:
+        session = AgentSession()
+        transcript: list[Message] = []
+        for turn in range(3):
+            transcript = [*transcript, user(f"q{turn}")]
+            answer = assistant(f"a{turn}")
+            for p, s in ((reference, session_ref), (provider, session)):
+                await run_turn(p, s, transcript, [answer])
+            transcript.append(answer)
+        stored = await provider.store.load(provider.session_key(session.session_id))  # all of it, whatever load_last
+        items = [m.additional_properties["chatkeep.interop"]["item"] for m in stored]
+        assert items == await history(reference, session_ref)
+        assert len(items) == 6
+
+
+async def test_a_window_too_short_to_tell_reads_the_store(store_url: str, tenant: str) -> None:
+    # The run loaded only [b]; b is in the new batch but the history does not end with [a, b], so all is new.
+    turns = [
+        ([user("u0")], [assistant("x", "m1"), assistant("b", "m2")]),
+        ([assistant("a", "m3"), assistant("b", "m2"), user("c")], [assistant("d")]),
+    ]
+    reference, session_ref = InMemoryHistoryProvider("memory"), AgentSession()
+    async with ChatkeepHistoryProvider("memory", store=store_url, tenant=tenant, load_last=1) as provider:
+        session = AgentSession()
+        for inputs, outputs in turns:
+            for p, s in ((reference, session_ref), (provider, session)):
+                await run_turn(p, s, inputs, outputs)
+        stored = await provider.store.load(provider.session_key(session.session_id))
+        assert [m.text for m in stored] == ["u0", "x", "b", "a", "b", "c", "d"]
+        assert [m.additional_properties["chatkeep.interop"]["item"] for m in stored] == await history(
+            reference, session_ref
+        )
+
+
+async def test_a_run_reads_the_store_once(provider: ChatkeepHistoryProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    session = AgentSession()
+    await run_turn(provider, session, [user("hello")], [assistant("hi")])
+    reads: list[int | None] = []
+    load = provider.store.load
+
+    async def counted(key: SessionKey, *, last: int | None = None) -> list[ChatkeepMessage]:
+        reads.append(last)
+        return await load(key, last=last)
+
+    monkeypatch.setattr(provider.store, "load", counted)
+    await run_turn(provider, session, [user("again")], [assistant("hi again")])
+    assert reads == [None]  # the history before the model call; the append compares with it
+    await provider.save_messages(session.session_id, [user("outside a run")])
+    assert reads == [None, 1]  # outside a run the newest stored messages are read
+
+
+async def test_a_write_during_the_model_call_is_kept(provider: ChatkeepHistoryProvider) -> None:
+    session = AgentSession()
+    await run_turn(provider, session, [user("hello")], [assistant("hi")])
+    ctx = SessionContext(session_id=session.session_id, input_messages=[user("slow question")])
+    state = session.state.setdefault(provider.source_id, {})
+    await provider.before_run(agent=AGENT, session=session, context=ctx, state=state)
+    await provider.save_messages(session.session_id, [user("from another worker")])  # while the model thinks
+    ctx._response = AgentResponse(messages=[assistant("slow answer")])
+    await provider.after_run(agent=AGENT, session=session, context=ctx, state=state)
+    texts = [m["contents"][0]["text"] for m in await history(provider, session)]
+    assert texts == ["hello", "hi", "from another worker", "slow question", "slow answer"]
+
+
 # -- ordering, limits, clearing -----------------------------------------------------------------------------
 
 

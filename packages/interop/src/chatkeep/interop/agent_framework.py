@@ -13,10 +13,12 @@ message (see :mod:`chatkeep.interop._envelope`) and read back with ``Message.fro
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar
 
-from agent_framework import AgentSession, HistoryProvider
+from agent_framework import AgentSession, HistoryProvider, SessionContext, SupportsAgentRun
 from agent_framework import Message as FrameworkMessage
 
 # The rule the framework's own providers use to drop what a run hands over again (a replayed transcript, a tool
@@ -135,13 +137,19 @@ class ChatkeepHistoryProvider(HistoryProvider):
         self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[FrameworkMessage]:
         """The session's history (its newest ``load_last`` messages when set), oldest first."""
-        stored = await self.store.load(self.session_key(session_id, state), last=self.load_last)
-        if self.load_last is not None:
+        key = self.session_key(session_id, state)
+        stored = await self.store.load(key, last=self.load_last)
+        whole = self.load_last is None or len(stored) < self.load_last
+        if not whole:
             start = 0
             while start < len(stored) and stored[start].role == "tool":
                 start += 1
             stored = stored[start:]
-        return [_decode(message) for message in stored]
+        messages = [_decode(message) for message in stored]
+        loading = _LOADING.get()
+        if loading is not None:
+            loading.append(_Window(key, messages, whole))
+        return messages
 
     async def save_messages(
         self,
@@ -155,15 +163,47 @@ class ChatkeepHistoryProvider(HistoryProvider):
 
         Like the framework's own providers, messages that repeat the stored history's end (a replayed
         transcript, a tool loop persisted after each model call) are not stored twice. That overlap is never
-        longer than ``messages``, so only that many of the newest stored messages are read.
+        longer than ``messages``, so only that many of the newest stored messages are compared: those this
+        run loaded before the model call when they suffice, else as many as are read from the store.
         """
         if not messages:
             return
         key = self.session_key(session_id, state)
-        tail = [_decode(message) for message in await self.store.load(key, last=len(messages))]
+        window = _RUN_WINDOW.get()
+        tail = window.tail(key, len(messages)) if window is not None else None
+        if tail is None:
+            tail = [_decode(message) for message in await self.store.load(key, last=len(messages))]
         new = filter_new_messages(tail, messages)
         if new:
             await self.store.append(key, [_encode(message) for message in new])
+
+    async def before_run(
+        self, *, agent: SupportsAgentRun, session: AgentSession, context: SessionContext, state: dict[str, Any]
+    ) -> None:
+        """Load the history into the run's context (the base class's), keeping what was loaded for the run's append."""
+        loading: list[_Window] = []
+        token = _LOADING.set(loading)
+        try:
+            await super().before_run(agent=agent, session=session, context=context, state=state)
+        finally:
+            _LOADING.reset(token)
+        if loading:
+            context.metadata[self._window_key] = loading[-1]
+
+    async def after_run(
+        self, *, agent: SupportsAgentRun, session: AgentSession, context: SessionContext, state: dict[str, Any]
+    ) -> None:
+        """Store the run's messages (the base class's), comparing them with what this run loaded."""
+        window = context.metadata.get(self._window_key)
+        token = _RUN_WINDOW.set(window if isinstance(window, _Window) else None)
+        try:
+            await super().after_run(agent=agent, session=session, context=context, state=state)
+        finally:
+            _RUN_WINDOW.reset(token)
+
+    @property
+    def _window_key(self) -> str:
+        return f"chatkeep.interop:{self.source_id}:loaded"
 
     async def clear(self, session: AgentSession | str) -> None:
         """Delete a session's history (give the :class:`AgentSession`, or a chatkeep session id)."""
@@ -184,6 +224,29 @@ class ChatkeepHistoryProvider(HistoryProvider):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+@dataclass(frozen=True)
+class _Window:
+    """The newest messages of a session as a run loaded them before its model call."""
+
+    key: SessionKey
+    messages: list[FrameworkMessage]
+    whole: bool  # the session held no more than these
+
+    def tail(self, key: SessionKey, n: int) -> list[FrameworkMessage] | None:
+        """The session's ``n`` newest messages, or ``None`` when this window cannot tell them."""
+        if key != self.key or (len(self.messages) < n and not self.whole):
+            return None
+        return self.messages[-n:]
+
+
+# A run loads in before_run and appends in after_run, with only the model call between: the append compares
+# with what the run loaded instead of reading the store again. get_messages reports what it loaded through
+# _LOADING while before_run runs; save_messages finds it in _RUN_WINDOW while after_run runs. Both hooks await
+# the base class's in the same task, so each variable is seen only inside the call that set it.
+_LOADING: ContextVar[list[_Window] | None] = ContextVar("chatkeep_interop_af_loading", default=None)
+_RUN_WINDOW: ContextVar[_Window | None] = ContextVar("chatkeep_interop_af_window", default=None)
 
 
 def _encode(message: FrameworkMessage) -> Message:
