@@ -78,7 +78,6 @@ PYTEST = ["pytest", "-c", "pyproject.toml"]
 # not in uv.lock because they cannot all share one environment (llama-index-llms-openai needs openai<3).
 INTEROP: dict[str, list[str]] = {
     "openai-agents": ["openai-agents[sqlalchemy,redis]==0.24.0"],  # the extras: its own sessions, for the benchmark
-    "agent-framework": ["agent-framework-core==1.23.0"],
     # langchain-openai drives the tests' model; langchain-community and langchain-postgres hold the histories the
     # benchmark compares (langchain-redis is left out: its history needs the RedisJSON and RediSearch modules).
     "langchain": [
@@ -93,6 +92,13 @@ INTEROP: dict[str, list[str]] = {
         "llama-index-llms-openai==0.8.3",
         "llama-index-storage-chat-store-redis==0.8.0",
         "openai==2.54.0",
+    ],
+    # agent-framework-openai: the OpenAIChatClient the tests drive; -redis: its RedisHistoryProvider, for the benchmark
+    # (it caps redis-py below 7.2.1, so this session runs chatkeep-redis on redis-py 7.1).
+    "agent-framework": [
+        "agent-framework-core==1.23.0",
+        "agent-framework-openai==1.17.0",
+        "agent-framework-redis==1.0.0b261022",
     ],
 }
 
