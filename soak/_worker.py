@@ -20,6 +20,7 @@ import random
 import signal
 import sys
 import time
+import traceback
 
 from chatkeep.core import ChatkeepError, HistoryStore, Message, SessionKey, open_store
 
@@ -29,6 +30,12 @@ GIVE_UP_AFTER_STOP = 30.0  # seconds a writer keeps retrying its last append onc
 def message_id(writer: str, seq: int, index: int, size: int) -> str:
     """The id of message ``index`` of a writer's append number ``seq`` of ``size`` messages."""
     return f"{writer}.{seq:07d}.{index}.{size}"
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frames of an unexpected exception, on one line: where to look."""
+    frames = traceback.extract_tb(exc.__traceback__)[-4:]
+    return "at " + " < ".join(f"{os.path.basename(f.filename)}:{f.lineno}:{f.name}" for f in reversed(frames))
 
 
 class Log:
@@ -62,7 +69,7 @@ async def writer(
             except ChatkeepError as exc:
                 log.line("E", type(exc).__name__, f"{time.time():.6f}")
             except Exception as exc:
-                log.line("X", type(exc).__name__, f"{time.time():.6f}", repr(str(exc)[:200]))
+                log.line("X", type(exc).__name__, f"{time.time():.6f}", repr(str(exc)[:200]), _where(exc))
             if stop.is_set():
                 deadline = deadline or time.monotonic() + GIVE_UP_AFTER_STOP
                 if time.monotonic() > deadline:
@@ -87,7 +94,7 @@ async def reader(
         except ChatkeepError as exc:
             log.line("E", type(exc).__name__, f"{time.time():.6f}")
         except Exception as exc:
-            log.line("X", type(exc).__name__, f"{time.time():.6f}", repr(str(exc)[:200]))
+            log.line("X", type(exc).__name__, f"{time.time():.6f}", repr(str(exc)[:200]), _where(exc))
         else:
             ids = ",".join(m.message_id for m in seen) or "-"
             log.line("R", key.session_id, f"{started:.6f}", f"{time.time():.6f}", ids)

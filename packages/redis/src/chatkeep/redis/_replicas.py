@@ -64,7 +64,12 @@ async def on_slot_owner(client: RedisCluster, key: str, commands: Sequence[Seque
             batch = [PipelineCommand(n, *command) for n, command in enumerate(commands)]
             if asking is not None:  # the slot is being migrated: its target takes it after ASKING, on this connection
                 batch.insert(0, PipelineCommand(-1, "ASKING"))
-            await node.execute_pipeline(batch)
+            try:
+                await node.execute_pipeline(batch)
+            except AttributeError as exc:
+                # redis-py closes a node's connections when another task refreshes the topology; a command then
+                # finds its connection's writer gone (None) before anything was sent: a lost connection.
+                raise redis_errors.ConnectionError(f"the connection to {node.name} was closed under this call") from exc
             replies = [command.result for command in batch if command.position >= 0]
             first = replies[0]
             if isinstance(first, _TOPOLOGY_ERRORS):
