@@ -72,6 +72,18 @@ def ratio(result: Result, baseline: Result) -> float:
     return result.p50 / baseline.p50
 
 
+# Issue 11's targets for a framework adapter: at least 3x faster than the framework's own store at the largest
+# history, and no slower at the smallest.
+INTEROP_TARGETS = {"largest": 3.0, "smallest": 1.0}
+
+
+def target_line(label: str, size: int, speedup: float, which: str) -> str:
+    """One line of an adapter benchmark's targets: ``speedup`` (framework p50 / adapter p50) against its target."""
+    target = INTEROP_TARGETS[which]
+    verdict = "met" if round(speedup, 2) >= target else "missed"  # judged at the precision printed
+    return f"- {label} at {size:,}: {speedup:.2f}x faster (target {target:g}x): {verdict}"
+
+
 def format_table(
     title: str,
     results: list[Result],

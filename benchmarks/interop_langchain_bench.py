@@ -37,7 +37,7 @@ from typing import Any
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from benchmarks._common import Result, measure, measure_async
+from benchmarks._common import Result, measure, measure_async, target_line
 from chatkeep.core import SyncHistoryStore, open_store
 from chatkeep.interop.langchain import ChatkeepChatMessageHistory
 
@@ -269,13 +269,11 @@ def _targets(backend: str, results: list[Result]) -> list[str]:
     lines = []
     adapter = {r.size: r for r in results if r.name == ADAPTER}
     for base in (r for r in results if not r.name.startswith(ADAPTER)):
-        speedup = base.p50 / adapter[base.size].p50
-        if base.size == SIZES[-1]:
-            verdict = "met" if speedup >= 3 else "missed"
-            lines.append(f"- {backend}, {base.name}, {base.size:,}: {speedup:.2f}x faster (target 3x): {verdict}")
-        elif base.size == SIZES[0]:
-            verdict = "met" if speedup >= 1 else "missed"
-            lines.append(f"- {backend}, {base.name}, {base.size:,}: {speedup:.2f}x (target: no slower): {verdict}")
+        which = {SIZES[-1]: "largest", SIZES[0]: "smallest"}.get(base.size)
+        if which is not None:
+            lines.append(
+                target_line(f"{backend}, against {base.name},", base.size, base.p50 / adapter[base.size].p50, which)
+            )
     return lines
 
 

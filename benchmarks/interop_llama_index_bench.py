@@ -41,7 +41,7 @@ from llama_index.core.llms import ChatMessage
 from llama_index.core.storage.chat_store import SimpleChatStore
 from llama_index.storage.chat_store.redis import RedisChatStore
 
-from benchmarks._common import Result, format_table, measure, measure_async, ratio
+from benchmarks._common import Result, format_table, measure, measure_async, ratio, target_line
 from chatkeep.interop.llama_index import ChatkeepChatStore
 
 __all__ = ["main"]
@@ -263,12 +263,8 @@ def _report(results: list[Result], groups: dict[str, str]) -> str:
         "ChatkeepChatStore sqlite file (last=20)",
     ):
         rows = {r.size: r for r in results if r.name == name}
-        speedup = 1 / ratio(rows[SIZES[-1]], base(rows[SIZES[-1]]))
-        small = ratio(rows[SIZES[0]], base(rows[SIZES[0]]))
-        lines.append(
-            f"- {name}: {speedup:.1f}x faster at {SIZES[-1]:,} (target 3x: {'met' if speedup >= 3 else 'missed'}); "
-            f"{small:.2f}x the time at {SIZES[0]} (target 1.0x or less: {'met' if small <= 1.0 else 'missed'})"
-        )
+        for size, which in ((SIZES[-1], "largest"), (SIZES[0], "smallest")):
+            lines.append(target_line(name, size, 1 / ratio(rows[size], base(rows[size])), which))
     return "\n".join(lines)
 
 

@@ -36,7 +36,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks._common import Result
+from benchmarks._common import Result, target_line
 
 __all__ = ["main"]
 
@@ -228,11 +228,8 @@ def _targets(results: dict[str, list[tuple[int, Result, Result]]]) -> str:
     lines = ["### Targets", ""]
     for family, rows in results.items():
         by_size = {size: sdk.p50 / chatkeep.p50 for size, sdk, chatkeep in rows}
-        big, small = by_size[SIZES[-1]], by_size[SIZES[0]]
-        lines.append(
-            f"- {family}: at {SIZES[-1]:,} items {big:.2f}x faster (target 3x): {'met' if big >= 3 else 'missed'}; "
-            f"at {SIZES[0]} items {small:.2f}x (target: no slower, 1x): {'met' if small >= 1 else 'missed'}"
-        )
+        lines.append(target_line(family, SIZES[-1], by_size[SIZES[-1]], "largest"))
+        lines.append(target_line(family, SIZES[0], by_size[SIZES[0]], "smallest"))
     return "\n".join(lines)
 
 

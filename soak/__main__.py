@@ -84,7 +84,7 @@ class Run:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        os.environ.update(getattr(self.target, "check_env", self.target.env))
+        os.environ.update({**self.target.env, **self.target.check_env})
         async with open_store(self.target.check_url) as store:
             return await check(store, self.tenant, SESSIONS, str(self.logs))
 

@@ -13,11 +13,11 @@ import os
 import random
 import shutil
 import signal
-import socket
+import time
 import uuid
 from pathlib import Path
 
-from chatkeep.testing.faults import LoopbackProxy, free_port
+from chatkeep.testing.faults import LoopbackProxy, free_cluster_ports, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 AZURITE_BIN = ROOT / ".services" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
@@ -37,7 +37,8 @@ class Target:
         self.workdir = workdir
         self.url = ""
         self.check_url = ""
-        self.env: dict[str, str] = {}
+        self.env: dict[str, str] = {}  # the workers' environment
+        self.check_env: dict[str, str] = {}  # what the checker's differs in (it skips the proxy)
         self.proxy: LoopbackProxy | None = None
 
     async def start(self) -> None:
@@ -109,96 +110,96 @@ class MySQL(ServerSQL):
     server_url = MYSQL_URL
 
 
-class Redis(Target):
-    """A private redis-server with an fsync'd append-only file, so a SIGKILL restart keeps every acknowledged write."""
+class PrivateServer(Target):
+    """A target with a server process of its own on a free port, behind a proxy, that a fault restarts."""
 
-    name = "redis"
     faults = ("cut", "blackhole", "outage", "restart")
+    #: how a restart stops the server: SIGKILL, or SIGTERM for one that must save its data on the way out
+    stop_signal = signal.SIGKILL
+    start_seconds = 10.0  # how long the server may take to listen
+
+    def command(self) -> list[str]:
+        """The command line that starts the server on :attr:`port`, its data under :attr:`workdir`."""
+        raise NotImplementedError
 
     async def start(self) -> None:
         self.port = free_port()
         self.process: asyncio.subprocess.Process | None = None
         await self._start_server()
-        proxied = await self._proxy(self.port)
-        self.url = f"redis://127.0.0.1:{proxied}/0?socket_timeout=2"
-        self.check_url = f"redis://127.0.0.1:{self.port}/0"
+        await self._proxy(self.port)
 
     async def _start_server(self) -> None:
-        folder = self.workdir / "redis"
-        folder.mkdir(exist_ok=True)
         self.process = await asyncio.create_subprocess_exec(
-            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", str(folder),
-            "--appendonly", "yes", "--appendfsync", "always",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-        for _ in range(200):
+            *self.command(), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + self.start_seconds
+        while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
                 _, writer = await asyncio.open_connection("127.0.0.1", self.port)
                 writer.close()
                 return
             await asyncio.sleep(0.05)
-        raise RuntimeError(f"the private redis-server on port {self.port} did not start")
+        raise RuntimeError(f"the private {self.name} server on port {self.port} did not start")
+
+    async def _stop_server(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(self.stop_signal)
+            await self.process.wait()
 
     async def restart(self, seconds: float) -> None:
-        assert self.process is not None
-        self.process.kill()  # SIGKILL: only what the append-only file holds survives
-        await self.process.wait()
+        await self._stop_server()
         await asyncio.sleep(seconds)
         await self._start_server()
 
     async def stop(self) -> None:
         await super().stop()
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
+        await self._stop_server()
 
 
-class Blob(Target):
+class Redis(PrivateServer):
+    """A private redis-server with an fsync'd append-only file, so a SIGKILL restart keeps every acknowledged write."""
+
+    name = "redis"
+
+    def command(self) -> list[str]:
+        folder = self.workdir / "redis"
+        folder.mkdir(exist_ok=True)
+        return [
+            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", str(folder),
+            "--appendonly", "yes", "--appendfsync", "always",
+        ]  # fmt: skip
+
+    async def start(self) -> None:
+        await super().start()
+        assert self.proxy is not None
+        self.url = f"redis://127.0.0.1:{self.proxy.port}/0?socket_timeout=2"
+        self.check_url = f"redis://127.0.0.1:{self.port}/0"
+
+
+class Blob(PrivateServer):
     """A private Azurite keeping its data on disk, behind a proxy; restarted gracefully (see the docs)."""
 
     name = "blob"
-    faults = ("cut", "blackhole", "outage", "restart")
+    stop_signal = signal.SIGTERM  # Azurite writes its metadata out on SIGTERM; a SIGKILL would lose some of it
+    start_seconds = 20.0  # Node.js starts slowly
+
+    def command(self) -> list[str]:
+        location = self.workdir / "azurite"
+        location.mkdir(exist_ok=True)
+        return [
+            str(AZURITE_BIN), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", str(location),
+            "--skipApiVersionCheck", "--loose", "--silent", "--disableTelemetry",
+        ]  # fmt: skip
 
     async def start(self) -> None:
         if not AZURITE_BIN.exists():
             raise RuntimeError(f"{AZURITE_BIN} is missing; run scripts/azurite up (it installs Azurite)")
-        self.port = free_port()
-        self.process: asyncio.subprocess.Process | None = None
-        await self._start_server()
-        proxied = await self._proxy(self.port)
+        await super().start()
+        assert self.proxy is not None
         container = f"soak-{uuid.uuid4().hex[:12]}"
         self.url = self.check_url = f"azblob://{container}?read_timeout=5"
-        self.env = {"AZURE_STORAGE_CONNECTION_STRING": _azurite(proxied)}
+        self.env = {"AZURE_STORAGE_CONNECTION_STRING": _azurite(self.proxy.port)}
         self.check_env = {"AZURE_STORAGE_CONNECTION_STRING": _azurite(self.port)}
-
-    async def _start_server(self) -> None:
-        location = self.workdir / "azurite"
-        location.mkdir(exist_ok=True)
-        self.process = await asyncio.create_subprocess_exec(
-            str(AZURITE_BIN), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", str(location),
-            "--skipApiVersionCheck", "--loose", "--silent", "--disableTelemetry",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-        for _ in range(400):
-            with contextlib.suppress(OSError):
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-                writer.close()
-                return
-            await asyncio.sleep(0.05)
-        raise RuntimeError(f"the private Azurite on port {self.port} did not start")
-
-    async def restart(self, seconds: float) -> None:
-        assert self.process is not None
-        self.process.terminate()  # Azurite writes its metadata out on SIGTERM; a SIGKILL would lose some of it
-        await self.process.wait()
-        await asyncio.sleep(seconds)
-        await self._start_server()
-
-    async def stop(self) -> None:
-        await super().stop()
-        if self.process is not None and self.process.returncode is None:
-            self.process.terminate()
-            await self.process.wait()
 
 
 class RedisCluster(Target):
@@ -212,7 +213,7 @@ class RedisCluster(Target):
     faults = ("failover",)
 
     async def start(self) -> None:
-        self.ports = _cluster_ports(6)
+        self.ports = free_cluster_ports(6)
         self.folder = self.workdir / "cluster"
         await self._script("up")
         nodes = ",".join(f"127.0.0.1:{p}" for p in self.ports[:2])
@@ -271,29 +272,6 @@ class RedisCluster(Target):
 
     async def stop(self) -> None:
         await self._script("down")
-
-
-def _cluster_ports(count: int) -> list[int]:
-    """Free ports whose cluster bus port (port + 10000) is free too."""
-    chosen: list[int] = []
-    while len(chosen) < count:
-        port = free_port()
-        if (
-            port + 10000 < 65536
-            and _free(port + 10000)
-            and not {port, port + 10000} & {q + d for q in chosen for d in (0, 10000)}
-        ):
-            chosen.append(port)
-    return chosen
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _azurite(port: int) -> str:

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
-import socket
 import subprocess
 import uuid
 from collections import Counter
@@ -37,6 +35,7 @@ from redis.crc import key_slot
 from chatkeep.core import Message, ReplicationTimeoutError, SessionKey, StoreUnavailableError
 from chatkeep.redis import open_store
 from chatkeep.redis._layout import session_keys
+from chatkeep.testing.faults import free_cluster_ports
 from chatkeep.testing.services import missing_service
 
 pytestmark = pytest.mark.reliability
@@ -57,30 +56,6 @@ def only_in_failover_runs(what: str) -> None:
     """Skip outside ``nox -s failover`` (which sets ``CHATKEEP_FAILOVER_ROUNDS``): the default run does one round."""
     if "CHATKEEP_FAILOVER_ROUNDS" not in os.environ:
         pytest.skip(f"{what}: run nox -s failover")
-
-
-def _cluster_ports(count: int) -> list[int]:
-    """Free ports whose cluster bus port (port + 10000) is free as well."""
-    chosen: list[int] = []
-    candidates = list(range(20000, 29000))
-    random.shuffle(candidates)
-    for port in candidates:
-        if all(_free(p) for p in (port, port + 10000)) and not {port, port + 10000} & {
-            q + d for q in chosen for d in (0, 10000)
-        }:
-            chosen.append(port)
-            if len(chosen) == count:
-                return chosen
-    raise RuntimeError("no free ports for a private Redis Cluster")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @dataclass
@@ -158,7 +133,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         pytest.skip("the failover tests run with the cluster target (nox -s \"tests(backend='redis-cluster')\")")
     if subprocess.run(["sh", "-c", "command -v redis-server && command -v redis-cli"], capture_output=True).returncode:
         missing_service("redis-server and redis-cli are not installed (Debian: apt-get install redis-server)")
-    private = Cluster(_cluster_ports(6), tmp_path_factory.mktemp("redis-cluster-failover"))
+    private = Cluster(free_cluster_ports(6), tmp_path_factory.mktemp("redis-cluster-failover"))
     private.script("up")
     try:
         yield private

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import socket
 
-__all__ = ["LoopbackProxy", "free_port"]
+__all__ = ["LoopbackProxy", "free_cluster_ports", "free_port"]
 
 
 def free_port() -> int:
@@ -18,6 +18,26 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_cluster_ports(count: int) -> list[int]:
+    """``count`` free loopback ports for a private Redis Cluster: each one's bus port (port + 10000) is free too."""
+    chosen: list[int] = []
+    while len(chosen) < count:
+        port = free_port()
+        taken = {q + d for q in chosen for d in (0, 10000)}
+        if port + 10000 < 65536 and _bindable(port + 10000) and not {port, port + 10000} & taken:
+            chosen.append(port)
+    return chosen
 
 
 class LoopbackProxy:
