@@ -101,7 +101,7 @@ def test_eight_threads_append_through_one_view_and_every_append_stays_whole() ->
 
     class Recording(MemoryHistoryStore):
         async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
-            ran_on.add(threading.get_ident())
+            ran_on.add(id(asyncio.get_running_loop()))
             return await super().append(key, messages)
 
     view = SyncHistoryStore(Recording(namespace=namespace()))
@@ -123,7 +123,7 @@ def test_eight_threads_append_through_one_view_and_every_append_stays_whole() ->
         starts = [position[f"w{n}-{i}-q"] for i in range(50)]
         assert starts == sorted(starts), f"writer {n}'s appends are out of order"
         assert all(position[f"w{n}-{i}-a"] == position[f"w{n}-{i}-q"] + 1 for i in range(50)), "an append was split"
-    assert len(ran_on) == 1, "the appends ran on more than one thread (so on more than one event loop)"
+    assert len(ran_on) == 1, "the appends ran on more than one event loop"
     assert threading.get_ident() not in ran_on
 
 
@@ -328,10 +328,60 @@ def test_a_call_from_the_views_own_loop_thread_raises_instead_of_hanging() -> No
 # -- lifecycle -----------------------------------------------------------------------------------------
 
 
+def test_a_call_from_a_plain_thread_runs_the_loop_right_there_without_a_helper_thread() -> None:
+    ran_in: list[int] = []
+
+    class Recording(MemoryHistoryStore):
+        async def count(self, key: SessionKey) -> int:
+            ran_in.append(threading.get_ident())
+            return await super().count(key)
+
+    before = loop_threads()
+    view = SyncHistoryStore(Recording(namespace=namespace()))
+    try:
+        assert view.count(KEY) == 0
+        assert ran_in == [threading.get_ident()], "the call was handed to another thread"
+        assert loop_threads() == before, "a helper thread started for a call that did not need one"
+    finally:
+        view.close()
+
+
+def test_a_call_handed_over_while_another_runs_the_loop_runs_beside_it_and_finishes() -> None:
+    started, release = threading.Event(), threading.Event()
+
+    class Slow(MemoryHistoryStore):
+        async def count(self, key: SessionKey) -> int:
+            started.set()
+            while not release.is_set():  # noqa: ASYNC110 - a threading.Event set by the test's thread
+                await asyncio.sleep(0.005)
+            return await super().count(key)
+
+    view = SyncHistoryStore(Slow(namespace=namespace()))
+    try:
+        slow: list[int] = []
+        driver = threading.Thread(target=lambda: slow.append(view.count(KEY)))
+        driver.start()
+        assert started.wait(timeout=10)
+        # This thread finds the loop running the slow call: its append is handed to it and done meanwhile.
+        assert view.append(KEY, [Message(role="user", text="beside")]) == 1
+        assert not slow, "the slow call finished before the handed one was let go"
+        release.set()
+        driver.join(timeout=10)
+        assert slow == [1]
+        assert texts(view.load(KEY)) == ["beside"]
+    finally:
+        view.close()
+
+
 def test_close_is_idempotent_and_leaves_no_thread_behind() -> None:
     before = loop_threads()
     view = SyncHistoryStore(MemoryHistoryStore(namespace=namespace()))
     view.append(KEY, [Message(role="user", text="x")])
+
+    async def cell() -> int:
+        return view.count(KEY)  # the caller's loop runs here: a helper thread runs the view's loop
+
+    assert asyncio.run(cell()) == 1
     assert len(loop_threads()) == len(before) + 1
     view.close()
     view.close()
@@ -349,9 +399,13 @@ def test_close_is_idempotent_and_leaves_no_thread_behind() -> None:
 def test_a_view_or_agent_dropped_without_close_does_not_leak_its_thread() -> None:
     before = loop_threads()
     view = SyncHistoryStore(MemoryHistoryStore(namespace=namespace()))
-    view.count(KEY)
     agent = OfflineChatClient().as_agent(name="dropped")
-    agent.run_sync("hi")
+
+    async def cell(view: SyncHistoryStore, agent: Agent) -> None:  # inside a running loop: both start a helper
+        view.count(KEY)
+        agent.run_sync("hi")
+
+    asyncio.run(cell(view, agent))
     assert len(loop_threads()) == len(before) + 2
     del view, agent
     gc.collect()

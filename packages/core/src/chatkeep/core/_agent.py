@@ -426,9 +426,10 @@ class Agent:
     ) -> AgentResponse:
         """Run the agent like :meth:`run`, blocking until its response: for code that is not async.
 
-        The run happens on a private event-loop thread that the agent starts on first use and keeps, so the
-        stores it opened stay on one loop from call to call. It works from any thread, also from one whose
-        event loop is running (a notebook cell; that loop waits meanwhile). :meth:`close_sync` stops the thread.
+        The run happens on a private event loop that the agent makes on first use and keeps, so the stores it
+        opened stay on one loop from call to call (the calling thread runs it when it can, else a helper thread
+        does). It works from any thread, also from one whose event loop is running (a notebook cell; that loop
+        waits meanwhile). :meth:`close_sync` closes the loop.
 
         Args:
             input: text, a :class:`Message`, or a list of them.

@@ -292,7 +292,8 @@ class HistoryStore(abc.ABC):
     def sync(self) -> SyncHistoryStore:
         """A blocking view of this store for code without asyncio (Flask, Django, notebooks).
 
-        It runs this store on a private event-loop thread; close the view (or use ``with``) to close both.
+        It runs this store on a private event loop (in the calling thread when it can, else on a helper thread);
+        close the view (or use ``with``) to close both.
         """
         from chatkeep.core.backend._sync import SyncHistoryStore
 
