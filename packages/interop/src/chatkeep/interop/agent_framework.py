@@ -173,7 +173,7 @@ class ChatkeepHistoryProvider(HistoryProvider):
         tail = window.tail(key, len(messages)) if window is not None else None
         if tail is None:
             tail = [_decode(message) for message in await self.store.load(key, last=len(messages))]
-        new = filter_new_messages(tail, messages)
+        new = filter_new_messages(tail, messages) if _may_overlap(tail, messages) else list(messages)
         if new:
             await self.store.append(key, [_encode(message) for message in new])
 
@@ -247,6 +247,25 @@ class _Window:
 # the base class's in the same task, so each variable is seen only inside the call that set it.
 _LOADING: ContextVar[list[_Window] | None] = ContextVar("chatkeep_interop_af_loading", default=None)
 _RUN_WINDOW: ContextVar[_Window | None] = ContextVar("chatkeep_interop_af_window", default=None)
+
+
+def _may_overlap(stored: Sequence[FrameworkMessage], incoming: Sequence[FrameworkMessage]) -> bool:
+    """Whether any incoming message may repeat a stored one by the framework's identity rule.
+
+    The framework's ``filter_new_messages`` compares messages by id, or without one by role and serialized
+    contents: serializing every message's contents costs more than the rest of a turn. Equal contents have
+    equal text, so when no pair shares an id, or a role and text, nothing repeats and its answer is known:
+    every incoming message is new.
+    """
+
+    def coarse(message: FrameworkMessage) -> tuple[str, ...]:
+        identity = getattr(message, "message_id", None)
+        if identity is None:
+            identity = getattr(message, "id", None)
+        return ("id", str(identity)) if identity is not None else ("content", str(message.role), message.text)
+
+    seen = {coarse(message) for message in stored}
+    return any(coarse(message) in seen for message in incoming)
 
 
 def _encode(message: FrameworkMessage) -> Message:
