@@ -24,6 +24,8 @@ from agent_framework import (
     SessionContext,
     SupportsAgentRun,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from chatkeep.core import (
     InvalidArgumentError,
@@ -191,6 +193,31 @@ async def test_drops_replayed_messages_as_the_frameworks_provider_does(
         for p, s in ((reference, session_ref), (provider, session)):
             await p.save_messages(s.session_id, batch, state=s.state.setdefault(p.source_id, {}))
     assert await history(provider, session) == await history(reference, session_ref)
+
+
+# Messages from a tiny alphabet, so that batches repeat stored messages often: by id, or by role and text
+# alone (an id-less message repeats by its contents), or by text under another role or another id.
+_MESSAGES = st.builds(
+    lambda role, text, message_id: Message(role, [text], message_id=message_id),
+    st.sampled_from(["user", "assistant"]),
+    st.sampled_from(["a", "b"]),
+    st.sampled_from([None, None, "m1", "m2"]),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.lists(_MESSAGES, min_size=1, max_size=4), min_size=1, max_size=5))
+async def test_any_sequence_of_batches_is_stored_as_the_frameworks_provider_stores_it(
+    batches: list[list[Message]],
+) -> None:
+    # The replay filter is skipped when no message can repeat: whatever the batches, what is kept must be what
+    # the framework's own provider keeps.
+    reference, session_ref, session = InMemoryHistoryProvider("memory"), AgentSession(), AgentSession()
+    async with ChatkeepHistoryProvider("memory", store="memory://") as provider:
+        for batch in batches:
+            for p, s in ((reference, session_ref), (provider, session)):
+                await p.save_messages(s.session_id, batch, state=s.state.setdefault(p.source_id, {}))
+        assert await history(provider, session) == await history(reference, session_ref)
 
 
 @pytest.mark.parametrize("load_last", [None, 1, 3], ids=["whole", "window-too-short", "window"])
