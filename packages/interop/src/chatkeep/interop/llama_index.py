@@ -11,14 +11,16 @@ LlamaIndex calls both sides of one chat store (``ChatMemoryBuffer.aget`` reads w
 ``get_messages`` on a worker thread while ``aput`` writes with the async ``async_add_message``). The chat
 store therefore runs every call on its store's sync view (:meth:`HistoryStore.sync`, a private event-loop
 thread); a sync call waits for it, from any thread, without needing or blocking an event loop of its own,
-and an async call awaits that sync call on a worker thread, so the caller's event loop keeps running.
+and an async call awaits the store on that thread (``view.arun``), so the caller's event loop keeps running.
+
+:class:`ChatkeepChatMemoryBuffer` is LlamaIndex's ``ChatMemoryBuffer`` reading only the newest messages.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, Protocol, TypeVar, cast
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import ChatMessage, MessageRole
@@ -33,6 +35,8 @@ from chatkeep.core import (
     MessageFormatError,
     Role,
     SessionKey,
+    SessionPage,
+    SyncCallError,
     SyncHistoryStore,
 )
 from chatkeep.interop._binding import StoreBinding
@@ -55,6 +59,8 @@ _ROLES: dict[MessageRole, Role] = {
 }
 
 _PAGE = 500  # sessions per list_sessions page in get_keys
+
+T = TypeVar("T")
 
 
 def _encode(message: ChatMessage) -> Message:
@@ -82,10 +88,194 @@ def _decode(message: Message) -> ChatMessage:
     return ChatMessage.model_validate(item)
 
 
+def _decode_all(messages: Sequence[Message]) -> list[ChatMessage]:
+    return [_decode(message) for message in messages]
+
+
+def _decode_one(message: Message | None) -> ChatMessage | None:
+    return None if message is None else _decode(message)
+
+
 def _index(idx: object) -> int:
     if isinstance(idx, bool) or not isinstance(idx, int):
         raise InvalidArgumentError(f"idx must be a whole number (a position in the history), got {idx!r}")
     return idx
+
+
+def _insert_index(idx: object) -> int:
+    if _index(idx) < 0:
+        raise InvalidArgumentError(f"idx must be 0 or more to insert a message, got {idx}")
+    return cast(int, idx)
+
+
+# -- the chat store's multi-step rules, written once ------------------------------------------------------------
+#
+# A rule that makes several store calls (set_messages, a splice, get_keys' paging) is one coroutine over
+# ``_StoreCalls``. Async methods run it with ``_OnLoop``, on the view's loop thread in one ``view.arun`` (one hop
+# for all its calls). Blocking methods run it with ``_Blocking``, whose calls are the view's blocking methods: none
+# of them ever suspends, so ``_run_blocking`` finishes the coroutine in one step on the caller's thread.
+
+
+class _StoreCalls(Protocol):
+    """The store calls the rules make (the :class:`HistoryStore` methods of the same names, plus ``oldest``)."""
+
+    async def count(self, key: SessionKey) -> int: ...
+
+    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]: ...
+
+    async def oldest(self, key: SessionKey) -> Message | None: ...
+
+    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int: ...
+
+    async def pop(self, key: SessionKey) -> Message | None: ...
+
+    async def trim(self, key: SessionKey, keep_last: int) -> int: ...
+
+    async def list_sessions(self, tenant: str, *, limit: int, cursor: str | None) -> SessionPage: ...
+
+
+class _OnLoop:
+    """The store itself, for a rule running on the view's loop thread (inside ``view.arun``)."""
+
+    def __init__(self, store: HistoryStore) -> None:
+        self.store = store
+
+    async def count(self, key: SessionKey) -> int:
+        return await self.store.count(key)
+
+    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
+        return await self.store.load(key, last=last)
+
+    async def oldest(self, key: SessionKey) -> Message | None:
+        messages = self.store.iter_messages(key, batch=1)
+        try:
+            async for message in messages:
+                return message
+            return None
+        finally:
+            aclose = getattr(messages, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
+        return await self.store.append(key, messages)
+
+    async def pop(self, key: SessionKey) -> Message | None:
+        return await self.store.pop(key)
+
+    async def trim(self, key: SessionKey, keep_last: int) -> int:
+        return await self.store.trim(key, keep_last)
+
+    async def list_sessions(self, tenant: str, *, limit: int, cursor: str | None) -> SessionPage:
+        return await self.store.list_sessions(tenant, limit=limit, cursor=cursor)
+
+
+class _Blocking:
+    """The view's blocking methods behind the same coroutine API; none of them suspends (see ``_run_blocking``)."""
+
+    def __init__(self, view: SyncHistoryStore) -> None:
+        self.view = view
+
+    async def count(self, key: SessionKey) -> int:
+        return self.view.count(key)
+
+    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
+        return self.view.load(key, last=last)
+
+    async def oldest(self, key: SessionKey) -> Message | None:
+        for message in self.view.iter_messages(key, batch=1):
+            return message  # leaving the loop closes the view's iterator
+        return None
+
+    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
+        return self.view.append(key, messages)
+
+    async def pop(self, key: SessionKey) -> Message | None:
+        return self.view.pop(key)
+
+    async def trim(self, key: SessionKey, keep_last: int) -> int:
+        return self.view.trim(key, keep_last)
+
+    async def list_sessions(self, tenant: str, *, limit: int, cursor: str | None) -> SessionPage:
+        return self.view.list_sessions(tenant, limit=limit, cursor=cursor)
+
+
+def _run_blocking(rule: Coroutine[Any, Any, T]) -> T:
+    """Run a rule over :class:`_Blocking` calls to its end, here: its awaits never suspend, so one step finishes it."""
+    try:
+        rule.send(None)
+    except StopIteration as done:
+        return cast("T", done.value)
+    rule.close()
+    raise SyncCallError(  # only a rule awaiting something other than its store calls gets here: a chatkeep bug
+        "a LlamaIndex chat store rule waited on an event loop while run from blocking code; please report this bug"
+    )
+
+
+async def _to_the_end(rule: Coroutine[Any, Any, T]) -> T:
+    """Run a multi-step write on the loop thread to its end even if its caller is cancelled.
+
+    Stopping a splice halfway would lose the messages it took off the end; so a cancelled caller stops waiting
+    and the write still finishes (or fails) whole, on the view's loop.
+    """
+    return await asyncio.shield(rule)  # (shield marks the error of a write nobody awaits any more as retrieved)
+
+
+async def _keys(calls: _StoreCalls, tenant: str) -> list[str]:
+    """The tenant's session ids that hold messages, page by page, the most recently changed first."""
+    keys: list[str] = []
+    cursor: str | None = None
+    while True:
+        page = await calls.list_sessions(tenant, limit=_PAGE, cursor=cursor)
+        keys.extend(info.session_id for info in page.items if info.message_count)
+        if page.next_cursor is None:
+            return keys
+        cursor = page.next_cursor
+
+
+async def _replace(calls: _StoreCalls, key: SessionKey, stored: Sequence[Message]) -> None:
+    """Append the new history (atomically), then drop the old one: never an empty or partial history between."""
+    if stored:
+        await calls.append(key, stored)
+    await calls.trim(key, len(stored))
+
+
+async def _splice(
+    calls: _StoreCalls, key: SessionKey, idx: int, *, remove: bool, insert: Sequence[Message]
+) -> Message | None:
+    """Remove the message at ``idx`` (``remove``) and/or put ``insert`` there, keeping the rest in order.
+
+    The contract appends only at the end, and removes only the newest (``pop``) or the oldest (``trim``):
+    so the messages after ``idx`` come off the end and go back (with their own ids, so a repeated append
+    never doubles them). The oldest and the newest are removed in one atomic step. Returns the removed message.
+    """
+    total = await calls.count(key)
+    if idx >= total:
+        if not remove and insert:
+            await calls.append(key, insert)
+        return None
+    if remove and not insert and idx == total - 1:
+        return await calls.pop(key)
+    if remove and not insert and idx == 0:
+        oldest = await calls.oldest(key)
+        deleted = await calls.trim(key, total - 1)
+        return oldest if deleted else None
+    tail = await calls.load(key, last=total - idx)
+    first_id = tail[0].message_id
+    taken: list[Message] = []
+    while True:  # pop back to (and including) the message now at idx, also past messages added meanwhile
+        popped = await calls.pop(key)
+        if popped is None:
+            break
+        taken.append(popped)
+        if popped.message_id == first_id:
+            break
+    taken.reverse()
+    removed = taken.pop(0) if remove and taken and taken[0].message_id == first_id else None
+    restore = [*insert, *taken]
+    if restore:
+        await calls.append(key, restore)
+    return removed
 
 
 class ChatkeepChatStore(BaseChatStore):
@@ -169,22 +359,21 @@ class ChatkeepChatStore(BaseChatStore):
         Raises:
             MessageFormatError: the key holds another framework's messages (written through another adapter).
         """
-        return [_decode(message) for message in self._view.load(self._key(key), last=last)]
+        return _decode_all(self._view.load(self._key(key), last=last))
 
     async def aget_messages(self, key: str, *, last: int | None = None) -> list[ChatMessage]:
-        """:meth:`get_messages` for async code (the event loop keeps running meanwhile)."""
-        return await asyncio.to_thread(self.get_messages, key, last=last)
+        """:meth:`get_messages` for async code (the event loop runs other tasks while the store reads)."""
+        session, view = self._key(key), self._view
+        return _decode_all(await view.arun(view.store.load(session, last=last)))
 
     def get_keys(self) -> list[str]:
         """The keys of this tenant that hold messages, the most recently changed first."""
-        keys: list[str] = []
-        cursor: str | None = None
-        while True:
-            page = self._view.list_sessions(self.tenant, limit=_PAGE, cursor=cursor)
-            keys.extend(info.session_id for info in page.items if info.message_count)
-            if page.next_cursor is None:
-                return keys
-            cursor = page.next_cursor
+        return _run_blocking(_keys(_Blocking(self._view), self.tenant))
+
+    async def aget_keys(self) -> list[str]:
+        """:meth:`get_keys` for async code (all its pages in one trip to the store's loop thread)."""
+        view = self._view
+        return await view.arun(_keys(_OnLoop(view.store), self.tenant))
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -196,17 +385,42 @@ class ChatkeepChatStore(BaseChatStore):
             MessageFormatError: the message holds a value that is not JSON (nothing is stored).
             MessageTooLargeError: the message is over the store's ``max_message_bytes``.
         """
-        stored = _encode(message)
+        session, stored = self._key(key), _encode(message)
         if idx is None:
-            self._view.append(self._key(key), [stored])
-            return
-        if _index(idx) < 0:
-            raise InvalidArgumentError(f"idx must be 0 or more to insert a message, got {idx}")
-        self._splice(self._key(key), idx, remove=False, insert=[stored])
+            self._view.append(session, [stored])
+        else:
+            _run_blocking(_splice(_Blocking(self._view), session, _insert_index(idx), remove=False, insert=[stored]))
 
     async def async_add_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
-        """:meth:`add_message` for async code."""
-        await asyncio.to_thread(self.add_message, key, message, idx)
+        """:meth:`add_message` for async code. Cancelled, an append at the end is stored whole or not at all;
+        an insert at ``idx`` that started still finishes (the caller just stops waiting)."""
+        session, stored, view = self._key(key), _encode(message), self._view
+        if idx is None:
+            await view.arun(view.store.append(session, [stored]))
+        else:
+            rule = _splice(_OnLoop(view.store), session, _insert_index(idx), remove=False, insert=[stored])
+            await view.arun(_to_the_end(rule))
+
+    def add_messages(self, key: str, messages: Sequence[ChatMessage]) -> None:
+        """Add several messages at the end in one atomic append (all or none), in their order.
+
+        Not part of LlamaIndex's ``BaseChatStore``: :class:`ChatkeepChatMemoryBuffer` uses it for ``put_messages``
+        (an agent's tool call and its result are stored together or not at all).
+
+        Raises:
+            InvalidArgumentError: an item is not a ``ChatMessage`` (nothing is stored).
+            MessageFormatError: a message holds a value that is not JSON (nothing is stored).
+            MessageTooLargeError: a message is over the store's ``max_message_bytes`` (nothing is stored).
+        """
+        session, stored = self._key(key), [_encode(message) for message in messages]
+        if stored:
+            self._view.append(session, stored)
+
+    async def async_add_messages(self, key: str, messages: Sequence[ChatMessage]) -> None:
+        """:meth:`add_messages` for async code; cancelled, the messages are stored all or none."""
+        session, stored, view = self._key(key), [_encode(message) for message in messages], self._view
+        if stored:
+            await view.arun(view.store.append(session, stored))
 
     def set_messages(self, key: str, messages: list[ChatMessage]) -> None:
         """Replace the key's history with ``messages``: appends them (atomically), then drops the older ones.
@@ -214,15 +428,13 @@ class ChatkeepChatStore(BaseChatStore):
         Raises:
             MessageTooLargeError: a message is over the store's limit (the old history is left as it was).
         """
-        stored = [_encode(message) for message in messages]
-        session = self._key(key)
-        if stored:
-            self._view.append(session, stored)
-        self._view.trim(session, len(stored))
+        session, stored = self._key(key), [_encode(message) for message in messages]
+        _run_blocking(_replace(_Blocking(self._view), session, stored))
 
     async def aset_messages(self, key: str, messages: list[ChatMessage]) -> None:
-        """:meth:`set_messages` for async code."""
-        await asyncio.to_thread(self.set_messages, key, messages)
+        """:meth:`set_messages` for async code; cancelled once started, it still finishes (never half done)."""
+        session, stored, view = self._key(key), [_encode(message) for message in messages], self._view
+        await view.arun(_to_the_end(_replace(_OnLoop(view.store), session, stored)))
 
     def delete_messages(self, key: str) -> None:
         """Delete the key's whole history (atomically); returns ``None`` rather than read it all first."""
@@ -230,16 +442,17 @@ class ChatkeepChatStore(BaseChatStore):
 
     async def adelete_messages(self, key: str) -> None:
         """:meth:`delete_messages` for async code."""
-        await asyncio.to_thread(self.delete_messages, key)
+        session, view = self._key(key), self._view
+        await view.arun(view.store.delete(session))
 
     def delete_last_message(self, key: str) -> ChatMessage | None:
         """Remove the newest message and return it, in one atomic step; ``None`` when the key has none."""
-        popped = self._view.pop(self._key(key))
-        return None if popped is None else _decode(popped)
+        return _decode_one(self._view.pop(self._key(key)))
 
     async def adelete_last_message(self, key: str) -> ChatMessage | None:
         """:meth:`delete_last_message` for async code."""
-        return await asyncio.to_thread(self.delete_last_message, key)
+        session, view = self._key(key), self._view
+        return _decode_one(await view.arun(view.store.pop(session)))
 
     def delete_message(self, key: str, idx: int) -> ChatMessage | None:
         """Remove the message at position ``idx`` and return it, keeping the others in order.
@@ -249,49 +462,15 @@ class ChatkeepChatStore(BaseChatStore):
         session = self._key(key)
         if _index(idx) < 0:
             return None
-        return self._splice(session, idx, remove=True, insert=[])
+        return _decode_one(_run_blocking(_splice(_Blocking(self._view), session, idx, remove=True, insert=[])))
 
     async def adelete_message(self, key: str, idx: int) -> ChatMessage | None:
-        """:meth:`delete_message` for async code."""
-        return await asyncio.to_thread(self.delete_message, key, idx)
-
-    def _splice(self, key: SessionKey, idx: int, *, remove: bool, insert: Sequence[Message]) -> ChatMessage | None:
-        """Remove the message at ``idx`` (``remove``) and/or put ``insert`` there, keeping the rest in order.
-
-        The contract appends only at the end, and removes only the newest (``pop``) or the oldest (``trim``):
-        so the messages after ``idx`` come off the end and go back (with their own ids, so a repeated append
-        never doubles them). The oldest and the newest are removed in one atomic step.
-        """
-        total = self._view.count(key)
-        if idx >= total:
-            if remove:
-                return None
-            if insert:
-                self._view.append(key, insert)
+        """:meth:`delete_message` for async code; cancelled once started, it still finishes (never half done)."""
+        session, view = self._key(key), self._view
+        if _index(idx) < 0:
             return None
-        if remove and not insert and idx == total - 1:
-            popped = self._view.pop(key)
-            return None if popped is None else _decode(popped)
-        if remove and not insert and idx == 0:
-            oldest = next(iter(self._view.iter_messages(key, batch=1)), None)
-            deleted = self._view.trim(key, total - 1)
-            return None if oldest is None or not deleted else _decode(oldest)
-        tail = self._view.load(key, last=total - idx)
-        first_id = tail[0].message_id
-        taken: list[Message] = []
-        while True:  # pop back to (and including) the message now at idx, also past messages added meanwhile
-            popped = self._view.pop(key)
-            if popped is None:
-                break
-            taken.append(popped)
-            if popped.message_id == first_id:
-                break
-        taken.reverse()
-        removed = taken.pop(0) if remove and taken and taken[0].message_id == first_id else None
-        restore = [*insert, *taken]
-        if restore:
-            self._view.append(key, restore)
-        return None if removed is None else _decode(removed)
+        rule = _splice(_OnLoop(view.store), session, idx, remove=True, insert=[])
+        return _decode_one(await view.arun(_to_the_end(rule)))
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
