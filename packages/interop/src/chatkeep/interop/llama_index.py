@@ -19,11 +19,13 @@ and an async call awaits the store on that thread (``view.arun``), so the caller
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
-from llama_index.core.llms import ChatMessage, MessageRole
+from llama_index.core.llms import LLM, ChatMessage, MessageRole
+from llama_index.core.memory import ChatMemoryBuffer
+from llama_index.core.memory.types import DEFAULT_CHAT_STORE_KEY
 from llama_index.core.storage.chat_store.base import BaseChatStore
 from pydantic_core import PydanticSerializationError
 
@@ -42,7 +44,7 @@ from chatkeep.core import (
 from chatkeep.interop._binding import StoreBinding
 from chatkeep.interop._envelope import unwrap, wrap
 
-__all__ = ["FORMAT", "ChatkeepChatStore"]
+__all__ = ["DEFAULT_MAX_MESSAGES", "FORMAT", "ChatkeepChatMemoryBuffer", "ChatkeepChatStore"]
 
 #: The envelope format of a LlamaIndex ``ChatMessage`` (its ``model_dump(mode="json")``).
 FORMAT = "llama-index.chat-message"
@@ -485,3 +487,165 @@ class ChatkeepChatStore(BaseChatStore):
 
     def __repr__(self) -> str:
         return f"<ChatkeepChatStore tenant={self.tenant!r} on {self._view.store!r}>"
+
+
+# -- a memory that reads a window ----------------------------------------------------------------------------------
+
+#: How many of the newest messages :class:`ChatkeepChatMemoryBuffer` reads by default.
+DEFAULT_MAX_MESSAGES = 100
+
+# A history must not start with these once older messages were dropped: a tool result whose call is gone, or an
+# assistant turn whose question is gone (the rule ChatMemoryBuffer applies as it drops messages for its token limit).
+_NO_LEADING = (MessageRole.TOOL, MessageRole.ASSISTANT)
+
+
+def _check_max_messages(max_messages: object) -> int:
+    if type(max_messages) is not int or max_messages < 1:
+        raise InvalidArgumentError(
+            f"max_messages must be a whole number of at least 1 (how many of the newest messages to read), "
+            f"not {max_messages!r}"
+        )
+    return max_messages
+
+
+def _check_chat_store(chat_store: object) -> ChatkeepChatStore:
+    if not isinstance(chat_store, ChatkeepChatStore):
+        raise InvalidArgumentError(
+            f"ChatkeepChatMemoryBuffer reads its window from a ChatkeepChatStore, not a {type(chat_store).__name__}; "
+            "pass chat_store=ChatkeepChatStore(url, tenant=...), or use LlamaIndex's ChatMemoryBuffer for another store"
+        )
+    return chat_store
+
+
+class ChatkeepChatMemoryBuffer(ChatMemoryBuffer):
+    """LlamaIndex's ``ChatMemoryBuffer`` that reads only the newest ``max_messages`` from a :class:`ChatkeepChatStore`.
+
+    ``ChatMemoryBuffer.get`` reads the key's whole history, then drops the oldest messages until the rest fits its
+    ``token_limit``: at 10,000 messages that is slow. This memory asks the store for the newest ``max_messages``
+    only (plus one, to know whether older messages exist), then applies the same token limit inside that window,
+    with the same rule: once older messages are dropped, the history never starts with a tool or assistant
+    message (its call or its question was dropped). ``aget`` reads on the async path. Use it wherever a
+    ``ChatMemoryBuffer`` goes (``SimpleChatEngine.from_defaults(memory=...)``, ``FunctionAgent.run(memory=...)``).
+
+    What it returns is what ``ChatMemoryBuffer`` returns whenever that fits in ``max_messages`` messages; when the
+    token limit would let more through, it returns the newest ``max_messages`` (choose ``max_messages`` above the
+    number of messages your token limit holds). The store keeps every message: ``get_all`` still reads them all.
+    ``put_messages`` (an agent's tool call with its result) is one atomic append.
+
+    Example:
+        ``ChatkeepChatMemoryBuffer.from_defaults(chat_store=ChatkeepChatStore(url), chat_store_key="user-1",
+        max_messages=100)``
+
+    Raises:
+        InvalidArgumentError: ``chat_store`` is not a :class:`ChatkeepChatStore`, or ``max_messages`` is below 1.
+    """
+
+    max_messages: int = Field(
+        default=DEFAULT_MAX_MESSAGES, description="How many of the newest messages get() reads from the store."
+    )
+
+    def __init__(self, **data: Any) -> None:
+        _check_chat_store(data.get("chat_store"))
+        _check_max_messages(data.get("max_messages", DEFAULT_MAX_MESSAGES))
+        super().__init__(**data)
+
+    @classmethod
+    def class_name(cls) -> str:
+        """The name LlamaIndex serializes this memory under."""
+        return "ChatkeepChatMemoryBuffer"
+
+    @classmethod
+    def from_defaults(
+        cls,
+        chat_history: list[ChatMessage] | None = None,
+        llm: LLM | None = None,
+        chat_store: BaseChatStore | None = None,
+        chat_store_key: str = DEFAULT_CHAT_STORE_KEY,
+        token_limit: int | None = None,
+        tokenizer_fn: Callable[[str], list[Any]] | None = None,
+        *,
+        max_messages: int = DEFAULT_MAX_MESSAGES,
+        **kwargs: Any,
+    ) -> ChatkeepChatMemoryBuffer:
+        """``ChatMemoryBuffer.from_defaults`` (token limit from ``llm`` or ``token_limit``), with ``max_messages``.
+
+        ``chat_store`` is required: a :class:`ChatkeepChatStore`. ``chat_history`` replaces the key's history.
+        """
+        _check_chat_store(chat_store)
+        _check_max_messages(max_messages)
+        memory = super().from_defaults(
+            chat_history=chat_history,
+            llm=llm,
+            chat_store=chat_store,
+            chat_store_key=chat_store_key,
+            token_limit=token_limit,
+            tokenizer_fn=tokenizer_fn,
+            **kwargs,
+        )
+        memory.max_messages = max_messages  # type: ignore[attr-defined]  # super() built it with cls
+        return cast("ChatkeepChatMemoryBuffer", memory)
+
+    @property
+    def _chatkeep(self) -> ChatkeepChatStore:
+        return _check_chat_store(self.chat_store)
+
+    def get(self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any) -> list[ChatMessage]:
+        """The newest messages that fit the token limit, read from a window of ``max_messages``."""
+        self._check_initial(initial_token_count)
+        read = self._chatkeep.get_messages(self.chat_store_key, last=self.max_messages + 1)
+        return self._fit(read, initial_token_count)
+
+    async def aget(self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any) -> list[ChatMessage]:
+        """:meth:`get` for async code: the store is read on the async path (the event loop runs on meanwhile)."""
+        self._check_initial(initial_token_count)
+        read = await self._chatkeep.aget_messages(self.chat_store_key, last=self.max_messages + 1)
+        return self._fit(read, initial_token_count)
+
+    def put_messages(self, messages: list[ChatMessage]) -> None:
+        """Add the messages at the end in one atomic append (all or none)."""
+        self._chatkeep.add_messages(self.chat_store_key, messages)
+
+    async def aput_messages(self, messages: list[ChatMessage]) -> None:
+        """:meth:`put_messages` for async code."""
+        await self._chatkeep.async_add_messages(self.chat_store_key, messages)
+
+    def _check_initial(self, initial_token_count: int) -> None:
+        if initial_token_count > self.token_limit:
+            raise InvalidArgumentError(
+                f"initial_token_count ({initial_token_count}) is over the memory's token_limit ({self.token_limit}): "
+                "raise token_limit, or put fewer tokens before the history"
+            )
+
+    def _fit(self, read: list[ChatMessage], initial_token_count: int) -> list[ChatMessage]:
+        """The window's newest messages within the token limit (``read`` holds one message more than a full window).
+
+        The candidate starts are those ``ChatMemoryBuffer.get`` steps through: drop one message, then any tool or
+        assistant messages the history would start with, keeping at least one. Token counts only shrink as
+        messages are dropped, so the first start that fits is found by bisecting the candidates (a few token
+        counts, not one per dropped message).
+        """
+        cut = len(read) > self.max_messages  # older messages exist: the window starts after a dropped one
+        window = read[len(read) - self.max_messages :] if cut else read
+        last = len(window) - 1
+
+        def skip_leading(start: int) -> int:
+            while start < last and window[start].role in _NO_LEADING:
+                start += 1
+            return start
+
+        candidates = [skip_leading(0) if cut else 0]
+        while candidates[-1] < last:
+            candidates.append(skip_leading(candidates[-1] + 1))
+
+        def fits(start: int) -> bool:
+            return self._token_count_for_messages(window[start:]) + initial_token_count <= self.token_limit
+
+        low, high = 0, len(candidates) - 1  # the first fitting candidate, or the last one (a single message)
+        while low < high:
+            middle = (low + high) // 2
+            if fits(candidates[middle]):
+                high = middle
+            else:
+                low = middle + 1
+        # One message over the limit on its own is still returned, as ChatMemoryBuffer does (the LLM then says so).
+        return window[candidates[low] :]
