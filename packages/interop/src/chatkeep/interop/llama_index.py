@@ -13,7 +13,8 @@ store therefore runs every call on its store's sync view (:meth:`HistoryStore.sy
 thread); a sync call waits for it, from any thread, without needing or blocking an event loop of its own,
 and an async call awaits the store on that thread (``view.arun``), so the caller's event loop keeps running.
 
-:class:`ChatkeepChatMemoryBuffer` is LlamaIndex's ``ChatMemoryBuffer`` reading only the newest messages.
+:class:`ChatkeepChatMemoryBuffer` is LlamaIndex's ``ChatMemoryBuffer`` reading only the newest messages, and
+:class:`ChatkeepDBChatStore` is the store of LlamaIndex's newer ``Memory`` (active and archived messages).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from llama_index.core.llms import LLM, ChatMessage, MessageRole
 from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.memory.types import DEFAULT_CHAT_STORE_KEY
 from llama_index.core.storage.chat_store.base import BaseChatStore
+from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, MessageStatus
 from pydantic_core import PydanticSerializationError
 
 from chatkeep.core import (
@@ -44,7 +46,7 @@ from chatkeep.core import (
 from chatkeep.interop._binding import StoreBinding
 from chatkeep.interop._envelope import unwrap, wrap
 
-__all__ = ["DEFAULT_MAX_MESSAGES", "FORMAT", "ChatkeepChatMemoryBuffer", "ChatkeepChatStore"]
+__all__ = ["DEFAULT_MAX_MESSAGES", "FORMAT", "ChatkeepChatMemoryBuffer", "ChatkeepChatStore", "ChatkeepDBChatStore"]
 
 #: The envelope format of a LlamaIndex ``ChatMessage`` (its ``model_dump(mode="json")``).
 FORMAT = "llama-index.chat-message"
@@ -649,3 +651,212 @@ class ChatkeepChatMemoryBuffer(ChatMemoryBuffer):
                 low = middle + 1
         # One message over the limit on its own is still returned, as ChatMemoryBuffer does (the LLM then says so).
         return window[candidates[low] :]
+
+
+# -- a store for LlamaIndex's Memory ------------------------------------------------------------------------------
+
+
+def _archive_tenant(tenant: str) -> str:
+    return f"{tenant}.llama-index-archived"
+
+
+async def _oldest(store: HistoryStore, key: SessionKey, n: int) -> list[Message]:
+    """The ``n`` oldest messages of a session (read ``n`` at a time: only those)."""
+    if n <= 0:
+        return []
+    messages = store.iter_messages(key, batch=n)
+    found: list[Message] = []
+    try:
+        async for message in messages:
+            found.append(message)
+            if len(found) == n:
+                break
+    finally:
+        aclose = getattr(messages, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    return found
+
+
+async def _take_oldest(store: HistoryStore, key: SessionKey, archive: SessionKey | None, n: int) -> list[Message]:
+    """Remove the ``n`` oldest active messages (archiving them first when ``archive`` is given) and return them."""
+    taken = await _oldest(store, key, n)
+    if not taken:
+        return []
+    if archive is not None:
+        await store.append(archive, taken)  # first: a failure before the trim leaves them active, never lost
+    await store.trim(key, max(0, await store.count(key) - len(taken)))
+    return taken
+
+
+class ChatkeepDBChatStore(AsyncDBChatStore):
+    """A store for LlamaIndex's ``Memory`` (``Memory.from_defaults(chat_store=...)``) kept in a chatkeep store.
+
+    ``Memory`` keeps a short queue of *active* messages under its token limit and moves the oldest ones out as
+    *archived* messages (handing them to its memory blocks). Here a key's active messages are the session ``key``
+    of the tenant, so a :class:`ChatkeepChatStore` of the same tenant reads the same conversation; its archived
+    messages are the session ``key`` of the tenant ``"<tenant>.llama-index-archived"``. Every call is async and
+    runs on the store's sync view (its own event-loop thread), so ``Memory``'s sync methods, which run each call
+    in a new event loop, work too.
+
+    Archiving copies the oldest active messages to the archive, then drops them from the queue: a failure in
+    between leaves them in both (with their own ids, so they are not doubled in the archive if archived again),
+    never in neither. Two writers moving one key's queue at the same moment are not safe (``Memory`` writes one
+    key from one place). ``delete_message(key, idx)`` takes a position in the active queue (LlamaIndex's SQL store
+    takes a row id there); ``get_messages`` with ``offset`` or ``limit`` reads the messages before them too.
+
+    Args:
+        store: as for :class:`ChatkeepChatStore`: a store URL or backend name (opened, and closed by
+            :meth:`close`), a :class:`HistoryStore` (taken over), or a :class:`SyncHistoryStore` that stays yours.
+        tenant: the tenant of every key.
+        store_options: options for a store opened from a URL.
+
+    Raises:
+        UnknownBackendError: no installed backend handles the URL; the message names the extra to install.
+        StoreConfigurationError: ``store_options`` given with a store object, or ``store`` of the wrong type.
+        InvalidSessionKeyError: ``tenant`` is empty or too long.
+    """
+
+    tenant: str = Field(default=DEFAULT_TENANT, description="The chatkeep tenant every key belongs to.")
+
+    _chat: ChatkeepChatStore = PrivateAttr()
+
+    def __init__(
+        self,
+        store: HistoryStore | SyncHistoryStore | str = "memory",
+        *,
+        tenant: str = DEFAULT_TENANT,
+        store_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        chat = ChatkeepChatStore(store, tenant=tenant, store_options=store_options)
+        StoreBinding.key("-", _archive_tenant(tenant))  # the archive's tenant is a valid tenant too
+        super().__init__(tenant=tenant)
+        self._chat = chat
+
+    @classmethod
+    def class_name(cls) -> str:
+        """The name LlamaIndex serializes this store under."""
+        return "ChatkeepDBChatStore"
+
+    @property
+    def chat_store(self) -> ChatkeepChatStore:
+        """The chat store of the active messages (the same sessions; for ``ChatMemoryBuffer`` or inspection)."""
+        return self._chat
+
+    def _keys(self, key: str) -> tuple[SessionKey, SessionKey]:
+        return StoreBinding.key(key, self.tenant), StoreBinding.key(key, _archive_tenant(self.tenant))
+
+    def _sessions(self, key: str, status: MessageStatus | None) -> list[SessionKey]:
+        """The sessions holding ``status``'s messages, oldest first (archived messages are older than active ones)."""
+        active, archived = self._keys(key)
+        if status is None:
+            return [archived, active]
+        return [active] if MessageStatus(status) is MessageStatus.ACTIVE else [archived]
+
+    async def _run(self, call: Coroutine[Any, Any, T]) -> T:
+        view = self._chat.store
+        return await view.arun(call)
+
+    async def get_messages(
+        self,
+        key: str,
+        status: MessageStatus | None = MessageStatus.ACTIVE,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> list[ChatMessage]:
+        """The key's messages of ``status`` (``None``: archived, then active), oldest first.
+
+        ``offset`` and ``limit`` work as in SQL (skip ``offset``, then at most ``limit``).
+        """
+        for name, value in (("limit", limit), ("offset", offset)):
+            if value is not None and (type(value) is not int or value < 0):
+                raise InvalidArgumentError(f"{name} must be a whole number of 0 or more, or None, not {value!r}")
+        sessions, store = self._sessions(key, status), self._chat.store.store
+
+        async def read() -> list[Message]:
+            return [message for session in sessions for message in await store.load(session)]
+
+        messages = await self._run(read())
+        start = offset or 0
+        return _decode_all(messages[start : None if limit is None else start + limit])
+
+    async def count_messages(self, key: str, status: MessageStatus | None = MessageStatus.ACTIVE) -> int:
+        """How many messages of ``status`` the key holds (``None``: all)."""
+        sessions, store = self._sessions(key, status), self._chat.store.store
+
+        async def count() -> int:
+            return sum([await store.count(session) for session in sessions])
+
+        return await self._run(count())
+
+    async def add_message(self, key: str, message: ChatMessage, status: MessageStatus = MessageStatus.ACTIVE) -> None:
+        """Add a message at the end of ``status``'s messages (atomically)."""
+        await self.add_messages(key, [message], status)
+
+    async def add_messages(
+        self, key: str, messages: list[ChatMessage], status: MessageStatus = MessageStatus.ACTIVE
+    ) -> None:
+        """Add messages at the end of ``status``'s messages in one atomic append (all or none)."""
+        (session,), stored = self._sessions(key, status), [_encode(message) for message in messages]
+        if stored:
+            await self._run(self._chat.store.store.append(session, stored))
+
+    async def set_messages(
+        self, key: str, messages: list[ChatMessage], status: MessageStatus = MessageStatus.ACTIVE
+    ) -> None:
+        """Replace all the key's messages (of both statuses) with ``messages``, kept as ``status``."""
+        (session,), stored = self._sessions(key, status), [_encode(message) for message in messages]
+        store = self._chat.store.store
+        other = next(s for s in self._sessions(key, None) if s != session)
+
+        async def replace() -> None:
+            await _replace(_OnLoop(store), session, stored)
+            await store.delete(other)
+
+        await self._run(_to_the_end(replace()))
+
+    async def delete_message(self, key: str, idx: int) -> ChatMessage | None:
+        """Remove the active message at position ``idx`` and return it (``None`` when there is none)."""
+        return await self._chat.adelete_message(key, idx)
+
+    async def delete_messages(self, key: str, status: MessageStatus | None = None) -> None:
+        """Delete the key's messages of ``status`` (``None``: all of them)."""
+        sessions, store = self._sessions(key, status), self._chat.store.store
+
+        async def delete() -> None:
+            for session in sessions:
+                await store.delete(session)
+
+        await self._run(delete())
+
+    async def delete_oldest_messages(self, key: str, n: int) -> list[ChatMessage]:
+        """Remove the ``n`` oldest active messages and return them."""
+        active, _ = self._keys(key)
+        return _decode_all(await self._run(_to_the_end(_take_oldest(self._chat.store.store, active, None, n))))
+
+    async def archive_oldest_messages(self, key: str, n: int) -> list[ChatMessage]:
+        """Move the ``n`` oldest active messages to the archived ones and return them."""
+        active, archived = self._keys(key)
+        return _decode_all(await self._run(_to_the_end(_take_oldest(self._chat.store.store, active, archived, n))))
+
+    async def get_keys(self) -> list[str]:
+        """The keys holding active or archived messages, the most recently changed active ones first."""
+        store = self._chat.store.store
+
+        async def keys() -> list[str]:
+            found = await _keys(_OnLoop(store), self.tenant)
+            seen = set(found)
+            return found + [k for k in await _keys(_OnLoop(store), _archive_tenant(self.tenant)) if k not in seen]
+
+        return await self._run(keys())
+
+    def close(self) -> None:
+        """Close the store as :meth:`ChatkeepChatStore.close` does."""
+        self._chat.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` for async code."""
+        await self._chat.aclose()
+
+    def __repr__(self) -> str:
+        return f"<ChatkeepDBChatStore tenant={self.tenant!r} on {self._chat.store.store!r}>"
