@@ -17,6 +17,13 @@ Stores compared, each with the chatkeep store on the same backend:
   session, vs ``ChatkeepChatStore("sqlite:///...")``.
 * In memory, for reference: ``SimpleChatStore`` without persisting vs ``ChatkeepChatStore("memory://")``.
 
+The memory turn is what a chat engine does per turn: ``put`` the question, ``get()`` the history, ``put`` the
+answer, with LlamaIndex's default token limit (3,000): LlamaIndex's ``ChatMemoryBuffer`` on ``RedisChatStore``
+beside ``ChatkeepChatMemoryBuffer`` (``max_messages=100``) on Redis. Both return the same messages (the newest
+that fit 3,000 tokens, about 70 here). ``ChatMemoryBuffer.get`` counts the tokens again after each message it
+drops, so its turn grows with the square of the history: a few turns at 1,000 (seconds each), none at 10,000
+(minutes each).
+
 Timed turns go round several sessions so a session grows by at most a fifth of its size (or 4 messages) while
 it is measured, and the paths are interleaved in many short rounds so a busy machine slows them alike. A path
 that reads the whole history runs 30 turns at 10,000 messages (seconds each), the others 300.
@@ -38,15 +45,19 @@ from pathlib import Path
 
 import redis
 from llama_index.core.llms import ChatMessage
+from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.storage.chat_store import SimpleChatStore
 from llama_index.storage.chat_store.redis import RedisChatStore
 
 from benchmarks._common import Result, format_table, measure, measure_async, ratio, target_line
-from chatkeep.interop.llama_index import ChatkeepChatStore
+from chatkeep.interop.llama_index import ChatkeepChatMemoryBuffer, ChatkeepChatStore
 
 __all__ = ["main"]
 
 SIZES = (10, 1_000, 10_000)
+MAX_MESSAGES = 100  # the windowed memory's window: more than the ~70 messages LlamaIndex's 3,000 tokens hold here
+MEMORY_BUFFER = "ChatMemoryBuffer on RedisChatStore (put, get(), put)"
+WINDOWED_MEMORY = "ChatkeepChatMemoryBuffer redis:// (put, get(), put; max_messages=100)"
 WINDOW = 20
 TEXT = "The quick brown fox jumps over the lazy dog. " * 4  # ~180 characters: a typical short chat message
 PAIR = [ChatMessage(role="user", content=f"next question: {TEXT}"), ChatMessage(role="assistant", content=TEXT)]
@@ -71,6 +82,7 @@ class Contender:
     turn: Callable[[], object] | None = None
     aturn: Callable[[], Awaitable[object]] | None = None
     reads_all: bool = False  # its turn reads (and decodes) the whole history
+    quadratic: bool = False  # ChatMemoryBuffer: seconds per turn at 1,000, minutes at 10,000
 
 
 def _framework_turn(
@@ -113,6 +125,16 @@ def _adapter_aturn(store: ChatkeepChatStore, keys: cycle[str]) -> Callable[[], A
         await store.aget_messages(key, last=WINDOW)
         for message in PAIR:
             await store.async_add_message(key, message)
+
+    return turn
+
+
+def _memory_turn(memories: cycle[ChatMemoryBuffer]) -> Callable[[], None]:
+    def turn() -> None:
+        memory = next(memories)
+        memory.put(PAIR[0])
+        memory.get()
+        memory.put(PAIR[1])
 
     return turn
 
@@ -220,12 +242,41 @@ async def _run(args: argparse.Namespace, folder: Path) -> tuple[list[Result], di
                     "memory",
                     _adapter_turn(ours["memory"], cycle(keys), last=WINDOW),
                 ),
+                Contender(
+                    MEMORY_BUFFER,
+                    "memory-redis",
+                    _memory_turn(
+                        cycle([ChatMemoryBuffer.from_defaults(chat_store=theirs_redis, chat_store_key=k) for k in keys])
+                    ),
+                    reads_all=True,
+                    quadratic=True,
+                ),
+                Contender(
+                    WINDOWED_MEMORY,
+                    "memory-redis",
+                    _memory_turn(
+                        cycle(
+                            [
+                                ChatkeepChatMemoryBuffer.from_defaults(
+                                    chat_store=ours["redis"], chat_store_key=k, max_messages=MAX_MESSAGES
+                                )
+                                for k in keys
+                            ]
+                        )
+                    ),
+                ),
             ]
+            if size < 10_000:  # ChatMemoryBuffer.get takes minutes at 10,000
+                _same_window(keys[0], ours["redis"], theirs_redis)
             for _ in range(rounds):
                 for path in paths:
                     # A path that reads the whole history takes seconds per turn at 10,000: fewer turns of it.
                     turns = iterations // rounds if size < 10_000 or not path.reads_all else max(1, 30 // rounds)
                     warm = max(1, warmup // rounds)
+                    if path.quadratic:  # ChatMemoryBuffer: one turn per round at 1,000, none at 10,000
+                        if size >= 10_000:
+                            continue
+                        turns, warm = (turns, warm) if size < 1_000 else (1, 0)
                     if path.turn is not None:
                         part = measure(path.name, size, path.turn, iterations=turns, warmup=warm)
                     else:
@@ -243,6 +294,16 @@ async def _run(args: argparse.Namespace, folder: Path) -> tuple[list[Result], di
     return list(results.values()), {path.name: path.group for path in paths}
 
 
+def _same_window(key: str, ours: ChatkeepChatStore, theirs: RedisChatStore) -> None:
+    """Check the two memories return the same messages for one session (else the comparison is not fair)."""
+    theirs_got = ChatMemoryBuffer.from_defaults(chat_store=theirs, chat_store_key=key).get()
+    ours_got = ChatkeepChatMemoryBuffer.from_defaults(
+        chat_store=ours, chat_store_key=key, max_messages=MAX_MESSAGES
+    ).get()
+    if [m.content for m in theirs_got] != [m.content for m in ours_got]:
+        raise SystemExit(f"the memories disagree on {key}: {len(theirs_got)} vs {len(ours_got)} messages")
+
+
 def _baseline(results: list[Result], groups: dict[str, str]) -> Callable[[Result], Result]:
     """Each row against LlamaIndex's own store of its group at its size (the first path of the group)."""
 
@@ -252,7 +313,30 @@ def _baseline(results: list[Result], groups: dict[str, str]) -> Callable[[Result
     return baseline
 
 
+def _memory_table(results: list[Result]) -> list[str]:
+    """The memory turn's rows, against ChatMemoryBuffer at the same size where it ran."""
+    theirs = {r.size: r for r in results if r.name == MEMORY_BUFFER}
+    lines = [
+        "### The memory turn: put, get(), put (ratio: vs ChatMemoryBuffer on RedisChatStore)",
+        "",
+        "| path | messages in session | p50 ms | p99 ms | turns | p50 vs ChatMemoryBuffer |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for size in SIZES:
+        for row in (theirs.get(size), next(r for r in results if r.name == WINDOWED_MEMORY and r.size == size)):
+            if row is None:
+                lines.append(f"| {MEMORY_BUFFER} | {size:,} | not run: minutes per turn | | | |")
+                continue
+            versus = f"{ratio(row, theirs[size]):.3g}x" if size in theirs else "n/a"
+            lines.append(
+                f"| {row.name} | {size:,} | {row.p50 * 1e3:.3f} | {row.p99 * 1e3:.3f} | {len(row.samples)} | {versus} |"
+            )
+    return lines
+
+
 def _report(results: list[Result], groups: dict[str, str]) -> str:
+    memory = {MEMORY_BUFFER, WINDOWED_MEMORY}
+    results, memory_rows = [r for r in results if r.name not in memory], [r for r in results if r.name in memory]
     base = _baseline(results, groups)
     table = format_table("The turn: newest 20 + add_message x2 (ratio: vs LlamaIndex's own store)", results, base)
     table = table.replace("p50 vs fastest raw", "p50 vs LlamaIndex's store")
@@ -265,7 +349,7 @@ def _report(results: list[Result], groups: dict[str, str]) -> str:
         rows = {r.size: r for r in results if r.name == name}
         for size, which in ((SIZES[-1], "largest"), (SIZES[0], "smallest")):
             lines.append(target_line(name, size, 1 / ratio(rows[size], base(rows[size])), which))
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *_memory_table(memory_rows)])
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,213 @@
+"""ChatkeepChatStore's async methods: they await the store on its view's loop thread, with no worker thread.
+
+Every async method keeps the caller's event loop free while the store works (another task runs meanwhile);
+none hops through a worker thread (``asyncio.to_thread``); a cancelled append is stored whole or not at all,
+and a cancelled multi-step write (``adelete_message``, ``aset_messages``) still finishes whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+from llama_index.core.llms import ChatMessage
+
+from chatkeep.core import DEFAULT_TENANT, Message, SessionKey, SessionPage
+from chatkeep.interop.llama_index import ChatkeepChatStore
+from chatkeep.memory import MemoryHistoryStore
+
+
+def user(text: str) -> ChatMessage:
+    return ChatMessage(role="user", content=text)
+
+
+def texts(messages: list[ChatMessage]) -> list[str | None]:
+    return [message.content for message in messages]
+
+
+class Gated(MemoryHistoryStore):
+    """A memory store whose calls, once ``armed``, wait (on its own loop thread) until ``opened`` is set.
+
+    The gate is a ``threading.Event`` polled with ``asyncio.sleep``: no worker thread of its own, so a test can
+    forbid ``asyncio.to_thread`` while the chat store's methods run.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(namespace=f"li-async-{uuid.uuid4().hex}")
+        self.armed = False
+        self.opened = threading.Event()
+        self.waiting = threading.Event()  # a call reached the gate
+        self.calls: list[str] = []
+
+    async def _gate(self, name: str) -> None:
+        self.calls.append(name)
+        if not self.armed:
+            return
+        self.waiting.set()
+        for _ in range(1000):  # 10 s at most
+            if self.opened.is_set():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{name} waited 10 s: the caller's event loop never ran the task that opens the gate")
+
+    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
+        await self._gate("load")
+        return await super().load(key, last=last)
+
+    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
+        await self._gate("append")
+        return await super().append(key, messages)
+
+    async def count(self, key: SessionKey) -> int:
+        await self._gate("count")
+        return await super().count(key)
+
+    async def trim(self, key: SessionKey, keep_last: int) -> int:
+        await self._gate("trim")
+        return await super().trim(key, keep_last)
+
+    async def pop(self, key: SessionKey) -> Message | None:
+        await self._gate("pop")
+        return await super().pop(key)
+
+    async def delete(self, key: SessionKey) -> bool:
+        await self._gate("delete")
+        return await super().delete(key)
+
+    async def list_sessions(
+        self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
+    ) -> SessionPage:
+        await self._gate("list_sessions")
+        return await super().list_sessions(tenant, limit=limit, cursor=cursor)
+
+
+@pytest.fixture
+def gated() -> Iterator[tuple[ChatkeepChatStore, Gated]]:
+    store = Gated()
+    chat_store = ChatkeepChatStore(store, tenant="acme")
+    try:
+        yield chat_store, store
+    finally:
+        chat_store.close()
+
+
+CALLS: dict[str, Callable[[ChatkeepChatStore], Awaitable[object]]] = {
+    "aget_messages": lambda s: s.aget_messages("k"),
+    "aget_messages-last": lambda s: s.aget_messages("k", last=2),
+    "aget_keys": lambda s: s.aget_keys(),
+    "async_add_message": lambda s: s.async_add_message("k", user("new")),
+    "async_add_message-idx": lambda s: s.async_add_message("k", user("new"), idx=1),
+    "async_add_messages": lambda s: s.async_add_messages("k", [user("new"), user("newer")]),
+    "aset_messages": lambda s: s.aset_messages("k", [user("new")]),
+    "adelete_messages": lambda s: s.adelete_messages("k"),
+    "adelete_last_message": lambda s: s.adelete_last_message("k"),
+    "adelete_message-first": lambda s: s.adelete_message("k", 0),
+    "adelete_message-middle": lambda s: s.adelete_message("k", 1),
+}
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+async def test_an_async_method_keeps_the_callers_loop_free_and_uses_no_worker_thread(
+    gated: tuple[ChatkeepChatStore, Gated], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chat_store, store = gated
+    chat_store.set_messages("k", [user("a"), user("b"), user("c")])
+
+    def no_thread_hop(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an async method of the chat store ran through asyncio.to_thread")
+
+    monkeypatch.setattr(asyncio, "to_thread", no_thread_hop)
+    store.armed = True
+    call = asyncio.ensure_future(CALLS[name](chat_store))
+
+    async def opener() -> None:  # runs only if the caller's loop is free while the store waits at the gate
+        for _ in range(2000):
+            if store.waiting.is_set():
+                break
+            await asyncio.sleep(0.005)
+        store.opened.set()
+
+    await asyncio.wait_for(asyncio.gather(call, opener()), timeout=30)
+    monkeypatch.undo()
+    store.armed = False
+    assert store.waiting.is_set()
+
+
+async def test_a_cancelled_append_is_stored_whole_or_not_at_all(gated: tuple[ChatkeepChatStore, Gated]) -> None:
+    chat_store, store = gated
+    store.armed = True
+    adding = asyncio.ensure_future(chat_store.async_add_messages("k", [user("one"), user("two"), user("three")]))
+    await asyncio.to_thread(store.waiting.wait, 10)
+    adding.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await adding
+    store.opened.set()  # too late: the append was cancelled on the loop thread, before it stored anything
+    await asyncio.sleep(0.1)
+    assert await chat_store.aget_messages("k") == []
+    store.armed, store.opened = False, threading.Event()
+    await chat_store.async_add_message("k", user("after"))
+    assert texts(await chat_store.aget_messages("k")) == ["after"]
+
+
+async def test_cancelled_appends_at_any_moment_are_each_whole_or_absent(store_url: str, tenant: str) -> None:
+    chat_store = ChatkeepChatStore(store_url, tenant=tenant)
+    try:
+        for n in range(20):  # cancel after a growing delay: before, during and after the store's write
+            batch = [user(f"{n}-{part}") for part in range(5)]
+            adding = asyncio.ensure_future(chat_store.async_add_messages("k", batch))
+            await asyncio.sleep(n * 0.0005)
+            adding.cancel()
+            await asyncio.gather(adding, return_exceptions=True)
+        await asyncio.sleep(0.2)  # let a write that was past the point of no return land
+        stored = [str(text) for text in texts(await chat_store.aget_messages("k"))]
+        batches = [stored[n : n + 5] for n in range(0, len(stored), 5)]
+        assert len(stored) % 5 == 0
+        for batch in batches:
+            prefix = batch[0].split("-")[0]
+            assert batch == [f"{prefix}-{part}" for part in range(5)]
+    finally:
+        await chat_store.aclose()
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        pytest.param("adelete_message-middle", ["a", "c", "d"], id="delete-middle"),
+        pytest.param("async_add_message-idx", ["a", "new", "b", "c", "d"], id="insert"),
+        pytest.param("aset_messages", ["new"], id="set"),
+    ],
+)
+async def test_a_cancelled_multi_step_write_still_finishes_whole(
+    gated: tuple[ChatkeepChatStore, Gated], name: str, expected: list[str]
+) -> None:
+    chat_store, store = gated
+    chat_store.set_messages("k", [user(text) for text in "abcd"])
+    store.armed = True
+    writing = asyncio.ensure_future(CALLS[name](chat_store))
+    await asyncio.to_thread(store.waiting.wait, 10)
+    writing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await writing
+    store.opened.set()
+    for _ in range(200):  # the write goes on, on the view's loop thread
+        if texts(chat_store.get_messages("k")) == expected:
+            break
+        await asyncio.sleep(0.01)
+    assert texts(chat_store.get_messages("k")) == expected
+
+
+async def test_the_sync_and_async_splice_are_one_rule(gated: tuple[ChatkeepChatStore, Gated]) -> None:
+    chat_store, store = gated
+    chat_store.set_messages("k", [user(text) for text in "abcd"])
+    store.calls.clear()
+    assert chat_store.delete_message("k", 1) == user("b")
+    sync_calls = list(store.calls)
+    await chat_store.aset_messages("k", [user(text) for text in "abcd"])
+    store.calls.clear()
+    assert await chat_store.adelete_message("k", 1) == user("b")
+    assert store.calls == sync_calls == ["count", "load", "pop", "pop", "pop", "append"]
+    assert texts(await chat_store.aget_messages("k")) == ["a", "c", "d"]
