@@ -6,12 +6,13 @@ LlamaIndex ``key`` is the session id of a :class:`SessionKey` under the chat sto
 ``ChatMessage`` is kept as its own JSON form (``model_dump(mode="json")``: role, content blocks,
 ``additional_kwargs`` with tool calls), so what LlamaIndex writes is what it reads back, field for field.
 
-Sync and async calls of one chat store run on one thread: a store is bound to one event loop, and
+Sync and async calls of one chat store run on one event loop: a store is bound to one event loop, and
 LlamaIndex calls both sides of one chat store (``ChatMemoryBuffer.aget`` reads with the sync
 ``get_messages`` on a worker thread while ``aput`` writes with the async ``async_add_message``). The chat
-store therefore runs every call on its store's sync view (:meth:`HistoryStore.sync`, a private event-loop
-thread); a sync call waits for it, from any thread, without needing or blocking an event loop of its own,
-and an async call awaits the store on that thread (``view.arun``), so the caller's event loop keeps running.
+store therefore runs every call on its store's sync view (:meth:`HistoryStore.sync`, one private event
+loop); a sync call waits for it, from any thread, without needing or blocking an event loop of its own,
+and an async call awaits the store on the view's loop (``view.arun``), so the caller's event loop keeps
+running.
 
 :class:`ChatkeepChatMemoryBuffer` is LlamaIndex's ``ChatMemoryBuffer`` reading only the newest messages, and
 :class:`ChatkeepDBChatStore` is the store of LlamaIndex's newer ``Memory`` (active and archived messages).
