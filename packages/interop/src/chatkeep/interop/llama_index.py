@@ -643,7 +643,9 @@ class ChatkeepChatMemoryBuffer(ChatMemoryBuffer):
         def fits(start: int) -> bool:
             return self._token_count_for_messages(window[start:]) + initial_token_count <= self.token_limit
 
-        low, high = 0, len(candidates) - 1  # the first fitting candidate, or the last one (a single message)
+        if fits(candidates[0]):  # the usual case: the whole window fits (one token count, as ChatMemoryBuffer)
+            return window[candidates[0] :]
+        low, high = min(1, len(candidates) - 1), len(candidates) - 1  # the first that fits, or the last one
         while low < high:
             middle = (low + high) // 2
             if fits(candidates[middle]):
