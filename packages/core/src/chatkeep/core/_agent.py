@@ -402,7 +402,7 @@ class Agent:
     async def close(self) -> None:
         """Close the stores this agent opened itself (from ``history=URL``); safe to call twice.
 
-        After :meth:`run_sync`, they are closed on its loop thread (the loop they ran on), which then stops.
+        After :meth:`run_sync`, they are closed on its private loop (the loop they ran on), which then closes.
         """
         await self._take_loop_thread().astop(self._close_owned())
 
@@ -437,7 +437,7 @@ class Agent:
             options: per-run model options (``conversation_id``, ``temperature``...).
 
         Raises:
-            SyncCallError: called from code the agent's loop thread runs (a tool of a ``run_sync`` run); await
+            SyncCallError: called from code running on the agent's private loop (a tool of a ``run_sync`` run); await
                 :meth:`run` there.
             HistoryModeConflictError: the run mixes service-managed and local history.
             ModelError: the model service failed.
@@ -446,7 +446,7 @@ class Agent:
         return self._loop_thread.run(self.run(input, session=session, options=options))
 
     def close_sync(self) -> None:
-        """:meth:`close` for code that is not async: close the stores this agent opened, stop its loop thread.
+        """:meth:`close` for code that is not async: close the stores this agent opened, close its private loop.
 
         Runs in flight on other threads finish first. ``run_sync`` still works afterwards (on a new thread), but
         not with the stores the agent opened from ``history=URL``: they are closed.
@@ -454,7 +454,7 @@ class Agent:
         self._take_loop_thread().stop(self._close_owned() if self._owned else None)
 
     def _take_loop_thread(self) -> LoopThread:
-        """The loop thread used so far, to stop; later ``run_sync`` calls get a fresh one."""
+        """The private loop used so far, to stop; later ``run_sync`` calls get a fresh one."""
         loop_thread, self._loop_thread = self._loop_thread, LoopThread(self._loop_thread.name)
         return loop_thread
 

@@ -129,9 +129,10 @@ class StoreLoopError(ChatkeepError, RuntimeError):
 
 
 class SyncCallError(ChatkeepError, RuntimeError):
-    """A blocking call (``SyncHistoryStore``, ``Agent.run_sync``) cannot run on its private event-loop thread.
+    """A blocking call (``SyncHistoryStore``, ``Agent.run_sync``) could not run.
 
-    It was made from that very thread (it would wait on itself forever), or after the thread was stopped.
+    It was made from code running on its own private event loop (it would wait on itself forever), or after
+    that loop was closed.
     """
 
 

@@ -65,13 +65,13 @@ class StoreBinding:
 class SyncStoreBinding:
     """A store's sync view, for an adapter whose framework calls it from sync and async code alike.
 
-    Every call runs on the view's private loop thread: blocking methods call the view, async ones await
+    Every call runs on the view's private event loop: blocking methods call the view, async ones await
     ``view.arun(view.store...)``. So one store serves both kinds of caller from one event loop, and a blocking
     call made where an event loop is running (a sync function called from async code) never waits on that loop.
 
     Args:
         store: a store's sync view, ``open_store(url).sync()`` (the caller keeps owning it: the way to share one
-            store, its connections and its loop thread between many adapters), or a store URL or an installed
+            store, its connections and its event loop between many adapters), or a store URL or an installed
             backend's name, which the binding opens in a view of its own and closes.
         store_options: options for a store opened from a URL (what its query takes, as keywords).
 
@@ -87,7 +87,7 @@ class SyncStoreBinding:
             self.view, self.owns_view = store, False
         elif isinstance(store, HistoryStore):
             raise StoreConfigurationError(
-                f"this adapter has blocking and async methods, so it runs its store on a private loop thread; pass "
+                f"this adapter has blocking and async methods, so it runs its store on a private event loop; pass "
                 f"a sync view of your {type(store).__name__}: store.sync() (make one view, share it between all "
                 "your histories and close it with view.close() when done), or a store URL"
             )

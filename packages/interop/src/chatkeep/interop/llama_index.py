@@ -116,7 +116,7 @@ def _insert_index(idx: object) -> int:
 # -- the chat store's multi-step rules, written once ------------------------------------------------------------
 #
 # A rule that makes several store calls (set_messages, a splice, get_keys' paging) is one coroutine over
-# ``_StoreCalls``. Async methods run it with ``_OnLoop``, on the view's loop thread in one ``view.arun`` (one hop
+# ``_StoreCalls``. Async methods run it with ``_OnLoop``, on the view's loop in one ``view.arun`` (one hop
 # for all its calls). Blocking methods run it with ``_Blocking``, whose calls are the view's blocking methods: none
 # of them ever suspends, so ``_run_blocking`` finishes the coroutine in one step on the caller's thread.
 
@@ -140,7 +140,7 @@ class _StoreCalls(Protocol):
 
 
 class _OnLoop:
-    """The store itself, for a rule running on the view's loop thread (inside ``view.arun``)."""
+    """The store itself, for a rule running on the view's loop (inside ``view.arun``)."""
 
     def __init__(self, store: HistoryStore) -> None:
         self.store = store
@@ -218,7 +218,7 @@ def _run_blocking(rule: Coroutine[Any, Any, T]) -> T:
 
 
 async def _to_the_end(rule: Coroutine[Any, Any, T]) -> T:
-    """Run a multi-step write on the loop thread to its end even if its caller is cancelled.
+    """Run a multi-step write on the view's loop to its end even if its caller is cancelled.
 
     Stopping a splice halfway would lose the messages it took off the end; so a cancelled caller stops waiting
     and the write still finishes (or fails) whole, on the view's loop.
@@ -309,7 +309,7 @@ class ChatkeepChatStore(BaseChatStore):
     Args:
         store: a store URL (``"sqlite:///chat.db"``) or a backend name (``"memory"``), which the chat store
             opens and :meth:`close` closes; a :class:`HistoryStore`, which it takes over (it runs on the chat
-            store's loop thread from then on, and :meth:`close` closes it); or a :class:`SyncHistoryStore`
+            store's loop from then on, and :meth:`close` closes it); or a :class:`SyncHistoryStore`
             (``store.sync()``) that stays yours, to share one store between several chat stores.
         tenant: the tenant every key of this chat store belongs to.
         store_options: options for a store opened from a URL (what its query takes, as keywords).
@@ -376,7 +376,7 @@ class ChatkeepChatStore(BaseChatStore):
         return _run_blocking(_keys(_Blocking(self._view), self.tenant))
 
     async def aget_keys(self) -> list[str]:
-        """:meth:`get_keys` for async code (all its pages in one trip to the store's loop thread)."""
+        """:meth:`get_keys` for async code (all its pages in one trip to the store's loop)."""
         view = self._view
         return await view.arun(_keys(_OnLoop(view.store), self.tenant))
 
@@ -480,7 +480,7 @@ class ChatkeepChatStore(BaseChatStore):
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the store and stop its loop thread, unless the store is a :class:`SyncHistoryStore` you passed."""
+        """Close the store and its private loop, unless the store is a :class:`SyncHistoryStore` you passed."""
         if self._owns_view:
             self._view.close()
 
@@ -699,7 +699,7 @@ class ChatkeepDBChatStore(AsyncDBChatStore):
     *archived* messages (handing them to its memory blocks). Here a key's active messages are the session ``key``
     of the tenant, so a :class:`ChatkeepChatStore` of the same tenant reads the same conversation; its archived
     messages are the session ``key`` of the tenant ``"<tenant>.llama-index-archived"``. Every call is async and
-    runs on the store's sync view (its own event-loop thread), so ``Memory``'s sync methods, which run each call
+    runs on the store's sync view (its own event loop), so ``Memory``'s sync methods, which run each call
     in a new event loop, work too.
 
     Archiving copies the oldest active messages to the archive, then drops them from the queue: a failure in
