@@ -8,7 +8,7 @@ a cut history with a tool or assistant message.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from llama_index.core.llms import ChatMessage, MessageRole
@@ -52,9 +52,20 @@ def memory_store() -> Iterator[ChatkeepChatStore]:
         chat_store.close()
 
 
+def characters(text: str) -> list[str]:
+    return list(text)  # a joined history has a separator more per message than its messages' own counts
+
+
+def w_pieces(text: str) -> list[str]:
+    return text.split("w")  # a joined history has a piece less per message than its messages' own counts
+
+
+@pytest.mark.parametrize("tokenizer", [words, characters, w_pieces], ids=["words", "characters", "w-pieces"])
 def test_it_returns_what_chat_memory_buffer_returns_when_that_fits_the_window(
-    memory_store: ChatkeepChatStore,
+    memory_store: ChatkeepChatStore, tokenizer: Callable[[str], list[str]]
 ) -> None:
+    # Tokenizers whose count of a joined history is, is above and is below the sum of its messages' counts: the
+    # memory guesses from the messages' own counts, and must still find exactly ChatMemoryBuffer's answer.
     rng = random.Random(20261201)
     for case in range(400):
         history = random_history(rng, rng.randint(0, 40))
@@ -67,13 +78,13 @@ def test_it_returns_what_chat_memory_buffer_returns_when_that_fits_the_window(
             chat_store=SimpleChatStore(store={key: history}),
             chat_store_key=key,
             token_limit=token_limit,
-            tokenizer_fn=words,
+            tokenizer_fn=tokenizer,
         ).get(initial_token_count=initial)
         ours = ChatkeepChatMemoryBuffer.from_defaults(
             chat_store=memory_store,
             chat_store_key=key,
             token_limit=token_limit,
-            tokenizer_fn=words,
+            tokenizer_fn=tokenizer,
             max_messages=max_messages,
         ).get(initial_token_count=initial)
         if len(theirs) <= max_messages:

@@ -624,8 +624,8 @@ class ChatkeepChatMemoryBuffer(ChatMemoryBuffer):
 
         The candidate starts are those ``ChatMemoryBuffer.get`` steps through: drop one message, then any tool or
         assistant messages the history would start with, keeping at least one. Token counts only shrink as
-        messages are dropped, so the first start that fits is found by bisecting the candidates (a few token
-        counts, not one per dropped message).
+        messages are dropped, so the first start that fits is found from a guess made with each message's own
+        count, settled by exact counts (a few, not one per dropped message).
         """
         cut = len(read) > self.max_messages  # older messages exist: the window starts after a dropped one
         window = read[len(read) - self.max_messages :] if cut else read
@@ -645,13 +645,19 @@ class ChatkeepChatMemoryBuffer(ChatMemoryBuffer):
 
         if fits(candidates[0]):  # the usual case: the whole window fits (one token count, as ChatMemoryBuffer)
             return window[candidates[0] :]
-        low, high = min(1, len(candidates) - 1), len(candidates) - 1  # the first that fits, or the last one
-        while low < high:
-            middle = (low + high) // 2
-            if fits(candidates[middle]):
-                high = middle
-            else:
-                low = middle + 1
+        # Guess the first start that fits from each message's own count (one tokenizer pass over the window),
+        # then settle it with exact counts of the joined suffix: a step or two from the guess.
+        sizes = [self._token_count_for_messages([message]) for message in window]
+        suffix = [0] * (len(window) + 1)
+        for n in range(len(window) - 1, -1, -1):
+            suffix[n] = suffix[n + 1] + sizes[n]
+        budget = self.token_limit - initial_token_count
+        low = next((n for n, start in enumerate(candidates) if suffix[start] <= budget), len(candidates) - 1)
+        low = min(max(low, 1), len(candidates) - 1)  # candidates[0] does not fit
+        while low > 1 and fits(candidates[low - 1]):
+            low -= 1
+        while low < len(candidates) - 1 and not fits(candidates[low]):
+            low += 1
         # One message over the limit on its own is still returned, as ChatMemoryBuffer does (the LLM then says so).
         return window[candidates[low] :]
 
