@@ -283,6 +283,7 @@ class JsonFilesHistoryStore(HistoryStore):
             old_log, removed = paths.log(meta), meta.count - keep_last
             meta.log, meta.base, meta.size = meta.log + 1, meta.base + meta.size - len(data), len(data)
             meta.count, meta.first_seq = keep_last, meta.first_seq + removed
+            meta.touch()  # a trim that deletes is a write
             replace_file(paths.log(meta), data, fsync=self.fsync)
             replace_file(paths.meta, meta.dump(), fsync=self.fsync)
             os.remove(old_log)

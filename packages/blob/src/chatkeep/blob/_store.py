@@ -75,6 +75,11 @@ def _now_us() -> int:
     return now
 
 
+def _touch(view: SessionMeta) -> None:
+    """Count a write (append, trim that deletes, pop, save_session): it moves ``updated``, which orders and prunes."""
+    view.updated = max(_now_us(), view.created)
+
+
 async def _final(operation: Awaitable[_T]) -> _T:
     """Await a write that, once sent, finishes even if the caller is cancelled meanwhile.
 
@@ -477,7 +482,7 @@ class BlobHistoryStore(HistoryStore):
     async def _commit(self, key: SessionKey, view: SessionMeta, etag: str | None, number: int, end: int) -> bool:
         """Write the metadata covering the landed block; ``False`` if its generation is gone (append again)."""
         while True:
-            view.updated = max(_now_us(), view.created)
+            _touch(view)
             if await self._put_meta(key, view, etag) is not None:
                 return True
             found = await self._read_meta(key)
@@ -630,7 +635,7 @@ class BlobHistoryStore(HistoryStore):
             except _Gone:
                 continue
             gone = view.trim(keep_last, offset)
-            view.updated = max(_now_us(), view.created)
+            _touch(view)
             if await self._put_meta(key, view, etag) is None:
                 continue
             await self._delete_blobs(
@@ -659,7 +664,7 @@ class BlobHistoryStore(HistoryStore):
             except _Gone:
                 continue
             view.pop(start)
-            view.updated = max(_now_us(), view.created)
+            _touch(view)
             if await self._put_meta(key, view, etag) is not None:
                 return decode_records([record])[0]
             lost += 1  # another writer came first: as after a lost append race, pause at random, then again
@@ -757,7 +762,7 @@ class BlobHistoryStore(HistoryStore):
             view.document, view.version = document, version
             if owner is not None:
                 view.owner = owner
-            view.updated = max(_now_us(), view.created)
+            _touch(view)
             if await self._put_meta(key, view, etag) is not None:
                 return version
 

@@ -217,15 +217,17 @@ class MemoryHistoryStore(HistoryStore):
             return True
 
     async def _trim(self, key: SessionKey, keep_last: int) -> int:
-        with self._data.lock:
-            session = self._data.get(key)
+        data = self._data
+        with data.lock:
+            session = data.get(key)
             if session is None:
                 return 0
             removed = max(len(session.records) - keep_last, 0)
-            if removed:
+            if removed:  # a trim that deletes is a write; one that deletes nothing changes nothing
                 session.id_set.difference_update(session.ids[:removed])
                 del session.ids[:removed], session.records[:removed]
                 session.first_seq += removed
+                self._touch(session, data.stamp())
             return removed
 
     async def _pop(self, key: SessionKey) -> Message | None:

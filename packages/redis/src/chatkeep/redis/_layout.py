@@ -13,7 +13,8 @@ The braces are the cluster hash tag: a session's keys share a slot, so one Lua s
 them atomically. base64url has no ``.``, ``{`` or ``}``, so no id can reach another key. The tenant's
 index lives on another slot: writers update it *before* the session (an entry without a session is
 dropped by ``list_sessions`` and ``prune``; a session without an entry cannot happen), and removals
-are conditional on the entry's score, so a concurrent write keeps its entry.
+are conditional on the entry's score, so a concurrent write keeps its entry. ``trim`` is the exception:
+it updates the index *after*, and only when it deleted messages, from a session that has its entry.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ class Script:
         return hashlib.sha1(self.source.encode()).hexdigest()
 
 
-# Shared tail of every write: restart the TTL of the session's keys.
+# Shared by every write: restart the TTL of the session's keys, stamp the session, update the indexes.
 _EXPIRE = """
 local function expire(ttl)
   if ttl > 0 then
@@ -46,6 +46,14 @@ local function touch(now)
   redis.call('HSETNX', KEYS[1], 'created', now)
   local updated = tonumber(redis.call('HGET', KEYS[1], 'updated') or '0')
   if tonumber(now) > updated then redis.call('HSET', KEYS[1], 'updated', now) end
+end
+-- KEYS[at] is the tenant's index and KEYS[at + 1] the tenants' index, when the script was given them
+-- (standalone only: a cluster keeps them on other nodes, and the store updates them apart).
+local function reindex(at, now, tenant, session_id)
+  if #KEYS > at then
+    redis.call('ZADD', KEYS[at + 1], 'GT', now, tenant)
+    redis.call('ZADD', KEYS[at], 'GT', now, session_id)
+  end
 end
 -- unpack() is limited by Lua's C stack: push in chunks.
 local function chunked(command, key, items, step)
@@ -82,10 +90,7 @@ if added == 0 then
   if ARGV[7] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HINCRBY', KEYS[1], 'next', 0) end
   return 0
 end
-if #KEYS >= 5 then
-  redis.call('ZADD', KEYS[5], 'GT', ARGV[1], ARGV[5])
-  redis.call('ZADD', KEYS[4], 'GT', ARGV[1], ARGV[6])
-end
+reindex(4, ARGV[1], ARGV[5], ARGV[6])
 local seq = tonumber(redis.call('HINCRBY', KEYS[1], 'next', added)) - added
 local scored = {}
 for k = 1, added do
@@ -108,7 +113,10 @@ return added
 """,
 )
 
-# KEYS: h, m, i   ARGV: keep_last, ttl_ms   Returns how many messages were removed.
+# KEYS: h, m, i [, tenant index, tenants index (standalone only, as for APPEND)]
+# ARGV: keep_last, ttl_ms, now_us, tenant, session_id
+# Returns how many messages were removed. A trim that removes some is a write (stamp, indexes, TTL, as a pop);
+# one that removes none changes nothing.
 TRIM = Script(
     "trim",
     _EXPIRE
@@ -117,6 +125,8 @@ local over = redis.call('LLEN', KEYS[2]) - tonumber(ARGV[1])
 if over <= 0 then return 0 end
 redis.call('LTRIM', KEYS[2], over, -1)
 redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1)
+reindex(4, ARGV[3], ARGV[4], ARGV[5])
+touch(ARGV[3])
 expire(tonumber(ARGV[2]))
 return over
 """,
@@ -138,10 +148,7 @@ if not record then return false end
 redis.call('ZREMRANGEBYRANK', KEYS[3], -1, -1)
 redis.call('HINCRBY', KEYS[1], 'next', -1)
 redis.call('SET', KEYS[4], record, 'PX', ARGV[3])
-if #KEYS >= 6 then
-  redis.call('ZADD', KEYS[6], 'GT', ARGV[1], ARGV[4])
-  redis.call('ZADD', KEYS[5], 'GT', ARGV[1], ARGV[5])
-end
+reindex(5, ARGV[1], ARGV[4], ARGV[5])
 touch(ARGV[1])
 expire(tonumber(ARGV[2]))
 return record

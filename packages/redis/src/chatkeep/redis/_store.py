@@ -447,9 +447,20 @@ class RedisHistoryStore(HistoryStore):
         return True
 
     async def _trim(self, key: SessionKey, keep_last: int) -> int:
-        """Delete all but the ``keep_last`` newest messages (and forget their ids); returns how many."""
-        h, m, i, _ = _layout.session_keys(self.prefix, key.tenant, key.session_id)
-        return int(await self._script(_scripts.TRIM, (h, m, i), (keep_last, self._ttl_ms)))
+        """Delete all but the ``keep_last`` newest messages (and forget their ids); returns how many.
+
+        A trim that deletes is a write, as a pop is: it stamps the session, moves it in the indexes and
+        restarts the TTL. One that deletes nothing changes nothing, so on a cluster the indexes are updated
+        after the script, and only when it deleted (the session exists then, so it has its entry already).
+        """
+        h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
+        now = _layout.now_us()
+        args = (keep_last, self._ttl_ms, now, key.tenant, key.session_id)
+        keys = (h, m, i) if self._cluster else (h, m, i, index, self._tenants_key)
+        removed = int(await self._script(_scripts.TRIM, keys, args))
+        if removed and self._cluster:
+            await self._touch_indexes(key.tenant, key.session_id, index, now)
+        return removed
 
     async def _pop(self, key: SessionKey) -> Message | None:
         """Remove the newest record and its id in one script (a retry of it returns the same record)."""

@@ -211,8 +211,9 @@ class Statements:
                 f"(SELECT max(seq) FROM {MESSAGES} WHERE session_ref = ?) RETURNING record"
             )
         self.pop_remove = c(f"DELETE FROM {MESSAGES} WHERE session_ref = ? AND seq = ?")
-        self.pop_uncount = c(
-            f"UPDATE {SESSIONS} SET message_count = message_count - 1, "
+        # pop and trim: fewer messages, and a write (it moves updated_at).
+        self.remove_messages = c(
+            f"UPDATE {SESSIONS} SET message_count = message_count - ?, "
             f"updated_at = {greatest}(updated_at, ?) WHERE id = ?"
         )
         listing = f"SELECT id, session_id, message_count, created_at, updated_at FROM {SESSIONS} WHERE tenant_hash = ?"
@@ -456,8 +457,11 @@ def execute(conn: DBConnection, statement: str, params: Sequence[Any]) -> int:
     return int(cur.rowcount)
 
 
-def trim(conn: DBConnection, sql: Statements, cancel: Flag, key: bytes, keep_last: int) -> int:
-    """Delete all but the ``keep_last`` newest messages of the session; returns how many were deleted."""
+def trim(conn: DBConnection, sql: Statements, cancel: Flag, key: bytes, keep_last: int, now: int) -> int:
+    """Delete all but the ``keep_last`` newest messages of the session; returns how many were deleted.
+
+    A trim that deletes is a write: like a pop, it moves the session's ``updated_at`` to ``now``.
+    """
 
     def body(cur: Any) -> int:
         cur.execute(sql.lock_session, (key,))
@@ -472,7 +476,7 @@ def trim(conn: DBConnection, sql: Statements, cancel: Flag, key: bytes, keep_las
         cur.execute(sql.trim_delete, (session_ref, boundary[0][0]))
         removed = int(cur.rowcount)
         if removed:
-            cur.execute(sql.uncount, (removed, session_ref))
+            cur.execute(sql.remove_messages, (removed, now, session_ref))
         return removed
 
     return transaction(conn, sql, cancel, body)
@@ -504,7 +508,7 @@ def pop(conn: DBConnection, sql: Statements, cancel: Flag, key: bytes, now: int)
             if not deleted:
                 return None
             record = deleted[0][0]
-        cur.execute(sql.pop_uncount, (now, session_ref))
+        cur.execute(sql.remove_messages, (1, now, session_ref))
         return str(record)
 
     return transaction(conn, sql, cancel, body)

@@ -345,8 +345,8 @@ class SQLHistoryStore(HistoryStore):
 
     async def _trim(self, key: SessionKey, keep_last: int) -> int:
         """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
-        digest, sql = key_hash(key.tenant, key.session_id), self._sql
-        return await self._write(lambda conn, flag: _sql.trim(conn, sql, flag, digest, keep_last))
+        digest, now, sql = key_hash(key.tenant, key.session_id), self._stamp(), self._sql
+        return await self._write(lambda conn, flag: _sql.trim(conn, sql, flag, digest, keep_last, now))
 
     async def _pop(self, key: SessionKey) -> Message | None:
         """Delete the newest message and return it, in one transaction holding the session row's lock."""

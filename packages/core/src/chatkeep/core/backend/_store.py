@@ -211,7 +211,9 @@ class HistoryStore(abc.ABC):
       Its cost does not depend on the history's length.
     * ``load`` returns messages in append order; ``last=k`` reads only the k newest.
     * ``iter_messages`` pages through the whole history in constant memory.
-    * ``count``, ``delete``, ``trim`` are exact; ``delete`` removes everything the key owned.
+    * ``count``, ``delete``, ``trim`` are exact; ``delete`` removes everything the key owned. A trim that
+      deletes at least one message is a write, as a pop is (it restarts the TTL and counts as an update for
+      ``list_sessions`` and ``prune``); a trim that deletes nothing changes nothing.
     * ``pop`` removes the newest message and returns it, atomically: concurrent pops return distinct
       messages, none lost, and ``count`` drops by one per message returned. A pop is a write (it restarts
       the TTL and counts as an update for ``list_sessions`` and ``prune``); it leaves the session document
@@ -485,7 +487,11 @@ class HistoryStore(abc.ABC):
 
     @abc.abstractmethod
     async def _trim(self, key: SessionKey, keep_last: int) -> int:
-        """Delete all but the newest ``keep_last`` (0 or more); return how many were deleted."""
+        """Delete all but the newest ``keep_last`` (0 or more); return how many were deleted.
+
+        When it deletes any, count the trim as a write (TTL, ``updated_at``), touching the session as ``_pop``
+        does. When it deletes none, change nothing.
+        """
 
     async def _pop(self, key: SessionKey) -> Message | None:
         """Remove the newest message and return it (``None``: no messages), in one atomic step.

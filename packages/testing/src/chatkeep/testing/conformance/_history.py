@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -18,7 +20,7 @@ from chatkeep.core import (
     Usage,
     UsageContent,
 )
-from chatkeep.core.backend import HistoryStore
+from chatkeep.core.backend import HistoryStore, SessionKey
 from chatkeep.testing.conformance._base import (
     WINDOW_SLACK,
     ConformanceBase,
@@ -27,6 +29,7 @@ from chatkeep.testing.conformance._base import (
     message_ids,
     texts,
 )
+from chatkeep.testing.conformance._lifecycle import GAP
 
 __all__ = ["AppendConformance", "ContentConformance", "ReadConformance"]
 
@@ -168,6 +171,54 @@ class ReadConformance(ConformanceBase):
         assert message_ids(await store.load(key)) == message_ids(batch[-3:] + more)
         assert await store.trim(key, 0) == 5
         assert await (await kit.open()).count(key) == 0
+
+    async def test_trim_counts_as_an_update(self, kit: StoreKit, store: HistoryStore) -> None:
+        tenant = kit.tenant("trim-update")
+        trimmed, other = SessionKey(tenant, "trimmed"), SessionKey(tenant, "other")
+        await store.append(trimmed, make_messages(3))
+        await asyncio.sleep(GAP)
+        await store.append(other, make_messages(3))  # written after: first in the listing until the trim
+        await asyncio.sleep(GAP)
+        cutoff = datetime.now(timezone.utc)
+        await asyncio.sleep(GAP)
+        assert await store.trim(trimmed, 1) == 2
+        page = await (await kit.open()).list_sessions(tenant)
+        assert [info.session_id for info in page.items] == ["trimmed", "other"], "a trim did not update the session"
+        assert page.items[0].updated_at >= cutoff
+        assert await store.prune(older_than=cutoff, tenant=tenant) == 1
+        fresh = await kit.open()
+        assert [await fresh.count(trimmed), await fresh.count(other)] == [1, 0]
+
+    async def test_trim_that_deletes_nothing_is_not_an_update(self, kit: StoreKit, store: HistoryStore) -> None:
+        tenant = kit.tenant("trim-noop")
+        short, newer = SessionKey(tenant, "short"), SessionKey(tenant, "newer")
+        await store.append(short, make_messages(3))
+        await asyncio.sleep(GAP)
+        await store.append(newer, make_messages(3))
+        await asyncio.sleep(GAP)
+        before = [(info.session_id, info.updated_at) for info in (await store.list_sessions(tenant)).items]
+        assert [session_id for session_id, _ in before] == ["newer", "short"]
+        assert await store.trim(short, 3) == 0
+        assert await store.trim(short, 10) == 0
+        after = [(info.session_id, info.updated_at) for info in (await (await kit.open()).list_sessions(tenant)).items]
+        assert after == before, "a trim that deleted nothing changed the session's updated_at"
+
+    async def test_ttl_is_refreshed_by_trim(self, kit: StoreKit) -> None:
+        self.skip_without_native_ttl()
+        store = await kit.open(ttl=timedelta(seconds=1))
+        key = kit.key()
+        started = time.monotonic()
+        await store.append(key, make_messages(3))  # t = 0: messages and document
+        await store.save_session(key, AgentSession(session_id=key.session_id, tenant=key.tenant, state={"t": 0}))
+        await asyncio.sleep(0.7)
+        assert await store.trim(key, 1) == 2  # t = 0.7: a trim that deletes is a write, for the document too
+        await asyncio.sleep(max(0.0, 1.4 - (time.monotonic() - started)))
+        fresh = await kit.open()
+        assert await fresh.count(key) == 1, "messages expired although the session was trimmed 0.7 s ago"
+        assert await fresh.load_session(key) is not None, "the document expired although the session was trimmed"
+        await asyncio.sleep(1.5)
+        assert await fresh.count(key) == 0, "the session outlived its TTL after the last trim"
+        assert await fresh.load_session(key) is None
 
 
 def _hard_texts() -> list[str]:
