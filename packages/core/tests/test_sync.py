@@ -225,6 +225,45 @@ async def test_arun_on_a_closed_view_raises_store_closed_error() -> None:
         await view.arun(view.store.count(KEY))
 
 
+async def _move_newest(store: HistoryStore, source: SessionKey, target: SessionKey) -> str | None:
+    """A rule of several store calls (pop, then append), as adapters write them."""
+    popped = await store.pop(source)
+    if popped is not None:
+        await store.append(target, [popped])
+    return None if popped is None else popped.text
+
+
+def test_run_runs_a_rule_of_several_store_calls_whole_on_the_views_loop(view: SyncHistoryStore) -> None:
+    target = SessionKey(KEY.tenant, "archive")
+    view.append(KEY, [Message(role="user", text="a"), Message(role="user", text="b")])
+    assert view.run(_move_newest(view.store, KEY, target)) == "b"
+    assert (texts(view.load(KEY)), texts(view.load(target))) == (["a"], ["b"])
+
+    async def cell() -> str | None:  # inside a running loop too: the rule runs on the view's loop, not this one
+        return view.run(_move_newest(view.store, KEY, target))
+
+    assert asyncio.run(cell()) == "a"
+    assert (view.count(KEY), texts(view.load(target))) == (0, ["b", "a"])
+
+
+def test_run_raises_the_stores_own_errors_and_refuses_calls_it_cannot_make() -> None:
+    view = SyncHistoryStore(MemoryHistoryStore(namespace=namespace()))
+
+    async def bad(store: HistoryStore) -> None:
+        await store.load(KEY, last=-1)
+
+    async def reentrant(store: HistoryStore) -> int:
+        return view.run(store.count(KEY))  # a blocking call from the loop that would have to run it
+
+    with pytest.raises(InvalidArgumentError):
+        view.run(bad(view.store))
+    with pytest.raises(SyncCallError, match=r"await store\.load"):
+        view.run(reentrant(view.store))
+    view.close()
+    with pytest.raises(StoreClosedError, match="SyncHistoryStore"):
+        view.run(view.store.count(KEY))
+
+
 def test_iter_messages_streams_5000_messages_in_order_one_batch_at_a_time() -> None:
     pulled = 0
     finished = False

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM, ChatMessage, MessageRole
@@ -40,8 +40,6 @@ from chatkeep.core import (
     MessageFormatError,
     Role,
     SessionKey,
-    SessionPage,
-    SyncCallError,
     SyncHistoryStore,
 )
 from chatkeep.interop._binding import StoreBinding
@@ -115,106 +113,9 @@ def _insert_index(idx: object) -> int:
 
 # -- the chat store's multi-step rules, written once ------------------------------------------------------------
 #
-# A rule that makes several store calls (set_messages, a splice, get_keys' paging) is one coroutine over
-# ``_StoreCalls``. Async methods run it with ``_OnLoop``, on the view's loop in one ``view.arun`` (one hop
-# for all its calls). Blocking methods run it with ``_Blocking``, whose calls are the view's blocking methods: none
-# of them ever suspends, so ``_run_blocking`` finishes the coroutine in one step on the caller's thread.
-
-
-class _StoreCalls(Protocol):
-    """The store calls the rules make (the :class:`HistoryStore` methods of the same names, plus ``oldest``)."""
-
-    async def count(self, key: SessionKey) -> int: ...
-
-    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]: ...
-
-    async def oldest(self, key: SessionKey) -> Message | None: ...
-
-    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int: ...
-
-    async def pop(self, key: SessionKey) -> Message | None: ...
-
-    async def trim(self, key: SessionKey, keep_last: int) -> int: ...
-
-    async def list_sessions(self, tenant: str, *, limit: int, cursor: str | None) -> SessionPage: ...
-
-
-class _OnLoop:
-    """The store itself, for a rule running on the view's loop (inside ``view.arun``)."""
-
-    def __init__(self, store: HistoryStore) -> None:
-        self.store = store
-
-    async def count(self, key: SessionKey) -> int:
-        return await self.store.count(key)
-
-    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
-        return await self.store.load(key, last=last)
-
-    async def oldest(self, key: SessionKey) -> Message | None:
-        messages = self.store.iter_messages(key, batch=1)
-        try:
-            async for message in messages:
-                return message
-            return None
-        finally:
-            aclose = getattr(messages, "aclose", None)
-            if aclose is not None:
-                await aclose()
-
-    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
-        return await self.store.append(key, messages)
-
-    async def pop(self, key: SessionKey) -> Message | None:
-        return await self.store.pop(key)
-
-    async def trim(self, key: SessionKey, keep_last: int) -> int:
-        return await self.store.trim(key, keep_last)
-
-    async def list_sessions(self, tenant: str, *, limit: int, cursor: str | None) -> SessionPage:
-        return await self.store.list_sessions(tenant, limit=limit, cursor=cursor)
-
-
-class _Blocking:
-    """The view's blocking methods behind the same coroutine API; none of them suspends (see ``_run_blocking``)."""
-
-    def __init__(self, view: SyncHistoryStore) -> None:
-        self.view = view
-
-    async def count(self, key: SessionKey) -> int:
-        return self.view.count(key)
-
-    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
-        return self.view.load(key, last=last)
-
-    async def oldest(self, key: SessionKey) -> Message | None:
-        for message in self.view.iter_messages(key, batch=1):
-            return message  # leaving the loop closes the view's iterator
-        return None
-
-    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
-        return self.view.append(key, messages)
-
-    async def pop(self, key: SessionKey) -> Message | None:
-        return self.view.pop(key)
-
-    async def trim(self, key: SessionKey, keep_last: int) -> int:
-        return self.view.trim(key, keep_last)
-
-    async def list_sessions(self, tenant: str, *, limit: int, cursor: str | None) -> SessionPage:
-        return self.view.list_sessions(tenant, limit=limit, cursor=cursor)
-
-
-def _run_blocking(rule: Coroutine[Any, Any, T]) -> T:
-    """Run a rule over :class:`_Blocking` calls to its end, here: its awaits never suspend, so one step finishes it."""
-    try:
-        rule.send(None)
-    except StopIteration as done:
-        return cast("T", done.value)
-    rule.close()
-    raise SyncCallError(  # only a rule awaiting something other than its store calls gets here: a chatkeep bug
-        "a LlamaIndex chat store rule waited on an event loop while run from blocking code; please report this bug"
-    )
+# A rule that makes several store calls (set_messages, a splice, get_keys' paging) is one coroutine over the
+# store. Blocking methods run it with ``view.run`` and async methods with ``view.arun``: either way it runs whole on
+# the view's loop, as one call.
 
 
 async def _to_the_end(rule: Coroutine[Any, Any, T]) -> T:
@@ -226,27 +127,27 @@ async def _to_the_end(rule: Coroutine[Any, Any, T]) -> T:
     return await asyncio.shield(rule)  # (shield marks the error of a write nobody awaits any more as retrieved)
 
 
-async def _keys(calls: _StoreCalls, tenant: str) -> list[str]:
+async def _keys(store: HistoryStore, tenant: str) -> list[str]:
     """The tenant's session ids that hold messages, page by page, the most recently changed first."""
     keys: list[str] = []
     cursor: str | None = None
     while True:
-        page = await calls.list_sessions(tenant, limit=_PAGE, cursor=cursor)
+        page = await store.list_sessions(tenant, limit=_PAGE, cursor=cursor)
         keys.extend(info.session_id for info in page.items if info.message_count)
         if page.next_cursor is None:
             return keys
         cursor = page.next_cursor
 
 
-async def _replace(calls: _StoreCalls, key: SessionKey, stored: Sequence[Message]) -> None:
+async def _replace(store: HistoryStore, key: SessionKey, stored: Sequence[Message]) -> None:
     """Append the new history (atomically), then drop the old one: never an empty or partial history between."""
     if stored:
-        await calls.append(key, stored)
-    await calls.trim(key, len(stored))
+        await store.append(key, stored)
+    await store.trim(key, len(stored))
 
 
 async def _splice(
-    calls: _StoreCalls, key: SessionKey, idx: int, *, remove: bool, insert: Sequence[Message]
+    store: HistoryStore, key: SessionKey, idx: int, *, remove: bool, insert: Sequence[Message]
 ) -> Message | None:
     """Remove the message at ``idx`` (``remove``) and/or put ``insert`` there, keeping the rest in order.
 
@@ -254,22 +155,22 @@ async def _splice(
     so the messages after ``idx`` come off the end and go back (with their own ids, so a repeated append
     never doubles them). The oldest and the newest are removed in one atomic step. Returns the removed message.
     """
-    total = await calls.count(key)
+    total = await store.count(key)
     if idx >= total:
         if not remove and insert:
-            await calls.append(key, insert)
+            await store.append(key, insert)
         return None
     if remove and not insert and idx == total - 1:
-        return await calls.pop(key)
+        return await store.pop(key)
     if remove and not insert and idx == 0:
-        oldest = await calls.oldest(key)
-        deleted = await calls.trim(key, total - 1)
-        return oldest if deleted else None
-    tail = await calls.load(key, last=total - idx)
+        oldest = await _oldest(store, key, 1)
+        deleted = await store.trim(key, total - 1)
+        return oldest[0] if deleted and oldest else None
+    tail = await store.load(key, last=total - idx)
     first_id = tail[0].message_id
     taken: list[Message] = []
     while True:  # pop back to (and including) the message now at idx, also past messages added meanwhile
-        popped = await calls.pop(key)
+        popped = await store.pop(key)
         if popped is None:
             break
         taken.append(popped)
@@ -279,7 +180,7 @@ async def _splice(
     removed = taken.pop(0) if remove and taken and taken[0].message_id == first_id else None
     restore = [*insert, *taken]
     if restore:
-        await calls.append(key, restore)
+        await store.append(key, restore)
     return removed
 
 
@@ -373,12 +274,12 @@ class ChatkeepChatStore(BaseChatStore):
 
     def get_keys(self) -> list[str]:
         """The keys of this tenant that hold messages, the most recently changed first."""
-        return _run_blocking(_keys(_Blocking(self._view), self.tenant))
+        return self._view.run(_keys(self._view.store, self.tenant))
 
     async def aget_keys(self) -> list[str]:
         """:meth:`get_keys` for async code (all its pages in one trip to the store's loop)."""
         view = self._view
-        return await view.arun(_keys(_OnLoop(view.store), self.tenant))
+        return await view.arun(_keys(view.store, self.tenant))
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -394,7 +295,7 @@ class ChatkeepChatStore(BaseChatStore):
         if idx is None:
             self._view.append(session, [stored])
         else:
-            _run_blocking(_splice(_Blocking(self._view), session, _insert_index(idx), remove=False, insert=[stored]))
+            self._view.run(_splice(self._view.store, session, _insert_index(idx), remove=False, insert=[stored]))
 
     async def async_add_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
         """:meth:`add_message` for async code. Cancelled, an append at the end is stored whole or not at all;
@@ -403,7 +304,7 @@ class ChatkeepChatStore(BaseChatStore):
         if idx is None:
             await view.arun(view.store.append(session, [stored]))
         else:
-            rule = _splice(_OnLoop(view.store), session, _insert_index(idx), remove=False, insert=[stored])
+            rule = _splice(view.store, session, _insert_index(idx), remove=False, insert=[stored])
             await view.arun(_to_the_end(rule))
 
     def add_messages(self, key: str, messages: Sequence[ChatMessage]) -> None:
@@ -434,12 +335,12 @@ class ChatkeepChatStore(BaseChatStore):
             MessageTooLargeError: a message is over the store's limit (the old history is left as it was).
         """
         session, stored = self._key(key), [_encode(message) for message in messages]
-        _run_blocking(_replace(_Blocking(self._view), session, stored))
+        self._view.run(_replace(self._view.store, session, stored))
 
     async def aset_messages(self, key: str, messages: list[ChatMessage]) -> None:
         """:meth:`set_messages` for async code; cancelled once started, it still finishes (never half done)."""
         session, stored, view = self._key(key), [_encode(message) for message in messages], self._view
-        await view.arun(_to_the_end(_replace(_OnLoop(view.store), session, stored)))
+        await view.arun(_to_the_end(_replace(view.store, session, stored)))
 
     def delete_messages(self, key: str) -> None:
         """Delete the key's whole history (atomically); returns ``None`` rather than read it all first."""
@@ -467,14 +368,14 @@ class ChatkeepChatStore(BaseChatStore):
         session = self._key(key)
         if _index(idx) < 0:
             return None
-        return _decode_one(_run_blocking(_splice(_Blocking(self._view), session, idx, remove=True, insert=[])))
+        return _decode_one(self._view.run(_splice(self._view.store, session, idx, remove=True, insert=[])))
 
     async def adelete_message(self, key: str, idx: int) -> ChatMessage | None:
         """:meth:`delete_message` for async code; cancelled once started, it still finishes (never half done)."""
         session, view = self._key(key), self._view
         if _index(idx) < 0:
             return None
-        rule = _splice(_OnLoop(view.store), session, idx, remove=True, insert=[])
+        rule = _splice(view.store, session, idx, remove=True, insert=[])
         return _decode_one(await view.arun(_to_the_end(rule)))
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -819,7 +720,7 @@ class ChatkeepDBChatStore(AsyncDBChatStore):
         other = next(s for s in self._sessions(key, None) if s != session)
 
         async def replace() -> None:
-            await _replace(_OnLoop(store), session, stored)
+            await _replace(store, session, stored)
             await store.delete(other)
 
         await self._run(_to_the_end(replace()))
@@ -853,9 +754,9 @@ class ChatkeepDBChatStore(AsyncDBChatStore):
         store = self._chat.store.store
 
         async def keys() -> list[str]:
-            found = await _keys(_OnLoop(store), self.tenant)
+            found = await _keys(store, self.tenant)
             seen = set(found)
-            return found + [k for k in await _keys(_OnLoop(store), _archive_tenant(self.tenant)) if k not in seen]
+            return found + [k for k in await _keys(store, _archive_tenant(self.tenant)) if k not in seen]
 
         return await self._run(keys())
 

@@ -558,6 +558,23 @@ class SyncHistoryStore:
         """Delete every session of a tenant; returns how many sessions were deleted."""
         return self._thread.run(self._store.delete_tenant(tenant))
 
+    def run(self, call: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine that uses :attr:`store` on this view's loop and wait for its result, from blocking code.
+
+        For a rule that makes several store calls (read, then write): it runs whole on the view's loop, as one
+        call, where the view's own methods would each be a call of their own. From a plain thread that costs
+        no more than the store calls themselves (the loop runs in the calling thread). The store's errors are
+        raised as they are. :meth:`arun` is the same for async code.
+
+        Example:
+            ``view.run(move_oldest(view.store, key, archive))`` for an ``async def move_oldest(store, ...)``.
+
+        Raises:
+            StoreClosedError: the view is closed.
+            SyncCallError: called from code running on the view's loop (a coroutine of this view's store).
+        """
+        return self._thread.run(call)
+
     async def arun(self, call: Coroutine[Any, Any, T]) -> T:
         """Await a call of :attr:`store` from async code on any event loop: it runs on this view's loop thread.
 
