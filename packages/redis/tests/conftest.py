@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -106,19 +109,21 @@ class PrivateRedis:
         self.options = options
         self.password = password
         self.process: asyncio.subprocess.Process | None = None
+        # Its working folder, where a master writes the RDB a replica syncs from (never the checkout); a
+        # ``--dir`` option overrides it.
+        self.directory = tempfile.mkdtemp(prefix="chatkeep-private-redis-")
+        weakref.finalize(self, shutil.rmtree, self.directory, ignore_errors=True)
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     async def start(self) -> None:
-        import shutil
-
         if shutil.which("redis-server") is None:
             pytest.skip("redis-server is not installed; the failure tests start a private one")
         self.process = await asyncio.create_subprocess_exec(
             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            *self.options, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            *self.options, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, cwd=self.directory,
         )  # fmt: skip
         for _ in range(100):
             client = Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
