@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Any, ClassVar, Protocol
 
 import pytest
 import pytest_asyncio
 
-from chatkeep.core import Message
+from chatkeep.core import AgentSession, Message
 from chatkeep.core.backend import HistoryStore, SessionKey, SupportsReadProbe
 
 __all__ = [
@@ -167,6 +170,30 @@ class ConformanceBase:
         """Skip the calling test, saying why, unless the backend expires sessions itself (``native_ttl``)."""
         if not self.native_ttl:
             pytest.skip(f"{type(self).__name__}.native_ttl is False: the backend expires nothing by itself")
+
+    async def check_write_restarts_ttl(
+        self, kit: StoreKit, write: Callable[[HistoryStore, SessionKey], Awaitable[object]], *, kept: int, what: str
+    ) -> None:
+        """With a 1 s TTL, ``write`` (of a session of 3 messages and a document) at 0.7 s keeps all of it to 1.4 s.
+
+        ``kept`` is how many messages the write leaves; ``what`` names it in the failures ("popped", "trimmed").
+        Then, 1.5 s on with no write, the whole session is gone.
+        """
+        self.skip_without_native_ttl()
+        store = await kit.open(ttl=timedelta(seconds=1))
+        key = kit.key()
+        started = time.monotonic()
+        await store.append(key, make_messages(3))  # t = 0: messages and document
+        await store.save_session(key, AgentSession(session_id=key.session_id, tenant=key.tenant, state={"t": 0}))
+        await asyncio.sleep(0.7)
+        await write(store, key)  # t = 0.7: a write, for the document too
+        await asyncio.sleep(max(0.0, 1.4 - (time.monotonic() - started)))
+        fresh = await kit.open()
+        assert await fresh.count(key) == kept, f"messages expired although the session was {what} 0.7 s ago"
+        assert await fresh.load_session(key) is not None, f"the document expired although the session was {what}"
+        await asyncio.sleep(1.5)
+        assert await fresh.count(key) == 0, f"the session outlived its TTL after it was last {what}"
+        assert await fresh.load_session(key) is None
 
     @pytest.fixture
     def make_store(self) -> StoreFactory:
