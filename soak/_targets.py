@@ -7,6 +7,7 @@ The shared PostgreSQL and MariaDB are only ever faulted through the proxy.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import os
@@ -110,7 +111,7 @@ class MySQL(ServerSQL):
     server_url = MYSQL_URL
 
 
-class PrivateServer(Target):
+class PrivateServer(Target, abc.ABC):
     """A target with a server process of its own on a free port, behind a proxy, that a fault restarts."""
 
     faults = ("cut", "blackhole", "outage", "restart")
@@ -118,9 +119,9 @@ class PrivateServer(Target):
     stop_signal = signal.SIGKILL
     start_seconds = 10.0  # how long the server may take to listen
 
+    @abc.abstractmethod
     def command(self) -> list[str]:
         """The command line that starts the server on :attr:`port`, its data under :attr:`workdir`."""
-        raise NotImplementedError
 
     async def start(self) -> None:
         self.port = free_port()
