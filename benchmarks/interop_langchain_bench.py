@@ -37,7 +37,7 @@ from typing import Any
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from benchmarks._common import Result, measure, measure_async, target_line
+from benchmarks._common import Result, analyze_schema, measure, measure_async, target_line
 from chatkeep.core import SyncHistoryStore, open_store
 from chatkeep.interop.langchain import ChatkeepChatMessageHistory
 
@@ -184,15 +184,8 @@ def _postgresql(run_id: str) -> Backend:
         ],
     )
 
-    def analyze() -> None:
-        # Every table is this run's own, so PostgreSQL has no statistics of them yet: plans cached while they were
-        # empty would stay until autovacuum analyzes them (soon, in a long-running service). Time that state.
-        with psycopg.connect(PG_URL, autocommit=True) as admin:
-            for (table,) in admin.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)):
-                admin.execute(f'ANALYZE "{schema}"."{table}"')
-
     backend.paths += _adapter_paths(view)
-    backend.seeded = analyze
+    backend.seeded = lambda: asyncio.run(analyze_schema(PG_URL, schema))
     backend.closers += [drop, engine.dispose, connection.close, view.close]
     return backend
 

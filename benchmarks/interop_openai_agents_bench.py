@@ -37,7 +37,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks._common import Result, target_line
+from benchmarks._common import Result, analyze_schema, target_line
 
 __all__ = ["main"]
 
@@ -125,20 +125,13 @@ async def _postgresql() -> AsyncIterator[Pair]:
         await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await admin.close()
 
-    async def analyze() -> None:
-        # Both sides' tables were made by this run, so PostgreSQL has no statistics of them yet; the plans its
-        # connections cached while the tables were empty would stay until autovacuum analyzes them (within a
-        # minute or so, in a long-running service). ANALYZE now, so both are timed in that steady state.
-        for (table,) in await admin.fetch("SELECT tablename FROM pg_tables WHERE schemaname = $1", schema):
-            await admin.execute(f'ANALYZE "{schema}"."{table}"')
-
     yield Pair(
         "PostgreSQL",
         "SQLAlchemySession (asyncpg)",
         sdk,
         lambda sid: ChatkeepSession(sid, store=store),
         close,
-        seeded=analyze,
+        seeded=functools.partial(analyze_schema, dsn, schema),
     )
 
 
