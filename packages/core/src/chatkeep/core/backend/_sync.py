@@ -288,6 +288,13 @@ class LoopThread:
         """Whether the calling code runs on this loop (where a blocking call would wait on itself)."""
         return self._drive.in_driver_thread()
 
+    def _refuse_on_the_loop(self, coro: Coroutine[Any, Any, object] | None) -> None:
+        """Raise :class:`SyncCallError` (closing ``coro``) when called from code this loop runs: it would hang."""
+        if self._drive.in_driver_thread():
+            if coro is not None:
+                coro.close()
+            raise self._deadlock_error()
+
     def _deadlock_error(self) -> SyncCallError:
         return SyncCallError(
             f"a blocking call was made from code running on the event loop {self.name!r} that would run it, so it "
@@ -315,9 +322,7 @@ class LoopThread:
             SyncCallError: called from code running on the loop itself.
         """
         drive = self._drive
-        if drive.in_driver_thread():
-            coro.close()
-            raise self._deadlock_error()
+        self._refuse_on_the_loop(coro)
         with drive.lock:
             if drive.stopping:
                 coro.close()
@@ -343,10 +348,7 @@ class LoopThread:
             SyncCallError: called from code running on the loop itself.
         """
         drive = self._drive
-        if drive.in_driver_thread():
-            if last is not None:
-                last.close()
-            raise self._deadlock_error()
+        self._refuse_on_the_loop(last)
         with drive.lock:
             first, drive.stopping = not drive.stopping, True
             if not first:
@@ -378,10 +380,7 @@ class LoopThread:
     async def astop(self, last: Coroutine[Any, Any, object] | None = None) -> None:
         """:meth:`stop` for async code: ``last`` runs on the private loop if it was made, else here."""
         drive = self._drive
-        if drive.in_driver_thread():
-            if last is not None:
-                last.close()
-            raise self._deadlock_error()
+        self._refuse_on_the_loop(last)
         with drive.lock:
             started = drive.loop is not None
             if not started:
