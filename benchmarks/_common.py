@@ -6,10 +6,10 @@ import asyncio
 import gc
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["RECORDED", "Result", "format_table", "measure", "measure_async", "ratio"]
+__all__ = ["RECORDED", "Result", "format_table", "measure", "measure_async", "ratio", "speedup", "speedup_table"]
 
 #: Every row of every table printed in this run, as ``(table title, result, p50 ratio to the row's baseline)``,
 #: for ``python -m benchmarks --chart FILE`` (the chart is drawn from what the tables say, never measured again).
@@ -70,6 +70,40 @@ async def measure_async(
 def ratio(result: Result, baseline: Result) -> float:
     """How many times slower ``result`` is than ``baseline`` at p50 (1.0 = as fast)."""
     return result.p50 / baseline.p50
+
+
+def speedup(result: Result, baseline: Result) -> float:
+    """How many times faster ``result`` is than ``baseline`` at p50 (above 1: faster), as the adapter tables say."""
+    return baseline.p50 / result.p50
+
+
+def speedup_table(
+    title: str, results: list[Result], baselines: Sequence[tuple[str, Callable[[Result], Result | None]]]
+) -> str:
+    """A Markdown table of an adapter benchmark: p50/p99 in ms, turns per second, and a speed-up column per baseline.
+
+    Each baseline is a heading (``speed-up vs {heading}``) and the row it compares a row with (``None`` leaves the
+    cell empty). The first baseline is the one the chart records.
+    """
+    heads = "".join(f" speed-up vs {heading} |" for heading, _ in baselines)
+    lines = [
+        f"### {title}",
+        "",
+        f"| path | messages in session | p50 ms | p99 ms | turns/s |{heads}",
+        "|---|---:|---:|---:|---:|" + "---:|" * len(baselines),
+    ]
+    for result in results:
+        cells = []
+        for n, (_, find) in enumerate(baselines):
+            base = find(result)
+            if base is not None and n == 0:
+                RECORDED.append((title, result, ratio(result, base)))
+            cells.append(f" {speedup(result, base):.2f}x |" if base is not None else " |")
+        lines.append(
+            f"| {result.name} | {result.size:,} | {result.p50 * 1e3:.3f} | {result.p99 * 1e3:.3f} | "
+            f"{result.per_second:,.0f} |{''.join(cells)}"
+        )
+    return "\n".join(lines)
 
 
 # Issue 11's targets for a framework adapter: at least 3x faster than the framework's own store at the largest

@@ -36,7 +36,7 @@ from agent_framework import (
 )
 from agent_framework_redis import RedisHistoryProvider
 
-from benchmarks._common import RECORDED, Result, target_line
+from benchmarks._common import Result, speedup, speedup_table, target_line
 from chatkeep.interop.agent_framework import ChatkeepHistoryProvider
 
 __all__ = ["main"]
@@ -170,27 +170,19 @@ def _report(results: list[Result]) -> str:
     def find(backend: str, name: str, size: int) -> Result:
         return next(r for r in results if r.backend == backend and r.name == name and r.size == size)  # type: ignore[attr-defined]
 
-    lines = [
-        f"### {TITLE}",
-        "",
-        "| backend | path | messages in session | p50 ms | p99 ms | turns/s | framework's p50 / this p50 |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
     baselines = {"Redis": "agent-framework RedisHistoryProvider", "memory": "agent-framework InMemoryHistoryProvider"}
-    for result in results:
-        backend: str = result.backend  # type: ignore[attr-defined]
-        base = find(backend, baselines[backend], result.size)
-        speedup = base.p50 / result.p50
-        RECORDED.append((f"{TITLE}, {backend}", result, result.p50 / base.p50))
-        lines.append(
-            f"| {backend} | {result.name} | {result.size:,} | {result.p50 * 1e3:.3f} | {result.p99 * 1e3:.3f} | "
-            f"{result.per_second:,.0f} | {speedup:.2f}x |"
-        )
-    lines += ["", "### Targets (ChatkeepHistoryProvider, load_last=20)", ""]
+    lines = []
+    for backend, name in baselines.items():
+        rows = [r for r in results if r.backend == backend]  # type: ignore[attr-defined]
+        lines += [
+            speedup_table(f"{TITLE}, {backend}", rows, [(name, lambda row, b=backend, n=name: find(b, n, row.size))]),
+            "",
+        ]
+    lines += ["### Targets (ChatkeepHistoryProvider, load_last=20)", ""]
     for backend, name in baselines.items():
         for size, which in ((SIZES[-1], "largest"), (SIZES[0], "smallest")):
             ours, theirs = find(backend, "ChatkeepHistoryProvider", size), find(backend, name, size)
-            lines.append(target_line(f"{backend}, against {name},", size, theirs.p50 / ours.p50, which))
+            lines.append(target_line(f"{backend}, against {name},", size, speedup(ours, theirs), which))
     return "\n".join(lines)
 
 

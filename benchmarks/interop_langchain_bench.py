@@ -37,7 +37,7 @@ from typing import Any
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from benchmarks._common import Result, analyze_schema, measure, measure_async, target_line
+from benchmarks._common import Result, analyze_schema, measure, measure_async, speedup, speedup_table, target_line
 from chatkeep.core import SyncHistoryStore, open_store
 from chatkeep.interop.langchain import ChatkeepChatMessageHistory
 
@@ -249,25 +249,13 @@ def _run_backend(backend: Backend, rounds: int, quick: bool) -> list[Result]:
     return results
 
 
-def _table(backend: str, results: list[Result]) -> list[str]:
+def _table(backend: str, results: list[Result]) -> str:
+    def against(name: str) -> Callable[[Result], Result | None]:
+        return lambda row: next((r for r in results if r.name == name and r.size == row.size), None)
+
     frameworks = sorted({r.name for r in results if not r.name.startswith(ADAPTER)})
-    head = " | ".join(f"speed-up vs {n}" for n in frameworks)
-    lines = [
-        f"### {backend}: the turn (read the newest {WINDOW}, add_messages of 2)",
-        "",
-        f"| history | messages in session | p50 ms | p99 ms | turns/s | {head} |",
-        "|---|---:|---:|---:|---:|" + "---:|" * len(frameworks),
-    ]
-    for result in results:
-        cells = []
-        for name in frameworks:
-            base = next(r for r in results if r.name == name and r.size == result.size)
-            cells.append(f"{base.p50 / result.p50:.2f}x")
-        lines.append(
-            f"| {result.name} | {result.size:,} | {result.p50 * 1e3:.3f} | {result.p99 * 1e3:.3f} | "
-            f"{result.per_second:,.0f} | {' | '.join(cells)} |"
-        )
-    return lines
+    title = f"{backend}: the turn (read the newest {WINDOW}, add_messages of 2)"
+    return speedup_table(title, results, [(name, against(name)) for name in frameworks])
 
 
 def _targets(backend: str, results: list[Result]) -> list[str]:
@@ -277,7 +265,7 @@ def _targets(backend: str, results: list[Result]) -> list[str]:
         which = {SIZES[-1]: "largest", SIZES[0]: "smallest"}.get(base.size)
         if which is not None:
             lines.append(
-                target_line(f"{backend}, against {base.name},", base.size, base.p50 / adapter[base.size].p50, which)
+                target_line(f"{backend}, against {base.name},", base.size, speedup(adapter[base.size], base), which)
             )
     return lines
 
@@ -311,7 +299,7 @@ def main(argv: list[str]) -> int:
             results = _run_backend(backend, rounds, args.quick)
         finally:
             backend.close()
-        print("\n".join(_table(backend.name, results)))
+        print(_table(backend.name, results))
         print()
         targets += _targets(backend.name, results)
     print("### Targets (the sync adapter against each LangChain store)")

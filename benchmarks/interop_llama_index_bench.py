@@ -49,7 +49,7 @@ from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.storage.chat_store import SimpleChatStore
 from llama_index.storage.chat_store.redis import RedisChatStore
 
-from benchmarks._common import Result, format_table, measure, measure_async, ratio, target_line
+from benchmarks._common import Result, measure, measure_async, speedup, speedup_table, target_line
 from chatkeep.interop.llama_index import ChatkeepChatMemoryBuffer, ChatkeepChatStore
 
 __all__ = ["main"]
@@ -317,9 +317,9 @@ def _memory_table(results: list[Result]) -> list[str]:
     """The memory turn's rows, against ChatMemoryBuffer at the same size where it ran."""
     theirs = {r.size: r for r in results if r.name == MEMORY_BUFFER}
     lines = [
-        "### The memory turn: put, get(), put (ratio: vs ChatMemoryBuffer on RedisChatStore)",
+        "### The memory turn: put, get(), put",
         "",
-        "| path | messages in session | p50 ms | p99 ms | turns | p50 vs ChatMemoryBuffer |",
+        "| path | messages in session | p50 ms | p99 ms | turns | speed-up vs ChatMemoryBuffer on RedisChatStore |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for size in SIZES:
@@ -327,7 +327,7 @@ def _memory_table(results: list[Result]) -> list[str]:
             if row is None:
                 lines.append(f"| {MEMORY_BUFFER} | {size:,} | not run: minutes per turn | | | |")
                 continue
-            versus = f"{ratio(row, theirs[size]):.3g}x" if size in theirs else "n/a"
+            versus = f"{speedup(row, theirs[size]):.3g}x" if size in theirs else "n/a"
             lines.append(
                 f"| {row.name} | {size:,} | {row.p50 * 1e3:.3f} | {row.p99 * 1e3:.3f} | {len(row.samples)} | {versus} |"
             )
@@ -338,8 +338,7 @@ def _report(results: list[Result], groups: dict[str, str]) -> str:
     memory = {MEMORY_BUFFER, WINDOWED_MEMORY}
     results, memory_rows = [r for r in results if r.name not in memory], [r for r in results if r.name in memory]
     base = _baseline(results, groups)
-    table = format_table("The turn: newest 20 + add_message x2 (ratio: vs LlamaIndex's own store)", results, base)
-    table = table.replace("p50 vs fastest raw", "p50 vs LlamaIndex's store")
+    table = speedup_table("The turn: newest 20 + add_message x2", results, [("LlamaIndex's store", base)])
     lines = [table, "", "### Targets (adapter vs LlamaIndex's own store on the same backend)", ""]
     for name in (
         "ChatkeepChatStore redis:// (last=20)",
@@ -348,7 +347,7 @@ def _report(results: list[Result], groups: dict[str, str]) -> str:
     ):
         rows = {r.size: r for r in results if r.name == name}
         for size, which in ((SIZES[-1], "largest"), (SIZES[0], "smallest")):
-            lines.append(target_line(name, size, 1 / ratio(rows[size], base(rows[size])), which))
+            lines.append(target_line(name, size, speedup(rows[size], base(rows[size])), which))
     return "\n".join([*lines, "", *_memory_table(memory_rows)])
 
 

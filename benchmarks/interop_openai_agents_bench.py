@@ -13,9 +13,14 @@ the same place:
   without statistics, plans cached while the tables were empty made chatkeep's append 2-3x slower at 10,000.
 * Redis: the SDK's ``RedisSession`` and ``ChatkeepSession`` on ``redis://``, each under a key prefix of this run.
 
+Beside each pair runs the floor: the raw async driver doing the least any session can do for the turn (one
+read of the newest 21 JSON items and their ``json.loads``, one atomic insert of the 2 new ones), with no session
+row, no idempotency and no counters. The SDK's turn divided by the floor's is the most any store could gain over
+the SDK on that backend: where it is under 3, the issue's "3x faster at 10,000" is out of every store's reach.
+
 Sessions of 10, 1,000 and 10,000 items, each seeded through the session itself in ``add_items`` calls of 10
-items (as turns with tool calls grow a history: the SDK's SQLAlchemy session orders by the insert time). The two
-sessions of a size take turns, one turn each, so a busy machine slows them alike. The ratio column is the SDK
+items (as turns with tool calls grow a history: the SDK's SQLAlchemy session orders by the insert time). The three
+paths of a size take turns, one turn each, so a busy machine slows them alike. The ratio column is the SDK
 session's median turn divided by chatkeep's: above 1, chatkeep is faster.
 
 Run with ``python -m benchmarks interop-openai-agents [--quick] [--only sqlite,sqlite-full,postgresql,redis]`` (the nox
@@ -28,7 +33,9 @@ import argparse
 import asyncio
 import functools
 import gc
+import json
 import os
+import sqlite3
 import tempfile
 import time
 import uuid
@@ -37,7 +44,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks._common import Result, analyze_schema, target_line
+from benchmarks._common import INTEROP_TARGETS, Result, analyze_schema, target_line
 
 __all__ = ["main"]
 
@@ -62,6 +69,66 @@ def _turn_items() -> list[Any]:
     ]
 
 
+class _RawSQLite:
+    """The floor on SQLite: ``sqlite3`` on the loop's thread, a table of JSON items, one transaction per add."""
+
+    def __init__(self, connection: sqlite3.Connection, session_id: str) -> None:
+        self._db, self._id = connection, session_id
+
+    async def get_items(self, limit: int) -> list[Any]:
+        rows = self._db.execute(
+            "SELECT data FROM items WHERE session = ? ORDER BY id DESC LIMIT ?", (self._id, limit + 1)
+        ).fetchall()
+        return [json.loads(row[0]) for row in reversed(rows)]
+
+    async def add_items(self, items: list[Any]) -> None:
+        with self._db:
+            self._db.executemany(
+                "INSERT INTO items (session, data) VALUES (?, ?)", [(self._id, json.dumps(i)) for i in items]
+            )
+
+    async def clear_session(self) -> None:
+        with self._db:
+            self._db.execute("DELETE FROM items WHERE session = ?", (self._id,))
+
+
+class _RawPostgres:
+    """The floor on PostgreSQL: one asyncpg connection, a ``SELECT`` and an atomic ``executemany``."""
+
+    def __init__(self, connection: Any, session_id: str) -> None:
+        self._db, self._id = connection, session_id
+
+    async def get_items(self, limit: int) -> list[Any]:
+        rows = await self._db.fetch(
+            "SELECT data FROM raw_items WHERE session = $1 ORDER BY id DESC LIMIT $2", self._id, limit + 1
+        )
+        return [json.loads(row[0]) for row in reversed(rows)]
+
+    async def add_items(self, items: list[Any]) -> None:
+        await self._db.executemany(
+            "INSERT INTO raw_items (session, data) VALUES ($1, $2)", [(self._id, json.dumps(i)) for i in items]
+        )
+
+    async def clear_session(self) -> None:
+        await self._db.execute("DELETE FROM raw_items WHERE session = $1", self._id)
+
+
+class _RawRedis:
+    """The floor on Redis: redis-py's asyncio client (with hiredis), an ``LRANGE`` and an ``RPUSH``."""
+
+    def __init__(self, client: Any, key: str) -> None:
+        self._client, self._key = client, key
+
+    async def get_items(self, limit: int) -> list[Any]:
+        return [json.loads(r) for r in await self._client.lrange(self._key, -(limit + 1), -1)]
+
+    async def add_items(self, items: list[Any]) -> None:
+        await self._client.rpush(self._key, *[json.dumps(i) for i in items])
+
+    async def clear_session(self) -> None:
+        await self._client.delete(self._key)
+
+
 @dataclass
 class Pair:
     """One backend: how to make the SDK's session and chatkeep's for a session id, and how to clean up."""
@@ -70,6 +137,7 @@ class Pair:
     sdk_name: str
     sdk: Callable[[str], Any]
     chatkeep: Callable[[str], Any]
+    raw: Callable[[str], Any]  # the floor: the raw driver doing the least a turn can be
     close: Callable[[], Awaitable[None]]
     seeded: Callable[[], Awaitable[None]] | None = None  # after seeding, before timing (PostgreSQL: ANALYZE)
 
@@ -85,6 +153,11 @@ async def _sqlite(synchronous: str) -> AsyncIterator[Pair]:
     folder = tempfile.mkdtemp(prefix="chatkeep-bench-oa-")
     path = f"{folder}/sdk.db"
     store = open_store(f"sqlite:///{folder}/chatkeep.db?synchronous={synchronous}")
+    raw = sqlite3.connect(f"{folder}/raw.db")
+    raw.execute("PRAGMA journal_mode=WAL")
+    raw.execute(f"PRAGMA synchronous={synchronous}")
+    raw.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, session TEXT NOT NULL, data TEXT NOT NULL)")
+    raw.execute("CREATE INDEX items_session ON items (session, id)")
     opened: list[Any] = []
 
     def sdk(session_id: str) -> Any:
@@ -94,10 +167,22 @@ async def _sqlite(synchronous: str) -> AsyncIterator[Pair]:
     async def close() -> None:
         for session in opened:
             session.close()
+        raw.close()
         await store.close()
 
-    family = "SQLite file" if synchronous == "normal" else f"SQLite file, chatkeep with synchronous={synchronous}"
-    yield Pair(family, "SQLiteSession", sdk, lambda sid: ChatkeepSession(sid, store=store), close)
+    family = (
+        "SQLite file"
+        if synchronous == "normal"
+        else f"SQLite file, chatkeep and the floor with synchronous={synchronous}"
+    )
+    yield Pair(
+        family,
+        "SQLiteSession",
+        sdk,
+        lambda sid: ChatkeepSession(sid, store=store),
+        lambda sid: _RawSQLite(raw, sid),
+        close,
+    )
 
 
 @asynccontextmanager
@@ -115,6 +200,9 @@ async def _postgresql() -> AsyncIterator[Pair]:
     await admin.execute(f'CREATE SCHEMA "{schema}"')
     engine = create_async_engine(PG_URL, connect_args={"server_settings": {"search_path": schema}})
     store = open_store(f"{PG_URL}?schema={schema}")
+    raw = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+    await raw.execute("CREATE TABLE raw_items (id bigserial PRIMARY KEY, session text NOT NULL, data text NOT NULL)")
+    await raw.execute("CREATE INDEX raw_items_session ON raw_items (session, id)")
 
     def sdk(session_id: str) -> Any:
         return SQLAlchemySession(session_id, engine=engine, create_tables=True)
@@ -122,6 +210,7 @@ async def _postgresql() -> AsyncIterator[Pair]:
     async def close() -> None:
         await store.close()
         await engine.dispose()
+        await raw.close()
         await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await admin.close()
 
@@ -130,6 +219,7 @@ async def _postgresql() -> AsyncIterator[Pair]:
         "SQLAlchemySession (asyncpg)",
         sdk,
         lambda sid: ChatkeepSession(sid, store=store),
+        lambda sid: _RawPostgres(raw, sid),
         close,
         seeded=functools.partial(analyze_schema, dsn, schema),
     )
@@ -157,7 +247,14 @@ async def _redis() -> AsyncIterator[Pair]:
             await client.unlink(*keys[start : start + 500])
         await client.aclose()
 
-    yield Pair("Redis", "RedisSession", sdk, lambda sid: ChatkeepSession(sid, store=store), close)
+    yield Pair(
+        "Redis",
+        "RedisSession",
+        sdk,
+        lambda sid: ChatkeepSession(sid, store=store),
+        lambda sid: _RawRedis(client, f"{prefix}:raw:{sid}"),
+        close,
+    )
 
 
 PAIRS: dict[str, Callable[[], Any]] = {
@@ -201,46 +298,69 @@ async def _alternating(sessions: dict[str, Any], turns: int, warmup: int = 20) -
     return samples
 
 
-async def _measure_pair(pair: Pair, turns: int) -> list[tuple[int, Result, Result]]:
+@dataclass
+class Row:
+    """One history size of one backend: the SDK's session, chatkeep's and the floor, timed turn by turn."""
+
+    size: int
+    sdk: Result
+    chatkeep: Result
+    floor: Result
+
+
+async def _measure_pair(pair: Pair, turns: int) -> list[Row]:
     rows = []
     for size in SIZES:
         session_id = f"turn-{size}-{uuid.uuid4().hex[:6]}"
-        sdk, chatkeep = pair.sdk(session_id), pair.chatkeep(session_id)
-        await _seed(sdk, size)
-        await _seed(chatkeep, size)
+        sessions = {"sdk": pair.sdk(session_id), "chatkeep": pair.chatkeep(session_id), "floor": pair.raw(session_id)}
+        for session in sessions.values():
+            await _seed(session, size)
         if pair.seeded is not None:
             await pair.seeded()
-        samples = await _alternating({"sdk": sdk, "chatkeep": chatkeep}, turns)
+        samples = await _alternating(sessions, turns)
         rows.append(
-            (size, Result(pair.sdk_name, size, samples["sdk"]), Result("ChatkeepSession", size, samples["chatkeep"]))
+            Row(
+                size,
+                Result(pair.sdk_name, size, samples["sdk"]),
+                Result("ChatkeepSession", size, samples["chatkeep"]),
+                Result("floor", size, samples["floor"]),
+            )
         )
-        await sdk.clear_session()
-        await chatkeep.clear_session()
+        for session in sessions.values():
+            await session.clear_session()
     return rows
 
 
-def _table(family: str, rows: list[tuple[int, Result, Result]]) -> str:
+def _table(family: str, rows: list[Row]) -> str:
     lines = [
         f"### {family}: get_items(limit=20) + add_items(2 items)",
         "",
-        "| session items | SDK session | SDK p50 ms | ChatkeepSession p50 ms | SDK p99 ms | chatkeep p99 ms | "
-        "chatkeep speed-up (SDK p50 / chatkeep p50) |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| session items | SDK session | SDK p50 ms | ChatkeepSession p50 ms | floor p50 ms | SDK p99 ms | "
+        "chatkeep p99 ms | chatkeep speed-up (SDK p50 / chatkeep p50) | the most any store could gain (SDK p50 / "
+        "floor p50) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for size, sdk, chatkeep in rows:
+    for row in rows:
+        sdk, chatkeep, floor = row.sdk, row.chatkeep, row.floor
         lines.append(
-            f"| {size:,} | {sdk.name} | {sdk.p50 * 1e3:.3f} | {chatkeep.p50 * 1e3:.3f} | {sdk.p99 * 1e3:.3f} | "
-            f"{chatkeep.p99 * 1e3:.3f} | {sdk.p50 / chatkeep.p50:.2f}x |"
+            f"| {row.size:,} | {sdk.name} | {sdk.p50 * 1e3:.3f} | {chatkeep.p50 * 1e3:.3f} | {floor.p50 * 1e3:.3f} | "
+            f"{sdk.p99 * 1e3:.3f} | {chatkeep.p99 * 1e3:.3f} | {sdk.p50 / chatkeep.p50:.2f}x | "
+            f"{sdk.p50 / floor.p50:.2f}x |"
         )
     return "\n".join(lines)
 
 
-def _targets(results: dict[str, list[tuple[int, Result, Result]]]) -> str:
+def _targets(results: dict[str, list[Row]]) -> str:
     lines = ["### Targets", ""]
     for family, rows in results.items():
-        by_size = {size: sdk.p50 / chatkeep.p50 for size, sdk, chatkeep in rows}
-        lines.append(target_line(family, SIZES[-1], by_size[SIZES[-1]], "largest"))
-        lines.append(target_line(family, SIZES[0], by_size[SIZES[0]], "smallest"))
+        by_size = {row.size: row for row in rows}
+        for size, which in ((SIZES[-1], "largest"), (SIZES[0], "smallest")):
+            row = by_size[size]
+            line = target_line(family, size, row.sdk.p50 / row.chatkeep.p50, which)
+            reach = row.sdk.p50 / row.floor.p50
+            if INTEROP_TARGETS[which] > reach:
+                line += f" (out of every store's reach here: the floor itself is only {reach:.2f}x faster)"
+            lines.append(line)
     return "\n".join(lines)
 
 
@@ -258,7 +378,7 @@ def main(argv: list[str]) -> int:
         parser.error(f"--only names no backend {unknown}; choose from {', '.join(PAIRS)}")
     turns = 100 if args.quick else 900
 
-    async def run() -> dict[str, list[tuple[int, Result, Result]]]:
+    async def run() -> dict[str, list[Row]]:
         results = {}
         for name in chosen:
             async with PAIRS[name]() as pair:
