@@ -9,7 +9,17 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["RECORDED", "Result", "format_table", "measure", "measure_async", "ratio", "speedup", "speedup_table"]
+__all__ = [
+    "RECORDED",
+    "Result",
+    "format_table",
+    "measure",
+    "measure_async",
+    "ratio",
+    "speedup",
+    "speedup_table",
+    "times",
+]
 
 #: Every row of every table printed in this run, as ``(table title, result, p50 ratio to the row's baseline)``,
 #: for ``python -m benchmarks --chart FILE`` (the chart is drawn from what the tables say, never measured again).
@@ -77,6 +87,11 @@ def speedup(result: Result, baseline: Result) -> float:
     return baseline.p50 / result.p50
 
 
+def times(value: float) -> str:
+    """A ratio as the tables print it: two decimals, or two significant digits below 0.1 (``0.0021x``, not 0.00x)."""
+    return f"{value:.2f}x" if value >= 0.1 else f"{value:.2g}x"
+
+
 def speedup_table(
     title: str, results: list[Result], baselines: Sequence[tuple[str, Callable[[Result], Result | None]]]
 ) -> str:
@@ -98,7 +113,7 @@ def speedup_table(
             base = find(result)
             if base is not None and n == 0:
                 RECORDED.append((title, result, ratio(result, base)))
-            cells.append(f" {speedup(result, base):.2f}x |" if base is not None else " |")
+            cells.append(f" {times(speedup(result, base))} |" if base is not None else " |")
         lines.append(
             f"| {result.name} | {result.size:,} | {result.p50 * 1e3:.3f} | {result.p99 * 1e3:.3f} | "
             f"{result.per_second:,.0f} |{''.join(cells)}"

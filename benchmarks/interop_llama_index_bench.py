@@ -49,7 +49,7 @@ from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.storage.chat_store import SimpleChatStore
 from llama_index.storage.chat_store.redis import RedisChatStore
 
-from benchmarks._common import Result, measure, measure_async, speedup, speedup_table, target_line
+from benchmarks._common import Result, measure, measure_async, speedup, speedup_table, target_line, times
 from chatkeep.interop.llama_index import ChatkeepChatMemoryBuffer, ChatkeepChatStore
 
 __all__ = ["main"]
@@ -327,7 +327,7 @@ def _memory_table(results: list[Result]) -> list[str]:
             if row is None:
                 lines.append(f"| {MEMORY_BUFFER} | {size:,} | not run: minutes per turn | | | |")
                 continue
-            versus = f"{speedup(row, theirs[size]):.3g}x" if size in theirs else "n/a"
+            versus = times(speedup(row, theirs[size])) if size in theirs else "n/a"
             lines.append(
                 f"| {row.name} | {size:,} | {row.p50 * 1e3:.3f} | {row.p99 * 1e3:.3f} | {len(row.samples)} | {versus} |"
             )
