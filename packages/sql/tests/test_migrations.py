@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from chatkeep.core import AgentSession, ChatkeepError, Message, SessionKey, Stor
 from chatkeep.core.backend import SupportsSchemaRevision
 from chatkeep.core.cli import main as cli_main
 from chatkeep.sql import SCHEMA_REVISION, SchemaVersionError, SQLHistoryStore, migrate
-from chatkeep.sql._schema import REVISIONS, key_hash, message_hash, tenant_hash
+from chatkeep.sql._schema import REVISIONS, VERSION_TABLE, key_hash, message_hash, tenant_hash
 
 HERE = Path(__file__).parent
 VERSION = "SELECT version_num FROM chatkeep_alembic_version"
@@ -100,6 +101,42 @@ async def test_first_use_creates_the_schema_once_under_concurrency(fresh_backing
     finally:
         for store in stores:
             await store.close()
+    assert fresh_backing.execute((VERSION, ())) == [(SCHEMA_REVISION,)]
+
+
+async def test_a_schema_another_process_makes_between_two_looks_is_not_refused(
+    fresh_backing: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first call looks for the version table, then for the sessions table, before it takes the schema lock.
+    # Another process that made the whole schema in between used to make it look foreign ("not made by
+    # chatkeep"): the race the concurrent first-use test hit now and then. Here the other process's store makes
+    # the schema exactly there, on its own connection, in a thread of its own.
+    from sqlalchemy.engine.reflection import Inspector
+
+    original = Inspector.has_table
+    interleaved: list[str] = []
+
+    def other_process_makes_the_schema() -> None:
+        async def first_use() -> None:
+            async with SQLHistoryStore(fresh_backing.url) as other:
+                await other.append(SessionKey("t", "other"), [Message(role="user", text="theirs")])
+
+        asyncio.run(first_use())
+
+    def has_table(self: Any, table_name: str, *args: Any, **kwargs: Any) -> bool:
+        found = original(self, table_name, *args, **kwargs)
+        if table_name == VERSION_TABLE and not found and not interleaved:
+            interleaved.append(table_name)
+            thread = threading.Thread(target=other_process_makes_the_schema)
+            thread.start()
+            thread.join()
+        return found
+
+    monkeypatch.setattr(Inspector, "has_table", has_table)
+    async with SQLHistoryStore(fresh_backing.url) as store:
+        assert await store.append(SessionKey("t", "s"), [Message(role="user", text="ours")]) == 1
+        assert await store.count(SessionKey("t", "other")) == 1
+    assert interleaved == [VERSION_TABLE]
     assert fresh_backing.execute((VERSION, ())) == [(SCHEMA_REVISION,)]
 
 

@@ -79,12 +79,16 @@ def current_revision(conn: Connection) -> str | None:
 
     inspector = inspect(conn)
     if not inspector.has_table(VERSION_TABLE):
-        if inspector.has_table(SESSIONS):
+        if not inspector.has_table(SESSIONS):
+            return None
+        # Another process may have made the schema between the two looks: it commits the version table with the
+        # tables (PostgreSQL, SQLite) or before them (MySQL), so a version table still missing now is missing.
+        inspector.clear_cache()  # the inspector remembers its first answer
+        if not inspector.has_table(VERSION_TABLE):
             raise SchemaVersionError(
                 f"the database has a {SESSIONS} table but no {VERSION_TABLE} table, so its schema version is "
                 "unknown; it was not made by chatkeep's migrations. Use another database or schema for chatkeep"
             )
-        return None
     rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
     return rows[0][0] if rows else None
 
