@@ -19,7 +19,17 @@ from chatkeep.testing.conformance import PROPERTY_SETTINGS
 _schemes = st.sampled_from([*sorted(KNOWN_SCHEMES), "sqlite+aiosqlite", "postgresql+asyncpg", "mysql+asyncmy", "s3"])
 _hosts = st.sampled_from(["127.0.0.1", "localhost", "[::1]", "", "127.0.0.1:1", "user:secret@127.0.0.1:9"])
 _options = st.sampled_from(
-    ["ttl", "max_message_bytes", "prefix", "schema", "synchronous", "busy_timeout", "pool_size", "connect_timeout"]
+    [
+        "ttl",
+        "max_message_bytes",
+        "prefix",
+        "schema",
+        "synchronous",
+        "busy_timeout",
+        "pool_size",
+        "connect_timeout",
+        "statement_timeout",
+    ]
 )
 _values = st.one_of(st.text(st.characters(), max_size=12), st.integers(-5, 10**7).map(str), st.just(""))
 _query = st.lists(st.tuples(_options | st.text(max_size=8), _values), max_size=3).map(

@@ -8,6 +8,7 @@ defaults; a server that cannot be reached is skipped with the reason, or fails t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import uuid
@@ -89,6 +90,36 @@ class Target:
         finally:
             my.close()
         return rows
+
+    @contextlib.contextmanager
+    def holding(self, name: str, locking_sql: str) -> Iterator[None]:
+        """Run ``locking_sql`` (a ``SELECT ... FOR UPDATE``) in a transaction of the backing ``name``, outside chatkeep,
+        and keep that transaction, with its locks, open until the block ends (then roll it back)."""
+        if self.family == "sqlite":
+            raise ValueError("SQLite locks the whole file: use BEGIN IMMEDIATE on a connection of your own")
+        host, port, user, password, dbname = _server_parts(self.server_url)
+        if self.family == "postgresql":
+            import psycopg
+
+            with psycopg.connect(host=host, port=port, user=user, password=password, dbname=dbname) as pg:
+                pg.execute(f'SET search_path TO "{name}"')
+                pg.execute(locking_sql)  # psycopg opened a transaction for it
+                try:
+                    yield
+                finally:
+                    pg.rollback()
+            return
+        import pymysql
+
+        my = pymysql.connect(host=host, port=port, user=user, password=password or "", database=name)
+        try:
+            my.begin()
+            with my.cursor() as cur:
+                cur.execute(locking_sql)
+            yield
+        finally:
+            my.rollback()
+            my.close()
 
     def create_backing(self, tmp: Path) -> str:
         """A new empty schema, database or file name on this server."""

@@ -399,3 +399,42 @@ async def test_pop_without_delete_returning_is_atomic(sql_target: Any) -> None:
     finally:
         for store in stores:
             await store.close()
+
+
+def test_statement_timeout_is_for_servers_and_defaults_to_30_seconds() -> None:
+    assert _config.parse_url("postgresql://u@h/db").statement_timeout == 30.0
+    assert _config.parse_url("mysql://root@h/db?statement_timeout=2.5").statement_timeout == 2.5
+    assert _config.parse_url("postgresql://u@h/db", statement_timeout=5).statement_timeout == 5.0
+    assert _config.parse_url("sqlite://").statement_timeout is None
+    with pytest.raises(SQLURLError, match="busy_timeout"):
+        _config.parse_url("sqlite:///x.db?statement_timeout=5")
+    with pytest.raises(SQLURLError, match="positive"):
+        _config.parse_url("postgresql://u@h/db?statement_timeout=0")
+
+
+async def test_a_call_blocked_by_another_transactions_lock_fails_at_the_statement_timeout(sql_target: Any) -> None:
+    # A client that keeps a session's row locked (stuck in a transaction) must not hang every appender: the server
+    # cancels the waiting statement at statement_timeout, nothing of the append is stored, and once the lock is
+    # released the store works on (the cancelled connection is not reused in a broken state).
+    if sql_target.family == "sqlite":
+        pytest.skip(
+            "SQLite writers wait at most busy_timeout (test_sqlite_writer_waits_for_the_lock_instead_of_failing)"
+        )
+    store = SQLHistoryStore(sql_target.url, statement_timeout=1)
+    try:
+        key = SessionKey("timeouts", f"s-{random.getrandbits(48):x}")
+        await store.append(key, [Message(role="user", text="before")])
+        with sql_target.holding(sql_target.name, "SELECT id FROM chatkeep_sessions FOR UPDATE"):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError, match="statement timeout of 1 s") as caught:
+                await store.append(key, [Message(role="user", text="blocked")])
+            waited = time.monotonic() - started
+            assert "statement_timeout" in str(caught.value)  # says which option to raise
+            assert await store.load(key) != []  # reads never wait for a writer's lock
+        assert 0.9 <= waited < 10, f"the append waited {waited:.1f} s, not about the 1 s timeout"
+        assert [m.text for m in await store.load(key)] == ["before"], "the cancelled append stored something"
+        await store.append(key, [Message(role="user", text="after")])
+        assert [m.text for m in await store.load(key)] == ["before", "after"]
+        await store.delete(key)
+    finally:
+        await store.close()

@@ -27,7 +27,7 @@ from chatkeep.core.backend import (
     text,
 )
 
-__all__ = ["OPTIONS", "SQLConfig", "SQLURLError", "default_sqlite_path", "parse_url"]
+__all__ = ["DEFAULT_STATEMENT_TIMEOUT", "OPTIONS", "SQLConfig", "SQLURLError", "default_sqlite_path", "parse_url"]
 
 # driver -> (module, pip package). Each family's first driver is its default, installed by the chatkeep-core
 # extra named after the family; the others are opt-in, installed by the package's own name.
@@ -65,6 +65,10 @@ def _synchronous(value: object) -> str:
     return value.lower()
 
 
+#: Seconds a statement may run on a database server before the server cancels it, when the URL does not say: a call
+#: never hangs on a lock another transaction keeps, as a SQLite writer waits at most ``busy_timeout``.
+DEFAULT_STATEMENT_TIMEOUT = 30.0
+
 #: chatkeep's own options (URL query or keywords). Server URLs may also carry their driver's connect options.
 OPTIONS = OptionSet(
     "SQL",
@@ -79,6 +83,13 @@ OPTIONS = OptionSet(
             "SQLite: normal (a commit survives a crash of the process) or full (also an OS crash or power loss)",
         ),
         StoreOption("connect_timeout", positive_seconds, 10.0, "seconds to wait for a server connection"),
+        StoreOption(
+            "statement_timeout",
+            positive_seconds,
+            None,
+            f"servers: seconds a statement may run, lock waits included, before the server cancels it "
+            f"(default {DEFAULT_STATEMENT_TIMEOUT:g})",
+        ),
         StoreOption("pool_size", positive_int, 5, "connections kept open"),
         StoreOption("max_overflow", non_negative_int, 10, "connections opened beyond pool_size under load"),
         StoreOption("pool_recycle", non_negative_int, 1800, "seconds before a pooled connection is replaced"),
@@ -106,6 +117,8 @@ class SQLConfig:
             process, not necessarily of the OS or a power loss) or ``full`` (it survives those too, for an fsync
             per commit).
         connect_timeout: seconds to wait for a server connection.
+        statement_timeout: seconds a statement may run on a server, lock waits included, before the server
+            cancels it (``None`` for SQLite, whose writers wait at most ``busy_timeout``).
         pool_size, max_overflow, pool_recycle, pool_pre_ping: the connection pool's settings. ``pool_pre_ping`` is
             off by default: instead of a round trip per call, a pooled connection found dead before the server
             answered the call's first statement is replaced and the call runs once more.
@@ -120,6 +133,7 @@ class SQLConfig:
     busy_timeout: float = 30.0
     synchronous: str = "normal"
     connect_timeout: float = 10.0
+    statement_timeout: float | None = None
     pool_size: int = 5
     max_overflow: int = 10
     pool_recycle: int = 1800
@@ -209,6 +223,11 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
         values = OPTIONS.parse(parts.query, options, url=url).values
         if values["schema"] is not None:
             raise SQLURLError("the schema option is for PostgreSQL; a SQLite store is one file: name another file")
+        if values["statement_timeout"] is not None:
+            raise SQLURLError(
+                "the statement_timeout option is for database servers; a SQLite writer waits at most busy_timeout "
+                "for the file's write lock (busy_timeout=30 by default)"
+            )
         path_part = rest.split("?", 1)[0]
         if path_part.startswith("/"):
             path_part = path_part[1:]
@@ -243,12 +262,14 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
         if not driver:
             raise _missing(url, family, candidates[0])
     parsed = OPTIONS.with_driver(driver, _driver_option(driver)).parse(parts.query, options, url=url)
-    values = parsed.values
+    values = dict(parsed.values)
     if values["synchronous"] != "normal":
         raise SQLURLError(
             "the synchronous option is for SQLite; a database server decides its own durability "
             "(PostgreSQL: synchronous_commit; MySQL/MariaDB: innodb_flush_log_at_trx_commit)"
         )
+    if values["statement_timeout"] is None:
+        values["statement_timeout"] = DEFAULT_STATEMENT_TIMEOUT
     if family != "postgresql" and values["schema"] is not None:
         raise SQLURLError("the schema option is for PostgreSQL; on MySQL and MariaDB, name the database in the URL")
     query = urlencode(parsed.driver)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import abc
 import asyncio
 import errno
+import math
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -80,9 +81,21 @@ class Runner(abc.ABC):
     #: What to check when a call fails: a server's reachability, or (for a SQLite file) its folder.
     unavailable_hint = "check that it is running and reachable, then retry"
 
+    #: The statement timeout the runner's connections were opened with (``None``: not chatkeep's to say).
+    statement_timeout: float | None = None
+
     def _unavailable(self, exc: BaseException) -> StoreUnavailableError:
         """The one translation of a driver error: :class:`StoreFullError` for a full disk, else unavailable."""
         detail = f"{type(exc).__name__}: {redact_url(str(exc)).strip()[:500]}"
+        if timed_out(exc):
+            limit = f" of {self.statement_timeout:g} s" if self.statement_timeout is not None else ""
+            return StoreUnavailableError(
+                f"the database at {self.description} cancelled a statement of this call at its statement "
+                f"timeout{limit} ({detail}), and rolled back what it did. Most often another transaction holds a "
+                "lock on the session for long (a stuck client, a long migration), or the server is overloaded: "
+                "find what holds it (PostgreSQL: pg_stat_activity; MySQL/MariaDB: SHOW PROCESSLIST) and retry, or "
+                "open the store with a larger statement_timeout"
+            )
         if disk_full(exc):
             return StoreFullError(
                 f"the database at {self.description} has no room left: its disk, volume, quota or tablespace is "
@@ -100,6 +113,34 @@ _PG_DISK_FULL = "53100"
 _MYSQL_DISK_FULL = (1114, 1021)
 _MYSQL_DRIVERS = ("asyncmy", "pymysql", "MySQLdb", "aiomysql")
 _SQLITE_FULL = 13  # the primary result code (sqlite3.SQLITE_FULL at run time; typeshed does not list it)
+#: PostgreSQL's SQLSTATE ``query_canceled``; MariaDB's ER_STATEMENT_TIMEOUT, MySQL's ER_QUERY_TIMEOUT and InnoDB's
+#: ER_LOCK_WAIT_TIMEOUT.
+_PG_CANCELED = "57014"
+_MYSQL_TIMED_OUT = (1969, 3024, 1205)
+
+
+def _errors_within(exc: BaseException) -> Iterator[BaseException]:
+    """A driver error and every error it wraps: SQLAlchemy's ``orig`` and the chained causes, each once."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        yield error
+        orig = getattr(error, "orig", None)
+        pending += [orig if isinstance(orig, BaseException) else None, error.__cause__, error.__context__]
+
+
+def _mysql_code(error: BaseException) -> object:
+    """A MySQL/MariaDB driver error's number (``None`` for another driver's error)."""
+    driver = type(error).__module__.split(".", 1)[0]
+    return error.args[0] if driver in _MYSQL_DRIVERS and error.args else None
+
+
+def _sqlstate(error: BaseException) -> object:
+    return getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)
 
 
 def disk_full(exc: BaseException) -> bool:
@@ -108,26 +149,55 @@ def disk_full(exc: BaseException) -> bool:
     SQLite's SQLITE_FULL, PostgreSQL's SQLSTATE 53100, MySQL/MariaDB errors 1114 and 1021, or an OS error
     ENOSPC / EDQUOT (a full disk or quota while a file is created or grown).
     """
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        error = pending.pop()
-        if error is None or id(error) in seen:
-            continue
-        seen.add(id(error))
+    for error in _errors_within(exc):
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
         code = getattr(error, "sqlite_errorcode", None)
         if isinstance(code, int) and code & 0xFF == _SQLITE_FULL:
             return True
-        if _PG_DISK_FULL in (getattr(error, "sqlstate", None), getattr(error, "pgcode", None)):
+        if _sqlstate(error) == _PG_DISK_FULL or _mysql_code(error) in _MYSQL_DISK_FULL:
             return True
-        driver = type(error).__module__.split(".", 1)[0]
-        if driver in _MYSQL_DRIVERS and error.args and error.args[0] in _MYSQL_DISK_FULL:
-            return True
-        orig = getattr(error, "orig", None)
-        pending += [orig if isinstance(orig, BaseException) else None, error.__cause__, error.__context__]
     return False
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether the server cancelled a statement for running past the connection's statement timeout.
+
+    PostgreSQL's SQLSTATE 57014 (``statement_timeout``), MariaDB's error 1969 (``max_statement_time``),
+    MySQL's 3024 (``max_execution_time``) and InnoDB's 1205 (``innodb_lock_wait_timeout``).
+    """
+    return any(_sqlstate(e) == _PG_CANCELED or _mysql_code(e) in _MYSQL_TIMED_OUT for e in _errors_within(exc))
+
+
+def _milliseconds(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def timeout_statement(server: str, seconds: float) -> str:
+    """What bounds a connection's statements on ``server`` (``postgresql``, ``mariadb`` or ``mysql``) to ``seconds``.
+
+    MariaDB and MySQL also bound InnoDB's row-lock waits (whole seconds, at least 1); MySQL's
+    ``max_execution_time`` covers only ``SELECT``, so there the lock wait is what bounds a write.
+    """
+    if server == "postgresql":
+        return f"SET statement_timeout = {_milliseconds(seconds)}"
+    lock = max(1, math.ceil(seconds))
+    if server == "mariadb":
+        return f"SET SESSION max_statement_time = {seconds:g}, innodb_lock_wait_timeout = {lock}"
+    return f"SET SESSION max_execution_time = {_milliseconds(seconds)}, innodb_lock_wait_timeout = {lock}"
+
+
+def _mysql_server(cursor: Any) -> str:
+    """``mariadb`` or ``mysql``: which server a MySQL-protocol connection reached (a ``mysql://`` URL may be either)."""
+    cursor.execute("SELECT VERSION()")
+    return "mariadb" if "mariadb" in str(cursor.fetchone()[0]).lower() else "mysql"
+
+
+def _unbounded_statement(server: str) -> str:
+    """What lifts the statement timeout (not the lock wait) on ``server``: for the schema's own work."""
+    if server == "postgresql":
+        return "SET statement_timeout = 0"
+    return "SET SESSION max_statement_time = 0" if server == "mariadb" else "SET SESSION max_execution_time = 0"
 
 
 class _InlineConnection(sqlite3.Connection):
@@ -374,10 +444,13 @@ class EngineRunner(Runner):
     and the call runs once more on a new connection. An engine you hand in goes through ``engine.connect()``.
     """
 
-    def __init__(self, engine: AsyncEngine, *, owned: bool, schema: str | None = None) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, owned: bool, schema: str | None = None, statement_timeout: float | None = None
+    ) -> None:
         self.engine = engine if owned else engine.execution_options(isolation_level="AUTOCOMMIT")
         self.owned = owned
         self.schema = schema
+        self.statement_timeout = statement_timeout
         dialect = engine.dialect
         family = "postgresql" if dialect.name == "postgresql" else dialect.name
         self.description = redact_url(engine.url.render_as_string(hide_password=True))
@@ -537,11 +610,21 @@ class EngineRunner(Runner):
             raise self._unavailable(exc) from exc
 
     def _prepare(self, conn: Connection, upgrade: bool) -> str:
-        if self.schema is not None:
-            quoted = self.engine.dialect.identifier_preparer.quote_identifier(self.schema)
-            conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
-            conn.commit()
-        return ensure_schema(conn, upgrade=upgrade)
+        if self.statement_timeout is not None:
+            # The schema's own work (a migration's index build) may run longer than any call: lift the bound on
+            # this connection, and drop the connection afterwards rather than return it to the pool unbounded.
+            dialect = self.engine.dialect
+            server = dialect.name if dialect.name == "postgresql" else _mysql_server(conn.connection.cursor())
+            conn.exec_driver_sql(_unbounded_statement(server))
+        try:
+            if self.schema is not None:
+                quoted = self.engine.dialect.identifier_preparer.quote_identifier(self.schema)
+                conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+                conn.commit()
+            return ensure_schema(conn, upgrade=upgrade)
+        finally:
+            if self.statement_timeout is not None:
+                conn.invalidate()
 
     async def prepare(self, *, upgrade: bool = False) -> str:
         try:
@@ -580,11 +663,17 @@ def create_engine_runner(config: Any) -> EngineRunner:
     from sqlalchemy.ext.asyncio import create_async_engine
 
     connect_args: dict[str, Any] = {}
+    timeout = config.statement_timeout
     if config.driver == "asyncpg":
         connect_args["timeout"] = config.connect_timeout
+        # Set when asyncpg connects: no extra round trip per connection.
+        settings: dict[str, str] = {}
         if config.schema is not None:
-            # Set when asyncpg connects: no extra round trip per connection.
-            connect_args["server_settings"] = {"search_path": _quote_pg(config.schema)}
+            settings["search_path"] = _quote_pg(config.schema)
+        if timeout is not None:
+            settings["statement_timeout"] = str(_milliseconds(timeout))
+        if settings:
+            connect_args["server_settings"] = settings
     elif config.driver in ("psycopg", "psycopg_async"):
         connect_args["connect_timeout"] = max(1, round(config.connect_timeout))
     elif config.driver in ("asyncmy", "aiomysql"):
@@ -616,6 +705,15 @@ def create_engine_runner(config: Any) -> EngineRunner:
             cursor.execute(f"SET search_path TO {quoted}")
             cursor.close()
 
+    if timeout is not None and config.driver != "asyncpg":
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _statement_timeout(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            server = "postgresql" if config.family == "postgresql" else _mysql_server(cursor)
+            cursor.execute(timeout_statement(server, timeout))
+            cursor.close()
+
     if config.family == "sqlite":
 
         @event.listens_for(engine.sync_engine, "connect")
@@ -626,7 +724,7 @@ def create_engine_runner(config: Any) -> EngineRunner:
             cursor.execute(f"PRAGMA busy_timeout={int(config.busy_timeout * 1000)}")
             cursor.close()
 
-    return EngineRunner(engine, owned=True, schema=config.schema)
+    return EngineRunner(engine, owned=True, schema=config.schema, statement_timeout=timeout)
 
 
 def _quote_pg(name: str) -> str:

@@ -75,7 +75,8 @@ class SQLHistoryStore(HistoryStore):
         client: an existing SQLAlchemy ``AsyncEngine`` instead of a URL; the store uses its pool and leaves it
             open on close.
         **options: the URL's options as keywords (``max_message_bytes``, ``schema``, ``busy_timeout``,
-            ``connect_timeout``, ``pool_size``, ``max_overflow``, ``pool_recycle``, ``pool_pre_ping``).
+            ``connect_timeout``, ``statement_timeout``, ``pool_size``, ``max_overflow``, ``pool_recycle``,
+            ``pool_pre_ping``).
 
     Raises:
         SQLURLError: the URL or an option is malformed or unknown, or both a URL and a client are given.
@@ -427,7 +428,8 @@ def open_store(url: str = "sqlite://", **options: Any) -> SQLHistoryStore:
     ``sqlite:////absolute/path.db``, ``postgresql://user:pass@host/db`` (asyncpg; ``+psycopg`` also works),
     ``mysql://user:pass@host/db`` and ``mariadb://...`` (asyncmy). chatkeep's options may be given in the
     query or as keywords (``max_message_bytes``, ``schema``, ``busy_timeout``, ``connect_timeout``,
-    ``pool_size``, ``max_overflow``, ``pool_recycle``, ``pool_pre_ping``); other query parameters go to the driver.
+    ``statement_timeout``, ``pool_size``, ``max_overflow``, ``pool_recycle``, ``pool_pre_ping``); other query
+    parameters go to the driver.
 
     Raises:
         SQLURLError: the URL or an option is malformed.
