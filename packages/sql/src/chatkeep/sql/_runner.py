@@ -187,6 +187,11 @@ def timeout_statement(server: str, seconds: float) -> str:
     return f"SET SESSION max_execution_time = {_milliseconds(seconds)}, innodb_lock_wait_timeout = {lock}"
 
 
+#: The key of a pooled connection's ``info`` that names its server (``postgresql``, ``mariadb`` or ``mysql``),
+#: set where its statement timeout is (the schema's work lifts that timeout by the same name).
+_SERVER = "chatkeep_server"
+
+
 def _mysql_server(cursor: Any) -> str:
     """``mariadb`` or ``mysql``: which server a MySQL-protocol connection reached (a ``mysql://`` URL may be either)."""
     cursor.execute("SELECT VERSION()")
@@ -613,8 +618,8 @@ class EngineRunner(Runner):
         if self.statement_timeout is not None:
             # The schema's own work (a migration's index build) may run longer than any call: lift the bound on
             # this connection, and drop the connection afterwards rather than return it to the pool unbounded.
-            dialect = self.engine.dialect
-            server = dialect.name if dialect.name == "postgresql" else _mysql_server(conn.connection.cursor())
+            # asyncpg takes the timeout at startup, so only the other drivers' connections name their server.
+            server = conn.connection.info.get(_SERVER, "postgresql")
             conn.exec_driver_sql(_unbounded_statement(server))
         try:
             if self.schema is not None:
@@ -706,13 +711,17 @@ def create_engine_runner(config: Any) -> EngineRunner:
             cursor.close()
 
     if timeout is not None and config.driver != "asyncpg":
+        # One engine reaches one server: a MySQL-protocol one is asked which it is on the first connection only.
+        servers: list[str] = ["postgresql"] if config.family == "postgresql" else []
 
         @event.listens_for(engine.sync_engine, "connect")
-        def _statement_timeout(dbapi_connection: Any, _record: Any) -> None:
+        def _statement_timeout(dbapi_connection: Any, record: Any) -> None:
             cursor = dbapi_connection.cursor()
-            server = "postgresql" if config.family == "postgresql" else _mysql_server(cursor)
-            cursor.execute(timeout_statement(server, timeout))
+            if not servers:
+                servers.append(_mysql_server(cursor))
+            cursor.execute(timeout_statement(servers[0], timeout))
             cursor.close()
+            record.info[_SERVER] = servers[0]
 
     if config.family == "sqlite":
 
