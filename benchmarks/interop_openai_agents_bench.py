@@ -44,7 +44,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks._common import INTEROP_TARGETS, Result, analyze_schema, target_line
+from benchmarks._common import INTEROP_TARGETS, Result, analyze_schema, speedup, target_line, times
 
 __all__ = ["main"]
 
@@ -354,8 +354,8 @@ def _table(family: str, rows: list[Row]) -> str:
         sdk, chatkeep, floor = row.sdk, row.chatkeep, row.floor
         lines.append(
             f"| {row.size:,} | {sdk.name} | {sdk.p50 * 1e3:.3f} | {chatkeep.p50 * 1e3:.3f} | {floor.p50 * 1e3:.3f} | "
-            f"{sdk.p99 * 1e3:.3f} | {chatkeep.p99 * 1e3:.3f} | {sdk.p50 / chatkeep.p50:.2f}x | "
-            f"{sdk.p50 / floor.p50:.2f}x |"
+            f"{sdk.p99 * 1e3:.3f} | {chatkeep.p99 * 1e3:.3f} | {times(speedup(chatkeep, sdk))} | "
+            f"{times(speedup(floor, sdk))} |"
         )
     return "\n".join(lines)
 
@@ -366,8 +366,8 @@ def _targets(results: dict[str, list[Row]]) -> str:
         by_size = {row.size: row for row in rows}
         for size, which in ((SIZES[-1], "largest"), (SIZES[0], "smallest")):
             row = by_size[size]
-            line = target_line(family, size, row.sdk.p50 / row.chatkeep.p50, which)
-            reach = row.sdk.p50 / row.floor.p50
+            line = target_line(family, size, speedup(row.chatkeep, row.sdk), which)
+            reach = speedup(row.floor, row.sdk)
             if INTEROP_TARGETS[which] > reach:
                 line += f" (out of every store's reach here: the floor itself is only {reach:.2f}x faster)"
             lines.append(line)
