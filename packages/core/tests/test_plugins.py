@@ -398,3 +398,25 @@ def test_redact_url_hides_a_password_holding_an_at_sign() -> None:
 )
 def test_redact_url_hides_named_secrets(text: str, expected: str) -> None:
     assert redact_url(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # URL parsers decode parameter names, so these reach the driver as ``password`` and ``sig``.
+        ("redis://h:6379/0?pass%77ord=s3cret", "redis://h:6379/0?pass%77ord=***"),
+        ("postgresql://u@h/db?sslmode=require&%70assword=s3cret", "postgresql://u@h/db?sslmode=require&%70assword=***"),
+        ("azblob://acct/c?sv=1&si%67=abc", "azblob://acct/c?sv=1&si%67=***"),
+    ],
+)
+def test_redact_url_hides_secrets_whose_names_are_percent_encoded(text: str, expected: str) -> None:
+    assert redact_url(text) == expected
+
+
+def test_an_open_error_never_shows_a_password_given_under_an_encoded_name() -> None:
+    from chatkeep.core import ChatkeepError, open_store
+
+    url = "memory://?pass%77ord=s3cret"
+    with pytest.raises(ChatkeepError) as caught:
+        open_store(url)
+    assert "s3cret" not in str(caught.value)

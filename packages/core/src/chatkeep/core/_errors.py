@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import unquote
 
 __all__ = [
     "AgentConfigurationError",
@@ -166,10 +167,14 @@ class ToolError(ChatkeepError):
 
 # The userinfo password runs to the last "@" before the host, so a password holding "@" is hidden whole.
 _PASSWORD_IN_URL = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*:)(?P<secret>[^/?#\s]*)(?P<at>@)")
-_SECRET_PARAM = re.compile(
-    r"(?P<head>(?:[?&;]|^)[\w.\-]*(?:password|passwd|pwd|secret|token|key|sas|sig|credential)[\w.\-]*=)[^&;#\s]*",
-    re.I,
-)
+# A query parameter (or a connection-string field) and its value. Its name is matched decoded, as the URL
+# parsers read it: ``pass%77ord=`` is a password too.
+_PARAM = re.compile(r"(?P<head>(?:[?&;]|^)(?P<name>(?:[\w.\-]|%[0-9A-Fa-f]{2})+)=)[^&;#\s]*")
+_SECRET_NAME = re.compile(r"password|passwd|pwd|secret|token|key|sas|sig|credential", re.I)
+
+
+def _hide_secret_param(match: re.Match[str]) -> str:
+    return match["head"] + "***" if _SECRET_NAME.search(unquote(match["name"])) else match[0]
 
 
 def redact_url(text: str) -> str:
@@ -182,4 +187,4 @@ def redact_url(text: str) -> str:
         The same text with secrets replaced by ``***``.
     """
     text = _PASSWORD_IN_URL.sub(r"\g<head>***\g<at>", text)
-    return _SECRET_PARAM.sub(r"\g<head>***", text)
+    return _PARAM.sub(_hide_secret_param, text)
