@@ -9,15 +9,19 @@ server that cannot be reached is skipped with the reason, or fails the run when
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
+from chatkeep.core import DEFAULT_TENANT, Message, SessionKey, SessionPage
+from chatkeep.memory import MemoryHistoryStore
 from chatkeep.testing.openai_server import FakeOpenAIServer
 from chatkeep.testing.services import missing_service
 
@@ -67,3 +71,65 @@ def openai_server() -> Iterator[FakeOpenAIServer]:
     """The project's local OpenAI-protocol server (Chat Completions and Responses, JSON and streaming)."""
     with FakeOpenAIServer() as server:
         yield server
+
+
+class GatedStore(MemoryHistoryStore):
+    """A memory store whose calls, once ``armed``, wait (on its own loop thread) until ``opened`` is set.
+
+    The gate is a ``threading.Event`` polled with ``asyncio.sleep``: no worker thread of its own, so a test can
+    forbid ``asyncio.to_thread`` while the chat store's methods run.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(namespace=f"interop-gated-{uuid.uuid4().hex}")
+        self.armed = False
+        self.opened = threading.Event()
+        self.waiting = threading.Event()  # a call reached the gate
+        self.calls: list[str] = []
+
+    async def _gate(self, name: str) -> None:
+        self.calls.append(name)
+        if not self.armed:
+            return
+        self.waiting.set()
+        for _ in range(1000):  # 10 s at most
+            if self.opened.is_set():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{name} waited 10 s: the caller's event loop never ran the task that opens the gate")
+
+    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
+        await self._gate("load")
+        return await super().load(key, last=last)
+
+    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
+        await self._gate("append")
+        return await super().append(key, messages)
+
+    async def count(self, key: SessionKey) -> int:
+        await self._gate("count")
+        return await super().count(key)
+
+    async def trim(self, key: SessionKey, keep_last: int) -> int:
+        await self._gate("trim")
+        return await super().trim(key, keep_last)
+
+    async def pop(self, key: SessionKey) -> Message | None:
+        await self._gate("pop")
+        return await super().pop(key)
+
+    async def delete(self, key: SessionKey) -> bool:
+        await self._gate("delete")
+        return await super().delete(key)
+
+    async def list_sessions(
+        self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
+    ) -> SessionPage:
+        await self._gate("list_sessions")
+        return await super().list_sessions(tenant, limit=limit, cursor=cursor)
+
+
+@pytest.fixture
+def gated_store() -> GatedStore:
+    """A memory store whose calls wait at a gate once armed: proves an async method keeps its caller's loop free."""
+    return GatedStore()

@@ -275,6 +275,42 @@ async def test_sync_calls_made_inside_the_running_loop_mix_with_async_ones(histo
     assert await chat.aget_messages() == []
 
 
+ASYNC_CALLS: dict[str, Callable[[ChatkeepChatMessageHistory], Any]] = {
+    "aget_messages": lambda chat: chat.aget_messages(),
+    "aadd_messages": lambda chat: chat.aadd_messages([HumanMessage("new")]),
+    "aclear": lambda chat: chat.aclear(),
+}
+
+
+@pytest.mark.parametrize("name", list(ASYNC_CALLS))
+async def test_an_async_method_keeps_the_callers_loop_free_and_uses_no_worker_thread(
+    gated_store: Any, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with gated_store.sync() as view:
+        chat = ChatkeepChatMessageHistory("k", view)
+        chat.add_messages([HumanMessage("a")])
+
+        def no_thread_hop(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("an async method of the history ran through asyncio.to_thread")
+
+        monkeypatch.setattr(asyncio, "to_thread", no_thread_hop)
+        gated_store.armed = True
+        call = asyncio.ensure_future(ASYNC_CALLS[name](chat))
+
+        async def opener() -> None:  # runs only if the caller's loop is free while the store waits at the gate
+            for _ in range(2000):
+                if gated_store.waiting.is_set():
+                    break
+                await asyncio.sleep(0.005)
+            gated_store.opened.set()
+
+        await asyncio.wait_for(asyncio.gather(call, opener()), timeout=30)
+        monkeypatch.undo()
+        gated_store.armed = False
+        assert gated_store.waiting.is_set()
+        assert gated_store.calls[-1] == {"aget_messages": "load", "aadd_messages": "append", "aclear": "delete"}[name]
+
+
 def test_one_history_serves_two_event_loops_and_plain_threads(history: HistoryFactory) -> None:
     chat = history()
 

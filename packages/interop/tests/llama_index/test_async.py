@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 from llama_index.core.llms import ChatMessage
 
-from chatkeep.core import DEFAULT_TENANT, Message, SessionKey, SessionPage
 from chatkeep.interop.llama_index import ChatkeepChatStore
-from chatkeep.memory import MemoryHistoryStore
 
 
 def user(text: str) -> ChatMessage:
@@ -29,65 +26,9 @@ def texts(messages: list[ChatMessage]) -> list[str | None]:
     return [message.content for message in messages]
 
 
-class Gated(MemoryHistoryStore):
-    """A memory store whose calls, once ``armed``, wait (on its own loop thread) until ``opened`` is set.
-
-    The gate is a ``threading.Event`` polled with ``asyncio.sleep``: no worker thread of its own, so a test can
-    forbid ``asyncio.to_thread`` while the chat store's methods run.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(namespace=f"li-async-{uuid.uuid4().hex}")
-        self.armed = False
-        self.opened = threading.Event()
-        self.waiting = threading.Event()  # a call reached the gate
-        self.calls: list[str] = []
-
-    async def _gate(self, name: str) -> None:
-        self.calls.append(name)
-        if not self.armed:
-            return
-        self.waiting.set()
-        for _ in range(1000):  # 10 s at most
-            if self.opened.is_set():
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"{name} waited 10 s: the caller's event loop never ran the task that opens the gate")
-
-    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
-        await self._gate("load")
-        return await super().load(key, last=last)
-
-    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
-        await self._gate("append")
-        return await super().append(key, messages)
-
-    async def count(self, key: SessionKey) -> int:
-        await self._gate("count")
-        return await super().count(key)
-
-    async def trim(self, key: SessionKey, keep_last: int) -> int:
-        await self._gate("trim")
-        return await super().trim(key, keep_last)
-
-    async def pop(self, key: SessionKey) -> Message | None:
-        await self._gate("pop")
-        return await super().pop(key)
-
-    async def delete(self, key: SessionKey) -> bool:
-        await self._gate("delete")
-        return await super().delete(key)
-
-    async def list_sessions(
-        self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
-    ) -> SessionPage:
-        await self._gate("list_sessions")
-        return await super().list_sessions(tenant, limit=limit, cursor=cursor)
-
-
 @pytest.fixture
-def gated() -> Iterator[tuple[ChatkeepChatStore, Gated]]:
-    store = Gated()
+def gated(gated_store: Any) -> Iterator[tuple[ChatkeepChatStore, Any]]:
+    store = gated_store
     chat_store = ChatkeepChatStore(store, tenant="acme")
     try:
         yield chat_store, store
@@ -112,7 +53,7 @@ CALLS: dict[str, Callable[[ChatkeepChatStore], Awaitable[object]]] = {
 
 @pytest.mark.parametrize("name", list(CALLS))
 async def test_an_async_method_keeps_the_callers_loop_free_and_uses_no_worker_thread(
-    gated: tuple[ChatkeepChatStore, Gated], name: str, monkeypatch: pytest.MonkeyPatch
+    gated: tuple[ChatkeepChatStore, Any], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     chat_store, store = gated
     chat_store.set_messages("k", [user("a"), user("b"), user("c")])
@@ -137,7 +78,7 @@ async def test_an_async_method_keeps_the_callers_loop_free_and_uses_no_worker_th
     assert store.waiting.is_set()
 
 
-async def test_a_cancelled_append_is_stored_whole_or_not_at_all(gated: tuple[ChatkeepChatStore, Gated]) -> None:
+async def test_a_cancelled_append_is_stored_whole_or_not_at_all(gated: tuple[ChatkeepChatStore, Any]) -> None:
     chat_store, store = gated
     store.armed = True
     adding = asyncio.ensure_future(chat_store.async_add_messages("k", [user("one"), user("two"), user("three")]))
@@ -182,7 +123,7 @@ async def test_cancelled_appends_at_any_moment_are_each_whole_or_absent(store_ur
     ],
 )
 async def test_a_cancelled_multi_step_write_still_finishes_whole(
-    gated: tuple[ChatkeepChatStore, Gated], name: str, expected: list[str]
+    gated: tuple[ChatkeepChatStore, Any], name: str, expected: list[str]
 ) -> None:
     chat_store, store = gated
     chat_store.set_messages("k", [user(text) for text in "abcd"])
@@ -200,7 +141,7 @@ async def test_a_cancelled_multi_step_write_still_finishes_whole(
     assert texts(chat_store.get_messages("k")) == expected
 
 
-async def test_the_sync_and_async_splice_are_one_rule(gated: tuple[ChatkeepChatStore, Gated]) -> None:
+async def test_the_sync_and_async_splice_are_one_rule(gated: tuple[ChatkeepChatStore, Any]) -> None:
     chat_store, store = gated
     chat_store.set_messages("k", [user(text) for text in "abcd"])
     store.calls.clear()

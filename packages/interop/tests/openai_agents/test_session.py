@@ -21,6 +21,7 @@ from chatkeep.core import (
     StoreClosedError,
     open_store,
 )
+from chatkeep.core.backend import SupportsReadProbe
 from chatkeep.interop.openai_agents import ChatkeepSession
 
 SessionFactory = Callable[..., Awaitable[ChatkeepSession]]
@@ -99,6 +100,23 @@ async def test_limit_returns_the_newest_items_in_order(make_session: SessionFact
     assert await session.get_items(limit=0) == []
 
 
+async def test_a_window_reads_only_its_items_from_the_store_however_long_the_history(
+    make_session: SessionFactory,
+) -> None:
+    session = await make_session(session_settings={"limit": 20})
+    for start in range(0, 2_000, 500):
+        await session.add_items(_items(*(str(n) for n in range(start, start + 500))))
+    store = session.store
+    assert isinstance(store, SupportsReadProbe)
+    before = store.messages_read
+    assert _contents(await session.get_items()) == [str(n) for n in range(1_980, 2_000)]
+    # The window and one item more (to see whether the window starts mid-response), not the 2,000.
+    assert store.messages_read - before == 21
+    before = store.messages_read
+    assert len(await session.get_items(limit=5)) == 5
+    assert store.messages_read - before == 6
+
+
 async def test_a_negative_limit_says_what_is_accepted(make_session: SessionFactory) -> None:
     session = await make_session()
     with pytest.raises(InvalidArgumentError, match="0 or more"):
@@ -134,6 +152,17 @@ async def test_concurrent_pops_return_distinct_items(make_session: SessionFactor
     contents = sorted(cast(dict[str, Any], item)["content"] for item in popped if item is not None)
     assert contents == list(map(str, range(8)))
     assert popped.count(None) == 2
+
+
+async def test_pops_through_separate_store_connections_return_each_item_once(make_session: SessionFactory) -> None:
+    await (await make_session()).add_items(_items(*map(str, range(16))))
+    # Eight sessions of one id, each on a store it opened itself: eight connections (processes, in production).
+    sessions = [await make_session() for _ in range(8)]
+    popped = await asyncio.gather(*(s.pop_item() for s in sessions for _ in range(3)))
+    contents = sorted((cast(dict[str, Any], item)["content"] for item in popped if item is not None), key=int)
+    assert contents == list(map(str, range(16)))
+    assert popped.count(None) == 8
+    assert await sessions[0].get_items() == []
 
 
 async def test_clear_session_empties_only_this_session(make_session: SessionFactory) -> None:
