@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 import pytest
-from llama_index.core.base.llms.types import ImageBlock, TextBlock, ToolCallBlock
+from llama_index.core.base.llms.types import ImageBlock, TextBlock, ThinkingBlock, ToolCallBlock
 from llama_index.core.llms import ChatMessage, MessageRole
 from llama_index.core.memory import ChatMemoryBuffer
 
@@ -212,12 +212,19 @@ def rich_message() -> ChatMessage:
     )
 
 
-async def test_every_field_round_trips(chat_store: ChatkeepChatStore) -> None:
+async def test_every_field_and_block_round_trips(chat_store: ChatkeepChatStore) -> None:
     messages = [
         ChatMessage(role=MessageRole.SYSTEM, content="be brief"),
         rich_message(),
         ChatMessage(role=MessageRole.TOOL, content="42", additional_kwargs={"tool_call_id": "call_1", "name": "x"}),
         ChatMessage(role=MessageRole.DEVELOPER, content="dev"),
+        ChatMessage(  # a reasoning model's thinking, with the signature its API needs to take it back
+            role=MessageRole.ASSISTANT,
+            blocks=[
+                ThinkingBlock(content="The user asked for 42.", num_tokens=7, additional_information={"sig": "c2ln"}),
+                TextBlock(text="42"),
+            ],
+        ),
     ]
     await chat_store.aset_messages("k", messages)
     back = await chat_store.aget_messages("k")
