@@ -486,6 +486,39 @@ async def test_fake_refuses_what_the_service_refuses(fake_openai: FakeOpenAIServ
             )
 
 
+async def test_fake_reasoning_items_must_come_back_whole_before_the_items_that_need_them(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    async with openai.AsyncOpenAI(base_url=fake_openai.base_url, api_key="k", max_retries=0) as sdk:
+        fake_openai.reply_tool_calls([("call_1", "get_weather", "{}")], reasoning="Look the weather up.")
+        called = await sdk.responses.create(model="m", input="weather?", store=False)
+        reasoning, call = (item.model_dump(exclude_none=True) for item in called.output)
+        assert reasoning["type"] == "reasoning"
+        assert reasoning["summary"] == [{"type": "summary_text", "text": "Look the weather up."}]
+        assert reasoning["encrypted_content"]
+        assert called.usage is not None
+        assert called.usage.output_tokens_details.reasoning_tokens == 4
+        output = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+
+        with pytest.raises(openai.BadRequestError, match=f"without its required 'reasoning' item: '{reasoning['id']}'"):
+            await sdk.responses.create(model="m", input=[call, output], store=False)  # type: ignore[list-item]
+        forged = {**reasoning, "encrypted_content": reasoning["encrypted_content"][:-4]}
+        with pytest.raises(openai.BadRequestError, match="could not be verified"):
+            await sdk.responses.create(model="m", input=[forged, call, output], store=False)  # type: ignore[list-item]
+        fake_openai.reply_text("Sunny.")
+        answered = await sdk.responses.create(model="m", input=[reasoning, call, output], store=False)  # type: ignore[list-item]
+        assert answered.output_text == "Sunny."
+        # Without their ids, items are new input: nothing ties them to a reasoning item.
+        fake_openai.reply_text("Sunny again.")
+        bare = [{k: v for k, v in item.items() if k not in ("id", "status")} for item in (call, output)]
+        assert (await sdk.responses.create(model="m", input=bare, store=False)).output_text == "Sunny again."  # type: ignore[arg-type]
+
+        fake_openai.reply_text("Streamed.", reasoning="Think first.")
+        stream = await sdk.responses.create(model="m", input="hi", stream=True)
+        kinds = [(event.type, getattr(getattr(event, "item", None), "type", None)) async for event in stream]
+        assert kinds[2:4] == [("response.output_item.added", "reasoning"), ("response.output_item.done", "reasoning")]
+
+
 async def test_fake_lists_conversation_items_in_either_order_with_paging(fake_openai: FakeOpenAIServer) -> None:
     async with openai.AsyncOpenAI(base_url=fake_openai.base_url, api_key="k", max_retries=0) as sdk:
         conversation = await sdk.conversations.create()

@@ -24,6 +24,9 @@ SessionFactory = Callable[..., Awaitable[ChatkeepSession]]
 
 QUESTION = "What is the weather in Paris?"
 ANSWER = "Sunny in Paris, 21 degrees."
+# A reasoning model's thought before its tool call (the Responses API only): the server refuses a later request
+# that sends the call back without this reasoning item, or with its encrypted content changed.
+REASONING = "The user asks about Paris: call get_weather."
 
 
 @function_tool
@@ -41,20 +44,27 @@ def _agent(model: Model) -> Agent:
 
 
 def _script_turn_1(server: FakeOpenAIServer) -> None:
-    server.reply_tool_calls([("call_paris", "get_weather", '{"city": "Paris"}')])
+    server.reply_tool_calls([("call_paris", "get_weather", '{"city": "Paris"}')], reasoning=REASONING)
     server.reply_text(ANSWER)
 
 
 def _assert_turn_1_exactly_once(body: dict[str, Any]) -> None:
-    """The request of a later turn holds each part of turn 1 once: question, call, tool output, answer."""
+    """The request of a later turn holds each part of turn 1 once: question, reasoning, call, tool output, answer."""
     sent = json.dumps(body.get("input", body.get("messages")), ensure_ascii=False)
-    for part in (QUESTION, "tool says: sunny, 21°C in Paris", ANSWER):
+    parts = (QUESTION, "tool says: sunny, 21°C in Paris", ANSWER) + ((REASONING,) if "input" in body else ())
+    for part in parts:
         assert sent.count(part) == 1, (part, sent)
     assert sent.count('{\\"city\\": \\"Paris\\"}') == 1, sent
 
 
 def _kinds(items: list[TResponseInputItem]) -> list[str]:
     return [str(dict(item).get("type", "message")) for item in items]
+
+
+def _turn_1_kinds(model: Model) -> list[str]:
+    """What turn 1 stores: a Responses model's reasoning item comes before its call (Chat Completions has none)."""
+    reasoning = ["reasoning"] if isinstance(model, OpenAIResponsesModel) else []
+    return ["message", *reasoning, "function_call", "function_call_output", "message"]
 
 
 async def test_a_tool_run_is_kept_and_the_next_turn_sends_it_once(
@@ -64,13 +74,13 @@ async def test_a_tool_run_is_kept_and_the_next_turn_sends_it_once(
     result = await Runner.run(_agent(model), QUESTION, session=await make_session())
     assert result.final_output == ANSWER
     stored = await (await make_session()).get_items()
-    assert _kinds(stored) == ["message", "function_call", "function_call_output", "message"]
+    assert _kinds(stored) == _turn_1_kinds(model)
 
     openai_server.reply_text("Rain tomorrow.")
     again = await Runner.run(_agent(model), "And tomorrow?", session=await make_session())
     assert again.final_output == "Rain tomorrow."
     _assert_turn_1_exactly_once(openai_server.requests[-1])
-    assert len(await (await make_session()).get_items()) == 6
+    assert len(await (await make_session()).get_items()) == len(_turn_1_kinds(model)) + 2
 
 
 async def test_a_streamed_run_is_kept_like_a_plain_one(
@@ -82,7 +92,7 @@ async def test_a_streamed_run_is_kept_like_a_plain_one(
         pass
     assert streamed.final_output == ANSWER
     stored = await (await make_session()).get_items()
-    assert _kinds(stored) == ["message", "function_call", "function_call_output", "message"]
+    assert _kinds(stored) == _turn_1_kinds(model)
 
     openai_server.reply_text("Rain tomorrow.")
     second = Runner.run_streamed(_agent(model), "And tomorrow?", session=await make_session())
@@ -163,6 +173,30 @@ async def test_a_limit_never_sends_a_tool_output_without_its_call(
     assert ANSWER in sent
     assert "tool says" not in sent
     assert QUESTION not in sent
+
+
+@pytest.mark.parametrize("limit", [3, 4])
+async def test_a_limit_never_sends_an_item_without_the_reasoning_it_came_with(
+    make_session: SessionFactory, responses_model: Model, openai_server: FakeOpenAIServer, limit: int
+) -> None:
+    # Turn 1 stores: question, reasoning, call, output, answer. A window of 3 starts at the call, of 4 at the
+    # reasoning item: the first would send the call without its reasoning, which the service refuses.
+    session = await make_session(session_settings=SessionSettings(limit=limit))
+    _script_turn_1(openai_server)
+    await Runner.run(_agent(responses_model), QUESTION, session=session)
+    openai_server.reply_text("Rain tomorrow.")
+    config = RunConfig(session_input_callback=lambda history, new: history + new)
+    result = await Runner.run(_agent(responses_model), "And tomorrow?", session=session, run_config=config)
+    assert result.final_output == "Rain tomorrow."
+    sent = json.dumps(openai_server.requests[-1]["input"], ensure_ascii=False)
+    assert ANSWER in sent
+    assert QUESTION not in sent
+    if limit == 3:  # the call and its output went with the reasoning they needed
+        assert "tool says" not in sent
+        assert REASONING not in sent
+    else:  # the window starts at the reasoning item: all of it is sent, once
+        for part in (REASONING, "tool says: sunny, 21°C in Paris"):
+            assert sent.count(part) == 1, (part, sent)
 
 
 # run_sync calls loop.shutdown_asyncgens() after each run but keeps the loop for the next one, where the

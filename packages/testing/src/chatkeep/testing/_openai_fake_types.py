@@ -42,6 +42,9 @@ class FakeReply:
         usage: ``(prompt_tokens, completion_tokens)``; by default counted as words of the request and the reply.
         arguments_chunk_size: when streaming, each tool call's arguments are split into pieces of this many
             characters, one chunk each, so a client must reassemble them.
+        reasoning: a reasoning summary. When set, a Responses answer starts with a reasoning item (with an
+            opaque ``encrypted_content``) that the items after it require, as a reasoning model's do; Chat
+            Completions leaves it out.
     """
 
     text: str = ""
@@ -49,6 +52,7 @@ class FakeReply:
     finish_reason: str | None = None
     usage: tuple[int, int] | None = None
     arguments_chunk_size: int = 5
+    reasoning: str = ""
 
 
 @dataclass

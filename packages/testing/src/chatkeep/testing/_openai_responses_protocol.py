@@ -8,6 +8,7 @@ with ``conversation=`` appends its input and output items to that conversation.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import re
 import threading
@@ -50,6 +51,8 @@ class ResponsesRoutes:
     _ids: itertools.count[int]
     _responses: dict[str, StoredResponse]
     _conversations: dict[str, list[tuple[str, dict[str, Any]]]]
+    _reasoning: dict[str, str]  # a reasoning item's id -> the encrypted content the service issued with it
+    _requires_reasoning: dict[str, str]  # an output item's id -> the reasoning item it was emitted with
 
     if TYPE_CHECKING:
 
@@ -88,6 +91,10 @@ class ResponsesRoutes:
         problem = _check_responses_request(body)
         if problem is not None:
             return FakeHTTPResponse(400, error_body(problem, "invalid_request_error"))
+        with self._lock:
+            problem = self._check_reasoning(body.get("input"))
+        if problem is not None:
+            return FakeHTTPResponse(400, error_body(problem, "invalid_request_error", param="input"))
         new_input = _input_items(body["input"]) if "input" in body else []
         previous_id = body.get("previous_response_id")
         conversation = body.get("conversation")
@@ -132,15 +139,16 @@ class ResponsesRoutes:
             )
         response_id = f"resp_{self._object_id()}"
         output = self._output_items(reply)
+        reasoning_tokens = count_words(reply.reasoning)
         input_tokens, output_tokens = reply.usage or (
             sum(count_words(_item_text(item)) for item in context),
-            count_words(reply.text) + sum(count_words(c.arguments) for c in reply.tool_calls),
+            count_words(reply.text) + sum(count_words(c.arguments) for c in reply.tool_calls) + reasoning_tokens,
         )
         usage = {
             "input_tokens": input_tokens,
             "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": output_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
             "total_tokens": input_tokens + output_tokens,
         }
         incomplete = reply.finish_reason == "length"
@@ -183,8 +191,49 @@ class ResponsesRoutes:
             return FakeHTTPResponse(events=_response_events(response, reply), named_events=True)
         return FakeHTTPResponse(json_body=response)
 
+    def _check_reasoning(self, value: Any) -> str | None:
+        """What the service refuses about reasoning items in a request's input (under the lock), or ``None``.
+
+        An item a reasoning item was emitted with, sent back by its id, needs that reasoning item before it; a
+        reasoning item sent back needs the encrypted content it was issued with, unchanged.
+        """
+        if not isinstance(value, list):
+            return None
+        sent: set[str] = set()
+        for item in value:
+            item_id = item.get("id") if isinstance(item, dict) else None
+            if not isinstance(item_id, str):
+                continue
+            if item.get("type") == "reasoning":
+                issued = self._reasoning.get(item_id)
+                if issued is not None and item.get("encrypted_content", issued) != issued:
+                    return f"The encrypted content for item {item_id} could not be verified."
+                sent.add(item_id)
+                continue
+            required = self._requires_reasoning.get(item_id)
+            if required is not None and required not in sent:
+                return (
+                    f"Item '{item_id}' of type '{item.get('type', 'message')}' was provided without its required "
+                    f"'reasoning' item: '{required}'."
+                )
+        return None
+
     def _output_items(self, reply: FakeReply) -> list[dict[str, Any]]:
         output: list[dict[str, Any]] = []
+        reasoning_id = ""
+        if reply.reasoning:
+            reasoning_id = f"rs_{self._object_id()}"
+            encrypted = base64.b64encode(f"fake reasoning {reasoning_id}: {reply.reasoning}".encode()).decode()
+            output.append(
+                {
+                    "type": "reasoning",
+                    "id": reasoning_id,
+                    "summary": [{"type": "summary_text", "text": reply.reasoning}],
+                    "encrypted_content": encrypted,
+                }
+            )
+            with self._lock:
+                self._reasoning[reasoning_id] = encrypted
         if reply.text:
             output.append(
                 {
@@ -206,6 +255,9 @@ class ResponsesRoutes:
             }
             for call in reply.tool_calls
         )
+        if reasoning_id:
+            with self._lock:
+                self._requires_reasoning.update((item["id"], reasoning_id) for item in output[1:])
         return output
 
     def _object_id(self) -> str:
@@ -277,6 +329,7 @@ _ITEM_FIELDS = {
     "message": {"type", "role", "content", "id", "status", "phase"},
     "function_call": {"type", "call_id", "name", "arguments", "id", "status"},
     "function_call_output": {"type", "call_id", "output", "id", "status"},
+    "reasoning": {"type", "id", "summary", "encrypted_content", "content", "status"},
 }
 _INPUT_ROLES = {"user", "assistant", "system", "developer"}
 
@@ -349,7 +402,9 @@ def _check_responses_request(body: Any) -> str | None:
             return f"Unknown parameter: 'input[{i}].{sorted(extra)[0]}'."
         if kind == "message" and (item.get("role") not in _INPUT_ROLES or "content" not in item):
             return f"Invalid 'input[{i}]': a message needs a role ({', '.join(sorted(_INPUT_ROLES))}) and content."
-        if kind != "message" and not item.get("call_id"):
+        if kind == "reasoning" and not isinstance(item.get("summary"), list):
+            return f"Missing required parameter: 'input[{i}].summary'."
+        if kind not in ("message", "reasoning") and not item.get("call_id"):
             return f"Missing required parameter: 'input[{i}].call_id'."
     return None
 
@@ -392,6 +447,8 @@ def _response_events(response: dict[str, Any], reply: FakeReply) -> list[dict[st
                 emit("response.output_text.delta", **where, delta=piece, logprobs=[])
             emit("response.output_text.done", **where, text=part["text"], logprobs=[])
             emit("response.content_part.done", **where, part=part)
+        elif item["type"] == "reasoning":
+            emit("response.output_item.added", output_index=index, item={**item, "summary": []})
         else:
             emit(
                 "response.output_item.added",

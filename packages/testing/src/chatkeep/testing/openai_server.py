@@ -158,6 +158,8 @@ class FakeOpenAIServer(ChatCompletionsRoutes, ResponsesRoutes):
         self.seen_inputs: list[list[dict[str, Any]]] = []
         self._responses: dict[str, StoredResponse] = {}
         self._conversations: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        self._reasoning: dict[str, str] = {}
+        self._requires_reasoning: dict[str, str] = {}
         self.add_route("POST", "/v1/chat/completions", self._chat_completions)
         self.add_route("POST", "/v1/responses", self._create_response)
         self.add_route("GET", "/v1/responses/{response_id}", self._get_response)
@@ -211,15 +213,23 @@ class FakeOpenAIServer(ChatCompletionsRoutes, ResponsesRoutes):
 
     # -- scripting --------------------------------------------------------------------------------------
 
-    def reply_text(self, text: str, *, usage: tuple[int, int] | None = None, finish_reason: str | None = None) -> None:
+    def reply_text(
+        self,
+        text: str,
+        *,
+        usage: tuple[int, int] | None = None,
+        finish_reason: str | None = None,
+        reasoning: str = "",
+    ) -> None:
         """Queue a plain text answer.
 
         Args:
             text: the assistant's text; streamed word by word.
             usage: ``(prompt_tokens, completion_tokens)`` to report instead of the word counts.
             finish_reason: the finish reason to report (default ``stop``).
+            reasoning: a reasoning summary: the Responses answer starts with a reasoning item (see :class:`FakeReply`).
         """
-        self._push(FakeReply(text=text, usage=usage, finish_reason=finish_reason), 1)
+        self._push(FakeReply(text=text, usage=usage, finish_reason=finish_reason, reasoning=reasoning), 1)
 
     def reply_tool_calls(
         self,
@@ -228,6 +238,7 @@ class FakeOpenAIServer(ChatCompletionsRoutes, ResponsesRoutes):
         text: str = "",
         usage: tuple[int, int] | None = None,
         arguments_chunk_size: int = 5,
+        reasoning: str = "",
     ) -> None:
         """Queue an answer that calls tools.
 
@@ -236,12 +247,14 @@ class FakeOpenAIServer(ChatCompletionsRoutes, ResponsesRoutes):
             text: assistant text sent with the calls.
             usage: ``(prompt_tokens, completion_tokens)`` to report instead of the word counts.
             arguments_chunk_size: when streamed, the size of the pieces each call's arguments are split into.
+            reasoning: a reasoning summary: the Responses answer starts with a reasoning item (see :class:`FakeReply`).
         """
         reply = FakeReply(
             text=text,
             tool_calls=[FakeToolCall(*c) for c in calls],
             usage=usage,
             arguments_chunk_size=arguments_chunk_size,
+            reasoning=reasoning,
         )
         self._push(reply, 1)
 
