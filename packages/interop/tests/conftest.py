@@ -14,8 +14,9 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -97,6 +98,31 @@ class GatedStore(MemoryHistoryStore):
                 return
             await asyncio.sleep(0.01)
         raise AssertionError(f"{name} waited 10 s: the caller's event loop never ran the task that opens the gate")
+
+    async def run_with_the_loop_free(self, call: Awaitable[object], monkeypatch: pytest.MonkeyPatch) -> None:
+        """Run ``call`` with the gate armed and ``asyncio.to_thread`` forbidden; a task of the caller's loop opens
+        the gate, so ``call`` ends only if it left that loop free while the store waited."""
+
+        def no_thread_hop(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("an async method ran through asyncio.to_thread")
+
+        monkeypatch.setattr(asyncio, "to_thread", no_thread_hop)
+        self.armed = True
+        running = asyncio.ensure_future(call)
+
+        async def opener() -> None:
+            for _ in range(2000):
+                if self.waiting.is_set():
+                    break
+                await asyncio.sleep(0.005)
+            self.opened.set()
+
+        try:
+            await asyncio.wait_for(asyncio.gather(running, opener()), timeout=30)
+        finally:
+            monkeypatch.undo()
+            self.armed = False
+        assert self.waiting.is_set()
 
     async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
         await self._gate("load")

@@ -289,25 +289,7 @@ async def test_an_async_method_keeps_the_callers_loop_free_and_uses_no_worker_th
     with gated_store.sync() as view:
         chat = ChatkeepChatMessageHistory("k", view)
         chat.add_messages([HumanMessage("a")])
-
-        def no_thread_hop(*args: Any, **kwargs: Any) -> Any:
-            raise AssertionError("an async method of the history ran through asyncio.to_thread")
-
-        monkeypatch.setattr(asyncio, "to_thread", no_thread_hop)
-        gated_store.armed = True
-        call = asyncio.ensure_future(ASYNC_CALLS[name](chat))
-
-        async def opener() -> None:  # runs only if the caller's loop is free while the store waits at the gate
-            for _ in range(2000):
-                if gated_store.waiting.is_set():
-                    break
-                await asyncio.sleep(0.005)
-            gated_store.opened.set()
-
-        await asyncio.wait_for(asyncio.gather(call, opener()), timeout=30)
-        monkeypatch.undo()
-        gated_store.armed = False
-        assert gated_store.waiting.is_set()
+        await gated_store.run_with_the_loop_free(ASYNC_CALLS[name](chat), monkeypatch)
         assert gated_store.calls[-1] == {"aget_messages": "load", "aadd_messages": "append", "aclear": "delete"}[name]
 
 

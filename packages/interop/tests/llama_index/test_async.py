@@ -57,25 +57,7 @@ async def test_an_async_method_keeps_the_callers_loop_free_and_uses_no_worker_th
 ) -> None:
     chat_store, store = gated
     chat_store.set_messages("k", [user("a"), user("b"), user("c")])
-
-    def no_thread_hop(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("an async method of the chat store ran through asyncio.to_thread")
-
-    monkeypatch.setattr(asyncio, "to_thread", no_thread_hop)
-    store.armed = True
-    call = asyncio.ensure_future(CALLS[name](chat_store))
-
-    async def opener() -> None:  # runs only if the caller's loop is free while the store waits at the gate
-        for _ in range(2000):
-            if store.waiting.is_set():
-                break
-            await asyncio.sleep(0.005)
-        store.opened.set()
-
-    await asyncio.wait_for(asyncio.gather(call, opener()), timeout=30)
-    monkeypatch.undo()
-    store.armed = False
-    assert store.waiting.is_set()
+    await store.run_with_the_loop_free(CALLS[name](chat_store), monkeypatch)
 
 
 async def test_a_cancelled_append_is_stored_whole_or_not_at_all(gated: tuple[ChatkeepChatStore, Any]) -> None:
