@@ -3,7 +3,8 @@
 ``POST /v1/responses`` (JSON, or SSE events when ``stream`` is true), ``GET /v1/responses/{id}``,
 ``POST /v1/conversations``, ``GET /v1/conversations/{id}`` and ``GET /v1/conversations/{id}/items``, with the
 service's state kept in memory: stored responses chain through ``previous_response_id``, and a response made
-with ``conversation=`` appends its input and output items to that conversation.
+with ``conversation=`` appends its input and output items to that conversation. A scripted reply with reasoning
+starts with a reasoning item, which the items after it then require whenever they are sent back by id.
 """
 
 from __future__ import annotations
@@ -232,8 +233,6 @@ class ResponsesRoutes:
                     "encrypted_content": encrypted,
                 }
             )
-            with self._lock:
-                self._reasoning[reasoning_id] = encrypted
         if reply.text:
             output.append(
                 {
@@ -257,6 +256,7 @@ class ResponsesRoutes:
         )
         if reasoning_id:
             with self._lock:
+                self._reasoning[reasoning_id] = output[0]["encrypted_content"]
                 self._requires_reasoning.update((item["id"], reasoning_id) for item in output[1:])
         return output
 
