@@ -155,24 +155,34 @@ async def test_history_survives_a_new_process(
     assert _kinds(await (await make_session()).get_items())[-2:] == ["message", "message"]
 
 
+async def _turn_2_through_a_window(session: ChatkeepSession, model: Model, server: FakeOpenAIServer) -> str:
+    """Turn 1 (a tool call), then turn 2 sent with the session's window as it is; what turn 2 sent, as JSON.
+
+    With a session_input_callback the SDK sends the window as the session returned it (its own pruning is off),
+    so what is sent is the session's rule at work; the local server, like the service, refuses an output
+    without its call and an item without the reasoning it came with.
+    """
+    _script_turn_1(server)
+    await Runner.run(_agent(model), QUESTION, session=session)
+    server.reply_text("Rain tomorrow.")
+    config = RunConfig(session_input_callback=lambda history, new: history + new)
+    result = await Runner.run(_agent(model), "And tomorrow?", session=session, run_config=config)
+    assert result.final_output == "Rain tomorrow."
+    body = server.requests[-1]
+    sent = json.dumps(body.get("input", body.get("messages")), ensure_ascii=False)
+    assert ANSWER in sent
+    assert QUESTION not in sent
+    return sent
+
+
 async def test_a_limit_never_sends_a_tool_output_without_its_call(
     make_session: SessionFactory, model: Model, openai_server: FakeOpenAIServer
 ) -> None:
     # As the SDK's own test_session_limit_drops_unmatched_history_function_call_output: a window of 2 cuts
-    # between the call and its output. With a session_input_callback the SDK sends the window as the session
-    # returned it (its own pruning is off), so this is the session's rule at work; the local server, like the
-    # service, refuses an output without its call.
+    # between the call and its output.
     session = await make_session(session_settings=SessionSettings(limit=2))
-    _script_turn_1(openai_server)
-    await Runner.run(_agent(model), QUESTION, session=session)
-    openai_server.reply_text("Rain tomorrow.")
-    config = RunConfig(session_input_callback=lambda history, new: history + new)
-    result = await Runner.run(_agent(model), "And tomorrow?", session=session, run_config=config)
-    assert result.final_output == "Rain tomorrow."
-    sent = json.dumps(openai_server.requests[-1].get("input", openai_server.requests[-1].get("messages")))
-    assert ANSWER in sent
+    sent = await _turn_2_through_a_window(session, model, openai_server)
     assert "tool says" not in sent
-    assert QUESTION not in sent
 
 
 @pytest.mark.parametrize("limit", [3, 4])
@@ -182,15 +192,7 @@ async def test_a_limit_never_sends_an_item_without_the_reasoning_it_came_with(
     # Turn 1 stores: question, reasoning, call, output, answer. A window of 3 starts at the call, of 4 at the
     # reasoning item: the first would send the call without its reasoning, which the service refuses.
     session = await make_session(session_settings=SessionSettings(limit=limit))
-    _script_turn_1(openai_server)
-    await Runner.run(_agent(responses_model), QUESTION, session=session)
-    openai_server.reply_text("Rain tomorrow.")
-    config = RunConfig(session_input_callback=lambda history, new: history + new)
-    result = await Runner.run(_agent(responses_model), "And tomorrow?", session=session, run_config=config)
-    assert result.final_output == "Rain tomorrow."
-    sent = json.dumps(openai_server.requests[-1]["input"], ensure_ascii=False)
-    assert ANSWER in sent
-    assert QUESTION not in sent
+    sent = await _turn_2_through_a_window(session, responses_model, openai_server)
     if limit == 3:  # the call and its output went with the reasoning they needed
         assert "tool says" not in sent
         assert REASONING not in sent
