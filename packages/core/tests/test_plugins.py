@@ -5,8 +5,10 @@ Real entry-point discovery is tested in a subprocess, in the repository's tests/
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -140,6 +142,56 @@ def test_backend_resolves_by_name(registry: PluginRegistry) -> None:
     registry.register_plugin(BackendPlugin(spec), name="tiny-plugin")
 
     assert registry.resolve("tiny") is spec
+
+
+def test_a_bare_name_opens_the_default_url_and_a_bare_scheme_opens_that_scheme(registry: PluginRegistry) -> None:
+    spec = BackendSpec(name="tiny", schemes=("tinydb", "tiny+driver"), open=TinyStore, default_url="tinydb://local/0")
+    registry.register_plugin(BackendPlugin(spec), name="tiny-plugin")
+
+    by_name = registry.open_store("tiny", max_rows=5)
+    by_scheme = registry.open_store("tinydb")
+
+    assert isinstance(by_name, TinyStore)
+    assert isinstance(by_scheme, TinyStore)
+    assert (by_name.url, by_name.options) == ("tinydb://local/0", {"max_rows": 5})
+    assert by_scheme.url == "tinydb://"
+    assert registry.resolve("tinydb") is spec
+
+
+def test_the_default_url_of_a_spec_without_one_is_its_first_scheme() -> None:
+    assert tiny_spec().default_url == "tiny://"
+
+
+def test_an_opener_named_as_module_and_attribute_is_imported_only_when_a_store_is_opened(
+    registry: PluginRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "chatkeep_lazy_opener.py").write_text(
+        "def open_store(url, **options):\n    return ('opened', url, options)\n", encoding="utf-8"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "chatkeep_lazy_opener", raising=False)
+    registry.register_plugin(
+        BackendPlugin(BackendSpec(name="lazy", schemes=("lazy",), open="chatkeep_lazy_opener:open_store")),
+        name="lazy-plugin",
+    )
+    registry.resolve("lazy://x")
+
+    assert "chatkeep_lazy_opener" not in sys.modules, "finding the backend must not import its opener's module"
+    opened: Any = registry.open_store("lazy", flag=True)
+
+    assert "chatkeep_lazy_opener" in sys.modules
+    assert opened == ("opened", "lazy://", {"flag": True})
+
+
+@pytest.mark.parametrize("where", ["chatkeep_lazy_opener", "a:b:c", ":open", "module:"])
+def test_an_opener_string_must_be_module_and_attribute(where: str) -> None:
+    with pytest.raises(ValueError, match="module:attr"):
+        BackendSpec(name="lazy", schemes=("lazy",), open=where)
+
+
+def test_a_bare_scheme_of_a_known_backend_that_is_missing_gives_the_install_command(registry: PluginRegistry) -> None:
+    with pytest.raises(UnknownBackendError, match=r'pip install "chatkeep-core\[postgresql\]"'):
+        registry.open_store("postgresql")
 
 
 def test_installed_backends_name_their_plugin(registry: PluginRegistry) -> None:

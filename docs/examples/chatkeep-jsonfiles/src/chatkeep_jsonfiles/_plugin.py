@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from chatkeep.core.backend import BackendSpec, hookimpl
-from chatkeep_jsonfiles._store import open_store
 
 
 @hookimpl
 def chatkeep_register_backends(register: Callable[[BackendSpec], None]) -> None:
-    """Register the JSON-files backend."""
+    """Register the ``jsonfiles`` backend (its module is imported only when a store is opened)."""
     register(
         BackendSpec(
             name="jsonfiles",
             schemes=("jsonfiles",),
-            open=open_store,
+            open="chatkeep_jsonfiles._store:open_store",
+            default_url="jsonfiles://chatkeep-history",
             description="JSON Lines files in a folder, shared by processes through file locks (an example plugin)",
         )
     )

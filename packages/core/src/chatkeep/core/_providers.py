@@ -378,7 +378,5 @@ def history_provider(
             f"history_provider takes no provider option {', '.join(unknown)}; give store options as "
             f"store_options={{...}} (or in the URL's query); the provider options are {', '.join(sorted(accepted))}"
         )
-    registry = default_registry()
-    spec = registry.resolve(url_or_name)
-    url = url_or_name if "://" in url_or_name else f"{spec.schemes[0]}://"
-    return StoreHistoryProvider(spec.open(url, **dict(store_options or {})), owns_store=True, **provider_options)
+    store = default_registry().open_store(url_or_name, **dict(store_options or {}))
+    return StoreHistoryProvider(store, owns_store=True, **provider_options)

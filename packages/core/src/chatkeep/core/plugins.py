@@ -255,7 +255,9 @@ class PluginRegistry:
         return dict(self._failures)
 
     def resolve(self, url_or_name: str) -> BackendSpec:
-        """The backend for a URL (by its scheme) or a backend name.
+        """The backend for a URL (by its scheme), a backend name (``"redis"``) or a bare scheme (``"sqlite"``).
+
+        :meth:`BackendSpec.open_store` turns the same word into the URL it stands for.
 
         Raises:
             UnknownBackendError: nothing installed handles it; the message says what to install.
@@ -276,10 +278,15 @@ class PluginRegistry:
             raise UnknownBackendError(self._unknown_message(url_or_name, candidates))
         self._raise_if_conflicting(f"backend {url_or_name!r}")
         info = self._backends.get(url_or_name)
-        if info is None:
-            self._raise_if_incompatible(url_or_name)
-            raise UnknownBackendError(self._unknown_message(url_or_name, None))
-        return info.spec
+        if info is not None:
+            return info.spec
+        if url_or_name.lower() in self._schemes:  # a bare scheme ("sqlite") stands for its URL with nothing after ://
+            return self.resolve(f"{url_or_name}://")
+        self._raise_if_incompatible(url_or_name)
+        if url_or_name.lower() in KNOWN_SCHEMES:
+            self._raise_if_incompatible(KNOWN_SCHEMES[url_or_name.lower()][0])
+            raise UnknownBackendError(self._unknown_message(url_or_name, [url_or_name.lower()]))
+        raise UnknownBackendError(self._unknown_message(url_or_name, None))
 
     def _raise_if_incompatible(self, backend: str | None) -> None:
         if backend is not None and backend in self._incompatible:
@@ -328,9 +335,9 @@ class PluginRegistry:
                 parts.append(f"Plugin {plugin!r} is installed but unusable: {reason}.")
         return " ".join(parts)
 
-    def open_store(self, url: str, **options: Any) -> HistoryStore:
-        """Open the store a URL names (no I/O happens until the store is first used)."""
-        return self.resolve(url).open(url, **options)
+    def open_store(self, url_or_name: str, **options: Any) -> HistoryStore:
+        """Open the store a URL or a bare backend name names (no I/O happens until the store is first used)."""
+        return self.resolve(url_or_name).open_store(url_or_name, **options)
 
 
 _registry = PluginRegistry()
@@ -343,6 +350,9 @@ def default_registry() -> PluginRegistry:
 
 def open_store(url: str, **options: Any) -> HistoryStore:
     """Open a history store by URL, e.g. ``open_store("memory://")``; the scheme picks the backend.
+
+    A backend's bare name opens its default URL (``open_store("redis")`` is ``redis://localhost:6379/0``), and a
+    bare scheme opens that scheme with nothing after ``://`` (``open_store("sqlite")`` is ``sqlite://``).
 
     Raises:
         UnknownBackendError: no installed backend handles the scheme; the message names the extra to install.

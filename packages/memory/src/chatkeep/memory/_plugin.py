@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from chatkeep.core.backend import BackendSpec, hookimpl
-from chatkeep.memory._store import open_store
 
 
 @hookimpl
 def chatkeep_register_backends(register: Callable[[BackendSpec], None]) -> None:
-    """Register the process-local ``memory`` backend."""
+    """Register the ``memory`` backend (its module is imported only when a store is opened)."""
     register(
         BackendSpec(
             name="memory",
             schemes=("memory",),
+            open="chatkeep.memory._store:open_store",
+            default_url="memory://",
             extra="memory",
-            open=open_store,
             description="process memory: stores opened on one memory://NAME share their data",
         )
     )

@@ -3,28 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from chatkeep.core import HistoryStore
 from chatkeep.core.backend import BackendSpec, hookimpl
-
-
-def _open(url: str, **options: Any) -> HistoryStore:
-    # Imported on use, so discovering plugins does not import redis-py.
-    from chatkeep.redis._store import open_store
-
-    return open_store(url, **options)
 
 
 @hookimpl
 def chatkeep_register_backends(register: Callable[[BackendSpec], None]) -> None:
-    """Register the ``redis`` backend."""
+    """Register the ``redis`` backend (its module is imported only when a store is opened)."""
     register(
         BackendSpec(
             name="redis",
             schemes=("redis", "rediss", "unix", "redis+cluster"),
+            open="chatkeep.redis._store:open_store",
+            default_url="redis://localhost:6379/0",
             extra="redis",
-            open=_open,
             description="Redis, Redis Cluster or Valkey (plain commands and Lua)",
         )
     )

@@ -3,28 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from chatkeep.core import HistoryStore
 from chatkeep.core.backend import BackendSpec, hookimpl
-
-
-def open_store(url: str, **options: Any) -> HistoryStore:
-    """Open a SQL store (imports SQLAlchemy only when a SQL URL is opened)."""
-    from chatkeep.sql._store import open_store as _open
-
-    return _open(url, **options)
 
 
 @hookimpl
 def chatkeep_register_backends(register: Callable[[BackendSpec], None]) -> None:
-    """Register the ``sql`` backend for SQLAlchemy's URL schemes."""
+    """Register the ``sql`` backend (its module is imported only when a store is opened)."""
     register(
         BackendSpec(
             name="sql",
             schemes=("sqlite", "postgresql", "postgres", "mysql", "mariadb"),
+            open="chatkeep.sql._store:open_store",
+            default_url="sqlite://",
             extra="sql",
-            open=open_store,
             description="SQLite file (default sqlite://), PostgreSQL or MySQL/MariaDB through SQLAlchemy 2",
         )
     )
