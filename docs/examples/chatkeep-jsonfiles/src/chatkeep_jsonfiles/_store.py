@@ -17,19 +17,16 @@ append cuts it off. The blocking file work runs in a worker thread.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import dataclasses
 import functools
 import glob
-import hashlib
 import json
 import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from chatkeep.core import (
@@ -46,9 +43,15 @@ from chatkeep.core.backend import (
     HistoryStore,
     StoredSession,
     conflict_error,
+    decode_cursor,
     decode_records,
+    encode_cursor,
+    hashed_key,
     owner_error,
     session_document,
+    stamp_time,
+    time_stamp,
+    write_stamp,
 )
 from chatkeep_jsonfiles._config import parse_url
 from chatkeep_jsonfiles._files import fsync_folder, last_lines, lines_after, locked, replace_file, write_at
@@ -61,8 +64,7 @@ _P = ParamSpec("_P")
 
 
 def _hash(*ids: str) -> str:
-    data = b"".join(len(raw).to_bytes(4, "big") + raw for raw in (part.encode() for part in ids))
-    return hashlib.sha256(data).hexdigest()  # length-prefixed, so ("a:b", "c") and ("a", "b:c") differ
+    return hashed_key(*ids).hex()  # length-prefixed, so ("a:b", "c") and ("a", "b:c") differ
 
 
 @dataclasses.dataclass
@@ -89,7 +91,7 @@ class _Meta:
 
     def touch(self) -> None:
         # Strictly later than the last write, so writes within one microsecond still order in list_sessions.
-        self.updated_at = max(datetime.now(timezone.utc), self.updated_at + timedelta(microseconds=1))
+        self.updated_at = max(stamp_time(write_stamp()), self.updated_at + timedelta(microseconds=1))
 
     def dump(self) -> bytes:
         data = dataclasses.asdict(self) | {
@@ -133,18 +135,6 @@ class _Paths:
             return read(fd)
         finally:
             os.close(fd)
-
-
-def _encode_cursor(meta: _Meta) -> str:
-    return base64.urlsafe_b64encode(json.dumps([meta.updated_at.isoformat(), meta.session_id]).encode()).decode()
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        stamp, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        return datetime.fromisoformat(stamp), str(session_id)
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise ValueError(f"{cursor!r} is not a list_sessions cursor") from exc  # the base class words the error
 
 
 # --8<-- [start:store]
@@ -223,7 +213,7 @@ class JsonFilesHistoryStore(HistoryStore):
         """The metadata of a session about to be created; with ``fsync``, its tenant folder's entry is flushed."""
         if self.fsync:
             fsync_folder(self.root)
-        now = datetime.now(timezone.utc)
+        now = stamp_time(write_stamp())
         return _Meta(key.tenant, key.session_id, uuid.uuid4().hex, now, now)
 
     # -- writes: under the session's exclusive lock, committed by replacing the metadata file -----------------
@@ -425,12 +415,12 @@ class JsonFilesHistoryStore(HistoryStore):
         return 0 if meta is None else meta.count
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
-        after = _decode_cursor(cursor) if cursor is not None else None
+        after = None if cursor is None else decode_cursor(cursor, int, str)
         metas = sorted(await self._run(self._metas, self._folder(tenant)), reverse=True, key=_newest)
         # Keyset pagination on (updated_at, session_id): stable while sessions are added between pages.
         rows = [meta for meta in metas if after is None or _newest(meta) < after][: limit + 1]
         page = [SessionInfo(m.session_id, m.tenant, m.count, m.created_at, m.updated_at) for m in rows[:limit]]
-        return SessionPage(page, _encode_cursor(rows[limit - 1]) if len(rows) > limit else None)
+        return SessionPage(page, encode_cursor(*_newest(rows[limit - 1])) if len(rows) > limit else None)
 
     async def _load_session(self, key: SessionKey) -> StoredSession | None:
         meta = await self._run(_Meta.read, self._paths(key).meta)
@@ -450,8 +440,8 @@ def _live(seq: int | None, meta: _Meta) -> bool:
     return seq is not None and meta.first_seq <= seq < meta.next_seq  # entries of trimmed and popped records are dead
 
 
-def _newest(meta: _Meta) -> tuple[datetime, str]:
-    return meta.updated_at, meta.session_id
+def _newest(meta: _Meta) -> tuple[int, str]:
+    return time_stamp(meta.updated_at), meta.session_id
 
 
 # --8<-- [start:provider]

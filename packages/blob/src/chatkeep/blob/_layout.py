@@ -18,18 +18,16 @@ mix old blocks into the new session.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
-import json
 import uuid
 from collections.abc import Iterator
+
+from chatkeep.core.backend import hashed_key
 
 __all__ = [
     "HEADER_BYTES",
     "Layout",
-    "decode_cursor",
     "digest",
-    "encode_cursor",
     "frame",
     "headers_after",
     "id_timestamp",
@@ -42,20 +40,12 @@ HEADER_BYTES = 18  # "~" + 16 hex digits + "\n"
 NOT_UUID7 = (1 << 48) - 1  # the timestamp slot of an id that is not a UUIDv7
 
 
-def _length_prefixed(*parts: str) -> bytes:
-    out = bytearray()
-    for part in parts:
-        raw = part.encode("utf-8", "surrogatepass")
-        out += len(raw).to_bytes(4, "big") + raw
-    return bytes(out)
-
-
 def tenant_hash(tenant: str) -> str:
-    return hashlib.sha256(b"tenant\x00" + _length_prefixed(tenant)).hexdigest()
+    return hashed_key(tenant, domain=b"tenant\x00").hex()
 
 
 def session_hash(tenant: str, session_id: str) -> str:
-    return hashlib.sha256(b"session\x00" + _length_prefixed(tenant, session_id)).hexdigest()
+    return hashed_key(tenant, session_id, domain=b"session\x00").hex()
 
 
 class Layout:
@@ -140,21 +130,6 @@ def headers_after(data: bytes, start: int, position: int) -> int:
             break
         index = newline + 1
     return count
-
-
-def encode_cursor(updated: int, session_id: str) -> str:
-    raw = json.dumps([updated, session_id], ensure_ascii=False).encode("utf-8", "surrogatepass")
-    return base64.urlsafe_b64encode(raw).decode("ascii")
-
-
-def decode_cursor(cursor: str) -> tuple[int, str]:
-    try:
-        updated, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
-        if not isinstance(updated, int) or not isinstance(session_id, str):
-            raise ValueError("cursor fields")
-        return updated, session_id
-    except (ValueError, TypeError, UnicodeError, binascii.Error) as exc:
-        raise ValueError(f"{cursor!r} is not a list_sessions cursor") from exc
 
 
 def encode_id(session_id: str) -> str:

@@ -23,10 +23,9 @@ import contextlib
 import io
 import json
 import random
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, TypeVar
 
 from azure.core import MatchConditions
@@ -50,9 +49,14 @@ from chatkeep.core.backend import (
     HistoryStore,
     StoredSession,
     conflict_error,
+    decode_cursor,
     decode_records,
+    encode_cursor,
     owner_error,
     session_document,
+    stamp_time,
+    time_stamp,
+    write_stamp,
 )
 
 __all__ = ["MAX_APPEND_BYTES", "BlobHistoryProvider", "BlobHistoryStore", "open_store"]
@@ -64,20 +68,10 @@ _DELETE_CONCURRENCY = 16
 _RACE_PAUSE = 0.002  # seconds: the first pause after a lost race is up to twice this
 _T = TypeVar("_T")
 
-_last_stamp = 0
-
-
-def _now_us() -> int:
-    """Microseconds since the epoch, strictly increasing within this process (writes order within a tick)."""
-    global _last_stamp
-    now = time.time_ns() // 1000
-    _last_stamp = now = max(now, _last_stamp + 1)
-    return now
-
 
 def _touch(view: SessionMeta) -> None:
     """Count a write (append, trim that deletes, pop, save_session): it moves ``updated``, which orders and prunes."""
-    view.updated = max(_now_us(), view.created)
+    view.updated = max(write_stamp(), view.created)
 
 
 async def _final(operation: Awaitable[_T]) -> _T:
@@ -388,7 +382,7 @@ class BlobHistoryStore(HistoryStore):
                 found = await self._read_meta(key)
                 verified = True
                 if found is None:
-                    now = _now_us()
+                    now = write_stamp()
                     meta = SessionMeta(
                         key.tenant,
                         key.session_id,
@@ -713,20 +707,17 @@ class BlobHistoryStore(HistoryStore):
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One page, newest first: one listing of the tenant's metadata folder, sorted here (see the docs)."""
-        after = _layout.decode_cursor(cursor) if cursor is not None else None
+        after = None if cursor is None else decode_cursor(cursor, int, str)
         rows = sorted(await self._listing(self.layout.metas(tenant)), reverse=True)
         if after is not None:
             rows = [row for row in rows if (row[0], row[1]) < after]
 
-        def stamp(us: int) -> datetime:
-            return datetime.fromtimestamp(us / 1e6, tz=timezone.utc)
-
         items = [
-            SessionInfo(sid, tenant, count, stamp(created), stamp(max(updated, created)))
+            SessionInfo(sid, tenant, count, stamp_time(created), stamp_time(max(updated, created)))
             for updated, sid, count, created, _, _ in rows[:limit]
         ]
         if len(rows) > limit:
-            return SessionPage(items, _layout.encode_cursor(rows[limit - 1][0], rows[limit - 1][1]))
+            return SessionPage(items, encode_cursor(rows[limit - 1][0], rows[limit - 1][1]))
         return SessionPage(items)
 
     async def _save_session(
@@ -739,7 +730,7 @@ class BlobHistoryStore(HistoryStore):
             if found is None:
                 if expected_version is not None:
                     raise conflict_error(key.session_id, expected_version, exists=False)
-                now = _now_us()
+                now = write_stamp()
                 view = SessionMeta(
                     key.tenant,
                     key.session_id,
@@ -777,7 +768,7 @@ class BlobHistoryStore(HistoryStore):
 
     async def _prune(self, cutoff: datetime, tenant: str | None) -> int:
         """Delete sessions last updated before ``cutoff``: each metadata blob only if unchanged since listed."""
-        before = int(cutoff.timestamp() * 1e6)
+        before = time_stamp(cutoff)
         removed = 0
         container = self._container()
         for updated, _, _, _, name, etag in await self._listing(self.layout.metas(tenant)):

@@ -6,15 +6,13 @@ lock (a ``threading.Lock``) also serializes stores used from other threads' even
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any
 
 from chatkeep.core import AgentSession, BackendHistoryProvider, Message, SessionInfo, SessionKey, SessionPage
@@ -22,9 +20,14 @@ from chatkeep.core.backend import (
     HistoryStore,
     StoredSession,
     conflict_error,
+    decode_cursor,
     decode_records,
+    encode_cursor,
     owner_error,
     session_document,
+    stamp_time,
+    time_stamp,
+    write_stamp,
 )
 from chatkeep.memory._config import parse_url
 
@@ -53,15 +56,6 @@ class _Namespace:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.tenants: dict[str, dict[str, _Session]] = {}
-        self._last_stamp = datetime.min.replace(tzinfo=timezone.utc)
-
-    def stamp(self) -> datetime:
-        """The current UTC time, strictly after every earlier stamp (so writes order even within a microsecond)."""
-        now = datetime.now(timezone.utc)
-        if now <= self._last_stamp:
-            now = self._last_stamp + timedelta(microseconds=1)
-        self._last_stamp = now
-        return now
 
     def get(self, key: SessionKey) -> _Session | None:
         """The live session at ``key``; an expired one is removed on the way."""
@@ -98,19 +92,6 @@ _namespaces_lock = threading.Lock()
 def _namespace(name: str) -> _Namespace:
     with _namespaces_lock:
         return _namespaces.setdefault(name, _Namespace())
-
-
-def _encode_cursor(updated_at: datetime, session_id: str) -> str:
-    raw = json.dumps([updated_at.isoformat(), session_id], ensure_ascii=False).encode()
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        stamp, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        return datetime.fromisoformat(stamp), str(session_id)
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise ValueError(f"{cursor!r} is not a list_sessions cursor") from exc
 
 
 class MemoryHistoryStore(HistoryStore):
@@ -169,7 +150,7 @@ class MemoryHistoryStore(HistoryStore):
             ]
             if not new:
                 return 0
-            now = data.stamp()
+            now = stamp_time(write_stamp())
             if session is None:
                 session = data.tenants.setdefault(key.tenant, {})[key.session_id] = _Session(now, now)
             for message_id, record in new:
@@ -227,7 +208,7 @@ class MemoryHistoryStore(HistoryStore):
                 session.id_set.difference_update(session.ids[:removed])
                 del session.ids[:removed], session.records[:removed]
                 session.first_seq += removed
-                self._touch(session, data.stamp())
+                self._touch(session, stamp_time(write_stamp()))
             return removed
 
     async def _pop(self, key: SessionKey) -> Message | None:
@@ -238,11 +219,11 @@ class MemoryHistoryStore(HistoryStore):
                 return None
             record = session.records.pop()
             session.id_set.discard(session.ids.pop())
-            self._touch(session, data.stamp())
+            self._touch(session, stamp_time(write_stamp()))
         return self._decode([record])[0]
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
-        after = _decode_cursor(cursor) if cursor is not None else None
+        after = None if cursor is None else decode_cursor(cursor, int, str)
         with self._data.lock:
             rows = [
                 (s.updated_at, session_id, len(s.records), s.created_at) for session_id, s in self._data.live(tenant)
@@ -250,13 +231,13 @@ class MemoryHistoryStore(HistoryStore):
         # Keyset pagination on (updated_at, session_id): stable while sessions are added between pages.
         rows.sort(reverse=True)
         if after is not None:
-            rows = [row for row in rows if (row[0], row[1]) < after]
+            rows = [row for row in rows if (time_stamp(row[0]), row[1]) < after]
         page = [
             SessionInfo(session_id, tenant, count, created, updated) for updated, session_id, count, created in rows
         ]
         if len(page) > limit:
             last = page[limit - 1]
-            return SessionPage(page[:limit], _encode_cursor(last.updated_at, last.session_id))
+            return SessionPage(page[:limit], encode_cursor(time_stamp(last.updated_at), last.session_id))
         return SessionPage(page)
 
     async def _save_session(
@@ -271,7 +252,7 @@ class MemoryHistoryStore(HistoryStore):
             current = None if stored is None else stored.version
             if expected_version is not None and current != expected_version:
                 raise conflict_error(key.session_id, expected_version, exists=current is not None)
-            now = data.stamp()
+            now = stamp_time(write_stamp())
             if stored is None:
                 stored = data.tenants.setdefault(key.tenant, {})[key.session_id] = _Session(now, now)
             stored.document, stored.version = document, uuid.uuid4().hex

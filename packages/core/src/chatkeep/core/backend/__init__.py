@@ -3,8 +3,10 @@
 A backend subclasses :class:`HistoryStore` and implements its protected hooks (``_append``, ``_load``, ...):
 the public methods check arguments and state once, for every backend alike. It declares its options in an
 :class:`OptionSet`, registers a :class:`BackendSpec` from a :func:`hookimpl` of
-``chatkeep_register_backends``, and proves itself with the conformance kit. User code imports
-:mod:`chatkeep.core` instead.
+``chatkeep_register_backends``, and proves itself with the conformance kit. The rules every backend would
+otherwise copy are here once: the write stamp (:func:`write_stamp`), the ``list_sessions`` cursor
+(:func:`encode_cursor`), and keys hashed from ids (:func:`hashed_key`). User code imports :mod:`chatkeep.core`
+instead.
 """
 
 from chatkeep.core._errors import redact_url
@@ -16,6 +18,7 @@ from chatkeep.core.backend._capabilities import (
     SupportsReadProbe,
     SupportsSchemaRevision,
 )
+from chatkeep.core.backend._keys import hashed_key, length_prefixed
 from chatkeep.core.backend._options import (
     MAX_MESSAGE_BYTES,
     TTL,
@@ -28,7 +31,9 @@ from chatkeep.core.backend._options import (
     positive_seconds,
     text,
 )
+from chatkeep.core.backend._paging import decode_cursor, encode_cursor
 from chatkeep.core.backend._spec import BackendSpec, hookimpl
+from chatkeep.core.backend._stamps import stamp_time, time_stamp, write_stamp
 from chatkeep.core.backend._store import (
     DEFAULT_MAX_MESSAGE_BYTES,
     HistoryStore,
@@ -62,15 +67,22 @@ __all__ = [
     "boolean",
     "checked",
     "conflict_error",
+    "decode_cursor",
     "decode_records",
+    "encode_cursor",
     "encode_records",
+    "hashed_key",
     "hookimpl",
     "hookspecs",
+    "length_prefixed",
     "non_negative_int",
     "owner_error",
     "positive_int",
     "positive_seconds",
     "redact_url",
     "session_document",
+    "stamp_time",
     "text",
+    "time_stamp",
+    "write_stamp",
 ]
