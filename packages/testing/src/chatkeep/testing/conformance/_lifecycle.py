@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 
@@ -11,7 +10,14 @@ import pytest
 
 from chatkeep.core import AgentSession, Message, StoreClosedError, StoreLoopError
 from chatkeep.core.backend import HistoryStore, SessionKey
-from chatkeep.testing.conformance._base import ConformanceBase, StoreKit, make_messages, message_ids, open_from
+from chatkeep.testing.conformance._base import (
+    ConformanceBase,
+    StoreKit,
+    TTLTimeline,
+    make_messages,
+    message_ids,
+    open_from,
+)
 
 __all__ = ["LifecycleConformance", "RetentionConformance", "TTLConformance"]
 
@@ -123,38 +129,48 @@ class TTLConformance(ConformanceBase):
 
     async def test_ttl_expires_idle_sessions(self, kit: StoreKit) -> None:
         self.skip_without_native_ttl()
-        store = await kit.open(ttl=1)
-        key, lasting = kit.key(), kit.key()
-        await _seed(store, key)
-        await _seed(await kit.open(), lasting)  # written by a store without a TTL: it never expires
-        assert await store.count(key) == 2
-        await asyncio.sleep(1.5)
-        fresh = await kit.open()
-        for _ in range(15):  # up to 1.5 s more: some engines expire in a background sweep
-            if await _gone(fresh, key):
-                break
-            await asyncio.sleep(0.1)
-        assert await _gone(fresh, key), "the session outlived its 1 s TTL"
-        assert await fresh.count(lasting) == 2
+
+        async def scenario(timeline: TTLTimeline) -> None:
+            store = await kit.open(ttl=timeline.ttl)
+            key, lasting = kit.key(), kit.key()
+            await timeline.write(_seed(store, key))
+            await _seed(await kit.open(), lasting)  # written by a store without a TTL: it never expires
+            assert await timeline.read(store.count(key)) == 2
+            await asyncio.sleep(1.5)
+            fresh = await kit.open()
+            for _ in range(15):  # up to 1.5 s more: some engines expire in a background sweep
+                if await _gone(fresh, key):
+                    break
+                await asyncio.sleep(0.1)
+            assert await _gone(fresh, key), "the session outlived its 1 s TTL"
+            assert await fresh.count(lasting) == 2
+
+        await TTLTimeline.run(scenario)
 
     async def test_ttl_is_refreshed_by_writes(self, kit: StoreKit) -> None:
         self.skip_without_native_ttl()
-        store = await kit.open(ttl=timedelta(seconds=1))
-        key = kit.key()
-        started = time.monotonic()
-        await _seed(store, key)  # t = 0: messages and document
-        await asyncio.sleep(0.7)
-        await store.append(key, make_messages(1))  # t = 0.7: a message write keeps the document too
-        await asyncio.sleep(max(0.0, 1.4 - (time.monotonic() - started)))
-        await store.save_session(key, AgentSession(session_id=key.session_id, tenant=key.tenant, state={"t": 1.4}))
-        await asyncio.sleep(max(0.0, 1.9 - (time.monotonic() - started)))
-        fresh = await kit.open()
-        assert await fresh.count(key) == 3, "messages expired although the session was written 0.5 s ago"
-        stored = await fresh.load_session(key)
-        assert stored is not None
-        assert stored.session.state == {"t": 1.4}
-        await asyncio.sleep(1.5)
-        assert await _gone(fresh, key), "the session outlived its TTL after the last write"
+
+        async def scenario(timeline: TTLTimeline) -> None:
+            store = await kit.open(ttl=timedelta(seconds=timeline.ttl))
+            key = kit.key()
+            await timeline.write(_seed(store, key))  # t = 0: messages and document
+            await timeline.sleep_until(0.7)
+            await timeline.write(store.append(key, make_messages(1)))  # t = 0.7: a message write keeps the document
+            await timeline.sleep_until(1.4)
+            state = AgentSession(session_id=key.session_id, tenant=key.tenant, state={"t": 1.4})
+            await timeline.write(store.save_session(key, state))
+            await timeline.sleep_until(1.9)
+            fresh = await kit.open()
+            assert await timeline.read(fresh.count(key)) == 3, (
+                "messages expired although the session was written 0.5 s ago"
+            )
+            stored = await timeline.read(fresh.load_session(key))
+            assert stored is not None
+            assert stored.session.state == {"t": 1.4}
+            await asyncio.sleep(1.5)
+            assert await _gone(fresh, key), "the session outlived its TTL after the last write"
+
+        await TTLTimeline.run(scenario)
 
 
 class LifecycleConformance(ConformanceBase):
