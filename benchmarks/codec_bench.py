@@ -5,10 +5,15 @@ server. The history is what an agent keeps: user and assistant texts of about 20
 assistant's answers, and in every ten messages a tool call and its result. The paths:
 
 * ``json.loads of each record``: plain dicts, no validation (the raw baseline);
-* ``decode_records``: the library (one ``validate_json`` call for the batch);
+* ``decode_records``: the library (one pydantic-core ``validate_json`` call for the batch);
 * ``decode_records, GC paused``: the same call between ``gc.disable()`` and ``gc.enable()``, what
   ``decode_records`` itself did for batches of 256 records or more until that was removed (the collector is
-  process-wide: every other thread runs without it meanwhile).
+  process-wide: every other thread runs without it meanwhile);
+* ``orjson.loads, then pydantic``: the other way to the same messages, each record parsed by orjson and the dicts
+  validated into messages in one ``validate_python`` call (pydantic validates Python objects more slowly than
+  JSON, which it parses itself);
+* ``msgspec Structs``: not messages, and not what the library returns: the records decoded and validated by msgspec
+  into ``msgspec.Struct`` mirrors of ``Message`` and its contents, what taking ``Message`` off pydantic would buy.
 
 Each path is timed twice per decode: the decode alone, and the decode followed by what a caller does next,
 turning the messages into a model request (a dict per message). A paused collector does not skip its work on
@@ -17,7 +22,8 @@ whatever runs next, and the second timing counts that. The collector's cost land
 so each path runs in processes of its own (``--rounds`` of them, in a rotating order, ``--iterations`` decodes
 each) to pay for its own collections and no other path's. It all runs again beside a larger heap (a server's:
 a full collection walks every live object), made of small dicts holding a list each. The tables give medians;
-the summary lines also compare means, since a full collection lands in only some of the decodes.
+the summary lines also compare means, since a full collection lands in only some of the decodes, and give the
+memory the decoded history holds (traced once per process, after the timed decodes) beside ``json.loads``'s dicts.
 """
 
 from __future__ import annotations
@@ -29,9 +35,15 @@ import statistics
 import subprocess
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import msgspec
+import orjson
+from pydantic import TypeAdapter
 
 from benchmarks._common import Result, format_table
 from chatkeep.core import (
@@ -50,6 +62,9 @@ TEXT = "The quick brown fox jumps over the lazy dog. " * 4  # ~180 characters, ~
 RAW = "json.loads of each record"
 LIBRARY = "decode_records"
 PAUSED = "decode_records, GC paused"
+ORJSON = "orjson.loads, then pydantic"
+MSGSPEC = "msgspec Structs (no pydantic)"
+PATHS = [RAW, LIBRARY, PAUSED, ORJSON, MSGSPEC]
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -80,10 +95,79 @@ def _paused(records: list[bytes]) -> list[Message]:
         gc.enable()
 
 
+_MESSAGES = TypeAdapter(list[Message])
+
+
+def _orjson_then_pydantic(records: list[bytes]) -> list[Message]:
+    dicts = [orjson.loads(r) for r in records]
+    for d in dicts:
+        del d["v"]
+    return _MESSAGES.validate_python(dicts)
+
+
+# The record's shape in msgspec, as chatkeep would declare it without pydantic (the same fields, tags, defaults and
+# refusal of unknown fields); only this benchmark uses it.
+class _Struct(msgspec.Struct, forbid_unknown_fields=True, tag_field="type"):
+    pass
+
+
+class _Text(_Struct, tag="text"):
+    text: str
+
+
+class _Call(_Struct, tag="function_call"):
+    call_id: str
+    name: str
+    arguments: str = "{}"
+
+
+class _Result(_Struct, tag="function_result"):
+    call_id: str
+    result: Any = None
+    is_error: bool = False
+
+
+class _Data(_Struct, tag="data"):
+    data: str
+    media_type: str
+
+
+class _Uri(_Struct, tag="uri"):
+    uri: str
+    media_type: str | None = None
+
+
+class _Usage(msgspec.Struct, forbid_unknown_fields=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+
+class _UsageContent(_Struct, tag="usage"):
+    usage: _Usage
+
+
+class _Message(msgspec.Struct, forbid_unknown_fields=True):
+    v: Literal[1]
+    message_id: str
+    role: Literal["system", "user", "assistant", "tool"]
+    created_at: datetime
+    contents: list[_Text | _Call | _Result | _Data | _Uri | _UsageContent] = []
+    author_name: str | None = None
+    additional_properties: dict[str, Any] = {}
+
+
+_STRUCTS = msgspec.json.Decoder(list[_Message])
+
+
 def _request(messages: list[Any]) -> list[dict[str, Any]]:
     """What a client does with a loaded history: one request dict per message."""
     if messages and isinstance(messages[0], dict):
         return [{"role": m["role"], "content": "".join(c.get("text", "") for c in m["contents"])} for m in messages]
+    if messages and isinstance(messages[0], _Message):
+        return [
+            {"role": m.role, "content": "".join(c.text for c in m.contents if isinstance(c, _Text))} for m in messages
+        ]
     return [{"role": m.role, "content": m.text} for m in messages]
 
 
@@ -94,6 +178,8 @@ def _worker(path: str, messages: int, heap: int, iterations: int, warmup: int = 
         RAW: lambda: [json.loads(r) for r in records],
         LIBRARY: lambda: decode_records(records),
         PAUSED: lambda: _paused(records),
+        ORJSON: lambda: _orjson_then_pydantic(records),
+        MSGSPEC: lambda: _STRUCTS.decode(b"[" + b",".join(records) + b"]"),
     }[path]
     ballast = [{"n": [i]} for i in range(heap)]
     for _ in range(warmup):
@@ -109,20 +195,30 @@ def _worker(path: str, messages: int, heap: int, iterations: int, warmup: int = 
         del decoded, request
         alone.append(decoded_at - start)
         used.append(done - start)
+    tracemalloc.start()
+    decoded = decode()
+    held = tracemalloc.get_traced_memory()[0]  # while ``decoded`` is alive: what the history holds
+    tracemalloc.stop()
+    del decoded
     return {
         "alone": alone,
         "used": used,
         "objects": len(gc.get_objects()) - len(ballast) * 2,  # the ballast's dicts and lists aside
         "bytes": sum(map(len, records)) / len(records),
+        "held": held,
     }
 
 
-def run(messages: int, heap: int, rounds: int, iterations: int) -> tuple[list[Result], list[Result], dict[str, Any]]:
+def run(
+    messages: int, heap: int, rounds: int, iterations: int
+) -> tuple[list[Result], list[Result], dict[str, Any], dict[str, float]]:
     """Each path in processes of its own, ``rounds`` processes per path in a rotating order (the machine is
-    shared: a load spike then hits every path alike); returns (decode alone, decode then request, details)."""
-    names = [RAW, LIBRARY, PAUSED]
+    shared: a load spike then hits every path alike); returns (decode alone, decode then request, details, the
+    bytes each path's decoded history holds)."""
+    names = PATHS
     alone: dict[str, list[float]] = {name: [] for name in names}
     used: dict[str, list[float]] = {name: [] for name in names}
+    held: dict[str, list[int]] = {name: [] for name in names}
     details: dict[str, Any] = {}
     for round_ in range(rounds):
         shift = round_ % len(names)
@@ -133,7 +229,14 @@ def run(messages: int, heap: int, rounds: int, iterations: int) -> tuple[list[Re
             details = json.loads(done.stdout)
             alone[name] += details["alone"]
             used[name] += details["used"]
-    return [Result(n, messages, alone[n]) for n in names], [Result(n, messages, used[n]) for n in names], details
+            held[name].append(details["held"])
+    memory = {n: statistics.median(held[n]) for n in names}
+    return (
+        [Result(n, messages, alone[n]) for n in names],
+        [Result(n, messages, used[n]) for n in names],
+        details,
+        memory,
+    )
 
 
 def _table(title: str, results: list[Result]) -> str:
@@ -153,7 +256,7 @@ def main(argv: list[str]) -> None:
         print(json.dumps(_worker(args.worker, args.messages, int(args.heap), args.iterations)))
         return
     for heap in (int(h) for h in args.heap.split(",")):
-        alone, used, details = run(args.messages, heap, args.rounds, args.iterations)
+        alone, used, details, memory = run(args.messages, heap, args.rounds, args.iterations)
         what = (
             f"{args.messages:,} records of {details['bytes']:.0f} bytes; {details['objects']:,} other tracked objects "
             f"live, {heap * 2:,} more in the heap; {args.rounds * args.iterations} decodes per path"
@@ -163,6 +266,20 @@ def main(argv: list[str]) -> None:
         print(_table(f"decode, then a model request from the messages: {what}", used))
         print()
         # The mean beside the median: a full collection lands in a fraction of the decodes only.
+        for label, results in (("decoding alone", alone), ("with the request built", used)):
+            by_name = {r.name: r for r in results}
+            raw = by_name[RAW].samples
+            for name in PATHS[1:]:
+                samples = by_name[name].samples
+                print(
+                    f"{name} vs {RAW}, {label}: {statistics.median(samples) / statistics.median(raw):.2f}x at p50, "
+                    f"{statistics.fmean(samples) / statistics.fmean(raw):.2f}x on average"
+                )
+        print()
+        for name in PATHS:
+            mib, times = memory[name] / 2**20, memory[name] / memory[RAW]
+            print(f"memory the decoded history holds, {name}: {mib:.1f} MiB, {times:.2f}x {RAW}'s")
+        print()
         for label, results in (("decoding alone", alone), ("with the request built", used)):
             by_name = {r.name: r for r in results}
             library, paused = by_name[LIBRARY].samples, by_name[PAUSED].samples

@@ -332,6 +332,26 @@ def test_corrupt_records_raise_message_format_error(record: str | bytes, says: s
         decode_records([good, record])
 
 
+def test_a_corrupt_record_in_a_batch_is_named_by_place_and_message_id() -> None:
+    records = encode_records([Message(role="user", text=f"m{i}") for i in range(5)])
+    bad_role = '{"v":1,"message_id":"m-bad","role":"robot","created_at":"2024-07-01T12:00:00Z"}'
+
+    with pytest.raises(MessageFormatError, match=r"record 4 of 6 \(message 'm-bad'\) is malformed"):
+        decode_records([*records[:3], bad_role, *records[3:]])
+    with pytest.raises(MessageFormatError, match=r"record 2 of 5 is not valid JSON"):
+        decode_records([records[0], records[1][:-1], *records[2:]])
+
+
+@pytest.mark.parametrize("others", [pytest.param(str, id="beside-str"), pytest.param(bytes, id="beside-bytes")])
+def test_a_record_of_bytes_that_are_not_utf8_raises_message_format_error(others: type) -> None:
+    good = Message(role="user", text="fine").to_record()
+    bad = Message(role="user", text="x").to_record().encode().replace(b'"x"', b'"\xff"')
+    batch = [good if others is str else good.encode(), bad]
+
+    with pytest.raises(MessageFormatError, match=r"record 2 of 2 is not valid JSON \('utf-8' codec"):
+        decode_records(batch)
+
+
 def test_one_corrupt_record_never_decodes_as_two_messages() -> None:
     # Two message objects glued into one record are corruption, not two messages.
     glued = (

@@ -14,9 +14,10 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticSerializationError
 
 from chatkeep.core._errors import MessageFormatError, MessageTooLargeError
@@ -46,18 +47,22 @@ _RECORD_PREFIX_BYTES = _RECORD_PREFIX.encode()
 Role = Literal["system", "user", "assistant", "tool"]
 
 
-class _Content(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# Contents and Usage are slotted pydantic dataclasses, not models: a batch decode makes one per content, and a
+# slotted dataclass is one object where a model is three (itself, its __dict__ and its set of fields given). The
+# ``type`` tag comes first so that a record's bytes keep their order (golden files pin them).
+_CONTENT = ConfigDict(extra="forbid")
 
 
-class TextContent(_Content):
+@dataclass(slots=True, kw_only=True, config=_CONTENT)
+class TextContent:
     """Plain text."""
 
     type: Literal["text"] = "text"
     text: str
 
 
-class FunctionCallContent(_Content):
+@dataclass(slots=True, kw_only=True, config=_CONTENT)
+class FunctionCallContent:
     """The model asks for a tool to be called; ``arguments`` is the JSON text the model produced."""
 
     type: Literal["function_call"] = "function_call"
@@ -75,7 +80,8 @@ class FunctionCallContent(_Content):
         return value
 
 
-class FunctionResultContent(_Content):
+@dataclass(slots=True, kw_only=True, config=_CONTENT)
+class FunctionResultContent:
     """The result of a tool call, answering the ``FunctionCallContent`` with the same ``call_id``."""
 
     type: Literal["function_result"] = "function_result"
@@ -84,7 +90,8 @@ class FunctionResultContent(_Content):
     is_error: bool = False
 
 
-class DataContent(_Content):
+@dataclass(slots=True, kw_only=True, config=_CONTENT)
+class DataContent:
     """Inline binary data, base64-encoded, with its media type."""
 
     type: Literal["data"] = "data"
@@ -92,7 +99,8 @@ class DataContent(_Content):
     media_type: str
 
 
-class UriContent(_Content):
+@dataclass(slots=True, kw_only=True, config=_CONTENT)
+class UriContent:
     """A reference to content by URI (an image URL, a file id...)."""
 
     type: Literal["uri"] = "uri"
@@ -100,10 +108,9 @@ class UriContent(_Content):
     media_type: str | None = None
 
 
-class Usage(BaseModel):
+@dataclass(slots=True, kw_only=True, config=_CONTENT)
+class Usage:
     """Token counts reported by a model service."""
-
-    model_config = ConfigDict(extra="forbid")
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -117,7 +124,8 @@ class Usage(BaseModel):
         )
 
 
-class UsageContent(_Content):
+@dataclass(slots=True, kw_only=True, config=_CONTENT)
+class UsageContent:
     """Usage attached to the message that a model call produced."""
 
     type: Literal["usage"] = "usage"
@@ -279,21 +287,13 @@ def decode_records(records: Sequence[str | bytes]) -> list[Message]:
     """Decode stored records into messages, in the given order.
 
     Raises:
-        MessageFormatError: a record is not a message record this version understands.
+        MessageFormatError: a record is not a message record this version understands; the error names the
+            record by its place in ``records`` and, when it can be read, its message id.
     """
     if not records:
         return []
-    fast = all(
-        (r.startswith(_RECORD_PREFIX_BYTES) if isinstance(r, bytes) else r.startswith(_RECORD_PREFIX)) for r in records
-    )
-    if fast:
-        # One validation call for the whole batch: strip each record's version field and join them as a JSON array.
-        n = len(_RECORD_PREFIX)
-        joined: str | bytes
-        if all(isinstance(r, bytes) for r in records):
-            joined = b"[{" + b",{".join([r[n:] for r in records]) + b"]"  # type: ignore[misc]
-        else:
-            joined = "[{" + ",{".join([(r.decode() if isinstance(r, bytes) else r)[n:] for r in records]) + "]"
+    joined = _joined(records)
+    if joined is not None:
         # The cyclic collector runs as usual meanwhile. Pausing it here (it is process-wide) would not save its
         # work on the new messages, only postpone it to the caller's next allocations (benchmarks/codec_bench.py).
         try:
@@ -304,23 +304,46 @@ def decode_records(records: Sequence[str | bytes]) -> list[Message]:
             # A corrupt record holding "},{" would otherwise pass as two messages.
             if len(messages) == len(records):
                 return messages
-    return [_decode_one(r) for r in records]
+    return [_decode_one(record, index, len(records)) for index, record in enumerate(records)]
 
 
-def _decode_one(record: str | bytes) -> Message:
+def _joined(records: Sequence[str | bytes]) -> str | bytes | None:
+    """The records as one JSON array without their version fields, for one validation call; ``None`` when a record
+    does not start as this version's records do, or is bytes that are not UTF-8 beside ``str`` records (such a
+    batch is decoded record by record, which names the culprit)."""
+    n = len(_RECORD_PREFIX)
+    if all(isinstance(r, bytes) for r in records):
+        raw = cast("Sequence[bytes]", records)
+        if all(r.startswith(_RECORD_PREFIX_BYTES) for r in raw):
+            return b"[{" + b",{".join([r[n:] for r in raw]) + b"]"
+        return None
+    try:
+        texts = [r.decode() if isinstance(r, bytes) else r for r in records]
+    except UnicodeDecodeError:
+        return None
+    if all(t.startswith(_RECORD_PREFIX) for t in texts):
+        return "[{" + ",{".join([t[n:] for t in texts]) + "]"
+    return None
+
+
+def _decode_one(record: str | bytes, index: int, count: int) -> Message:
+    which = f"stored record {index + 1} of {count}"
     try:
         data = json.loads(record)
-    except ValueError as exc:
-        raise MessageFormatError(f"a stored message is not valid JSON ({exc}); the record may be corrupted") from exc
+    except ValueError as exc:  # UnicodeDecodeError included: bytes that are not UTF-8
+        raise MessageFormatError(f"{which} is not valid JSON ({exc}); the record may be corrupted") from exc
     if not isinstance(data, dict):
-        raise MessageFormatError("a stored message is not a JSON object; the record may be corrupted")
+        raise MessageFormatError(f"{which} is not a JSON object; the record may be corrupted")
+    message_id = data.get("message_id")
+    if isinstance(message_id, str):
+        which += f" (message {message_id!r})"
     version = data.pop("v", None)
     if version != RECORD_VERSION:
         raise MessageFormatError(
-            f"a stored message has record version {version!r}, and this chatkeep-core reads version {RECORD_VERSION}; "
+            f"{which} has record version {version!r}, and this chatkeep-core reads version {RECORD_VERSION}; "
             "upgrade chatkeep-core to read records written by a newer release"
         )
     try:
         return Message.model_validate(data)
     except ValidationError as exc:
-        raise MessageFormatError(f"a stored message record is malformed: {exc}") from exc
+        raise MessageFormatError(f"{which} is malformed: {exc}") from exc
