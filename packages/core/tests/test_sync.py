@@ -87,8 +87,11 @@ def test_every_public_store_method_has_a_blocking_twin_with_the_same_signature()
     assert {"append", "load", "iter_messages", "close", "save_session"} <= set(async_methods)
     for name, member in async_methods.items():
         twin = getattr(SyncHistoryStore, name, None)
-        assert twin is not None, f"SyncHistoryStore has no {name}(); add it (HistoryStore has one)"
+        assert twin is not None, (
+            f"SyncHistoryStore has no {name}(); add {name} = _blocking(HistoryStore.{name}) (HistoryStore has one)"
+        )
         assert not inspect.iscoroutinefunction(twin), f"SyncHistoryStore.{name} must block, not be async"
+        assert not inspect.iscoroutinefunction(inspect.unwrap(twin)), f"SyncHistoryStore.{name} unwraps to async"
         assert inspect.signature(twin).parameters == inspect.signature(member).parameters, (
             f"SyncHistoryStore.{name} takes other arguments than HistoryStore.{name}"
         )
