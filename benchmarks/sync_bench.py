@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import shutil
 import tempfile
 import time
@@ -58,21 +59,20 @@ async def _async_turns(store: HistoryStore, key: SessionKey, pairs: list[list[Me
     return samples
 
 
-def _sync_turns(view: SyncHistoryStore, key: SessionKey, pairs: list[list[Message]]) -> list[float]:
+def _sync_turn(view: SyncHistoryStore, key: SessionKey, pair: list[Message]) -> None:
+    view.load(key, last=WINDOW)
+    view.append(key, pair)
+
+
+def _sync_run_turn(view: SyncHistoryStore, key: SessionKey, pair: list[Message]) -> None:
+    view.run(_turn(view.store, key, pair))
+
+
+def _timed(turn: Callable[[list[Message]], object], pairs: list[list[Message]]) -> list[float]:
     samples = []
     for pair in pairs:
         start = time.perf_counter()
-        view.load(key, last=WINDOW)
-        view.append(key, pair)
-        samples.append(time.perf_counter() - start)
-    return samples
-
-
-def _sync_run_turns(view: SyncHistoryStore, key: SessionKey, pairs: list[list[Message]]) -> list[float]:
-    samples = []
-    for pair in pairs:
-        start = time.perf_counter()
-        view.run(_turn(view.store, key, pair))
+        turn(pair)
         samples.append(time.perf_counter() - start)
     return samples
 
@@ -126,10 +126,9 @@ def _run_backend(backend: _Backend, rounds: int, iterations: int) -> list[Result
                     key = keys[path, size]
                     if path == ASYNC:
                         samples[path, size] += loop.run_until_complete(_async_turns(store, key, pairs))
-                    elif path == SYNC:
-                        samples[path, size] += _sync_turns(view, key, pairs)
                     else:
-                        samples[path, size] += _sync_run_turns(view, key, pairs)
+                        turn = _sync_turn if path == SYNC else _sync_run_turn
+                        samples[path, size] += _timed(functools.partial(turn, view, key), pairs)
         return [Result(path, size, samples[path, size]) for size in SIZES for path in PATHS]
     finally:
         view.close()

@@ -388,6 +388,16 @@ def test_a_call_from_a_plain_thread_runs_the_loop_right_there_without_a_helper_t
         view.close()
 
 
+def test_a_call_whose_coroutine_stops_the_views_loop_still_runs_to_its_end(view: SyncHistoryStore) -> None:
+    async def stop_then_count() -> int:
+        asyncio.get_running_loop().stop()
+        await asyncio.sleep(0)
+        return await view.store.count(KEY)
+
+    assert view.run(stop_then_count()) == 0
+    assert view.load(KEY) == []  # the view still works
+
+
 def test_a_call_handed_over_while_another_runs_the_loop_runs_beside_it_and_finishes() -> None:
     started, release = threading.Event(), threading.Event()
 

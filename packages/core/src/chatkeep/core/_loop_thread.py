@@ -61,13 +61,15 @@ class _Drive:
         return self.driver == threading.get_ident()
 
     def try_claim(self) -> bool:
-        """Become the loop's driver, if nobody drives it and this thread can (it runs no loop of its own)."""
-        with self.lock:
-            if self.driver is not None or _loop_running_here():
-                return False
-            self.get_loop()
-            self.driver = threading.get_ident()
-            return True
+        """Become the loop's driver, if nobody drives it and this thread can (it runs no loop of its own).
+
+        The caller holds the lock.
+        """
+        if self.driver is not None or _loop_running_here():
+            return False
+        self.get_loop()
+        self.driver = threading.get_ident()
+        return True
 
     def hand(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Schedule ``coro`` on the loop; the driver runs it, or the helper thread when nobody drives.
@@ -135,19 +137,20 @@ class _Drive:
         """Run ``coro`` on the loop in this thread (its driver, by :meth:`try_claim`), then hand the loop back."""
         loop = self.loop
         assert loop is not None
-        assert self.in_driver_thread()
         try:
             if time.monotonic() - self.idle_since > _SETTLE_AFTER_S:
                 loop.run_until_complete(_settle())
-            task = loop.create_task(coro)
+            task = loop.create_task(_then_stop(loop, coro))
             try:
-                return loop.run_until_complete(task)
+                while not task.done():  # (a coroutine of the call may have stopped the loop itself)
+                    loop.run_forever()
             except BaseException:
                 if not task.done():  # interrupted (Ctrl-C): cancel the call rather than leave it half done
                     task.cancel()
                     with contextlib.suppress(BaseException):
                         loop.run_until_complete(asyncio.wait([task]))
                 raise
+            return task.result()
         finally:
             self.release()
 
@@ -207,6 +210,20 @@ def _abandon(drive: _Drive) -> None:
         else:
             drive.finished = True  # the helper ends after this; the loop is left to the collector
             drive.changed.notify_all()
+
+
+async def _then_stop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+    """``coro``, then stop the loop in the same step: ``run_forever`` returns without another turn of the loop.
+
+    (``run_until_complete`` learns that its task ended from a callback, which costs one more turn, a ``select``.)
+    A task cancelled before its first step would never get here; nothing cancels it that early: it is made and run
+    by the same ``drive``, and only :meth:`LoopThread.stop`'s last coroutine cancels the loop's tasks, when no call
+    runs.
+    """
+    try:
+        return await coro
+    finally:
+        loop.stop()
 
 
 async def _settle() -> None:
@@ -320,8 +337,7 @@ class LoopThread:
             if drive.stopping:
                 coro.close()
                 raise self._stopped_error()
-            inline = drive.try_claim()
-            future = None if inline else drive.hand(coro)
+            future = None if drive.try_claim() else drive.hand(coro)
         if future is None:
             return drive.drive(coro)
         try:
