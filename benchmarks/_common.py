@@ -139,16 +139,18 @@ def format_table(
     baseline: Callable[[Result], Result],
     *,
     also: tuple[str, Callable[[Result], Result | None]] | None = None,
+    versus: str = "fastest raw",
 ) -> str:
     """A Markdown table: p50/p99 in ms, operations per second, and the p50 ratio to the baseline of each row's size.
 
-    ``also`` adds a column: its heading and a second baseline per row (``None`` leaves the cell empty).
+    ``versus`` names the baseline in the ratio column's heading. ``also`` adds a column: its heading and a second
+    baseline per row (``None`` leaves the cell empty).
     """
     extra_head, extra_rule = (f" p50 vs {also[0]} |", "---:|") if also else ("", "")
     lines = [
         f"### {title}",
         "",
-        f"| path | messages in session | p50 ms | p99 ms | ops/s | p50 vs fastest raw |{extra_head}",
+        f"| path | messages in session | p50 ms | p99 ms | ops/s | p50 vs {versus} |{extra_head}",
         f"|---|---:|---:|---:|---:|---:|{extra_rule}",
     ]
     for result in results:

@@ -87,8 +87,11 @@ def test_every_public_store_method_has_a_blocking_twin_with_the_same_signature()
     assert {"append", "load", "iter_messages", "close", "save_session"} <= set(async_methods)
     for name, member in async_methods.items():
         twin = getattr(SyncHistoryStore, name, None)
-        assert twin is not None, f"SyncHistoryStore has no {name}(); add it (HistoryStore has one)"
+        assert twin is not None, (
+            f"SyncHistoryStore has no {name}(); add {name} = _blocking(HistoryStore.{name}) (HistoryStore has one)"
+        )
         assert not inspect.iscoroutinefunction(twin), f"SyncHistoryStore.{name} must block, not be async"
+        assert not inspect.iscoroutinefunction(inspect.unwrap(twin)), f"SyncHistoryStore.{name} unwraps to async"
         assert inspect.signature(twin).parameters == inspect.signature(member).parameters, (
             f"SyncHistoryStore.{name} takes other arguments than HistoryStore.{name}"
         )
@@ -383,6 +386,16 @@ def test_a_call_from_a_plain_thread_runs_the_loop_right_there_without_a_helper_t
         assert loop_threads() == before, "a helper thread started for a call that did not need one"
     finally:
         view.close()
+
+
+def test_a_call_whose_coroutine_stops_the_views_loop_still_runs_to_its_end(view: SyncHistoryStore) -> None:
+    async def stop_then_count() -> int:
+        asyncio.get_running_loop().stop()
+        await asyncio.sleep(0)
+        return await view.store.count(KEY)
+
+    assert view.run(stop_then_count()) == 0
+    assert view.load(KEY) == []  # the view still works
 
 
 def test_a_call_handed_over_while_another_runs_the_loop_runs_beside_it_and_finishes() -> None:

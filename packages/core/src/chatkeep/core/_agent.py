@@ -13,6 +13,7 @@ from typing_extensions import Self
 
 from chatkeep.core._chat import ChatClient, ChatOptions, ChatResponse
 from chatkeep.core._errors import AgentConfigurationError, HistoryModeConflictError, ModelError, ToolError
+from chatkeep.core._loop_thread import LoopThread
 from chatkeep.core._messages import FunctionCallContent, FunctionResultContent, Message, Usage
 from chatkeep.core._providers import (
     ContextProvider,
@@ -25,7 +26,6 @@ from chatkeep.core._providers import (
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession
 from chatkeep.core._tools import FunctionTool, as_tools
 from chatkeep.core.backend import HistoryStore
-from chatkeep.core.backend._sync import LoopThread
 
 __all__ = ["Agent", "AgentInput", "AgentResponse", "AgentResponseUpdate", "BaseChatClient"]
 

@@ -1,396 +1,49 @@
-"""Blocking use of the async API: :class:`SyncHistoryStore`, and the loop ``Agent.run_sync`` runs on.
+"""Blocking use of the async API: :class:`SyncHistoryStore`, a view of a store for code that is not async.
 
-One async implementation serves both worlds: a blocking call runs the async one on a private event loop and
-waits for its result. A store's connections belong to one event loop, so every call of one view, from however
-many threads, runs on that one loop; and a call works even from a thread whose own loop is running (a notebook
-cell), because it never runs on the caller's loop.
-
-Who runs the private loop: a blocking call made from a thread without a running event loop, while no other call
-is running the loop, runs it right there in its own thread (no handover to another thread, which costs about
-0.1 ms a call on a small machine, as much as a Redis round trip). Every other call (the loop is busy with
-another call, the caller's own loop is running, or an async caller awaits it through ``submit``) is handed to
-the loop as a task; the thread running it keeps running it until the handed calls are done, and a helper thread
-runs it when no caller does. So calls from several threads at once still run concurrently, as tasks of one loop.
+Its store methods are generated from :class:`HistoryStore`'s (:func:`_blocking`): same signature, same
+docstring, and each runs the async method on the view's private loop (:class:`LoopThread`), so there is one
+implementation of every call and nothing to keep in step by hand.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
-import threading
-import time
-import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
-from datetime import datetime, timedelta
+import inspect
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, TypeVar
 
-from typing_extensions import Self
+from typing_extensions import ParamSpec, Self
 
-from chatkeep.core._errors import StoreClosedError, SyncCallError
+from chatkeep.core._errors import StoreClosedError
+from chatkeep.core._loop_thread import LoopThread
 from chatkeep.core._messages import Message
-from chatkeep.core._session import DEFAULT_TENANT, AgentSession
-from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession
+from chatkeep.core.backend import HistoryStore, SessionKey
 
-__all__ = ["LoopThread", "SyncHistoryStore"]
+__all__ = ["SyncHistoryStore"]
 
-T = TypeVar("T")
-
-#: A loop nobody ran for this long first handles what arrived meanwhile (a server closing an idle
-#: connection, a due timer) before it runs a call, as a loop that never stopped would have.
-_SETTLE_AFTER_S = 0.5
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
-class _Drive:
-    """The private loop and who runs it now; shared with the helper thread, which must not keep its owner alive."""
+def _blocking(
+    method: Callable[Concatenate[HistoryStore, _P], Coroutine[Any, Any, _T]],
+) -> Callable[Concatenate[SyncHistoryStore, _P], _T]:
+    """The blocking twin of a ``HistoryStore`` coroutine method, for the view's class body.
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.lock = threading.RLock()
-        self.changed = threading.Condition(self.lock)  # the driver, the handed calls or the state changed
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.driver: int | None = None  # the thread running the loop now; None while nobody does
-        self.handed: set[object] = set()  # a token per call handed to the loop whose task has not ended
-        self.all_ended: asyncio.Future[None] | None = None  # set on the loop when the last handed call ends
-        self.helper: threading.Thread | None = None
-        self.stopping = False  # new calls are refused
-        self.finished = False  # the loop is closed; the helper thread exits
-        self.idle_since = time.monotonic()
-
-    def get_loop(self) -> asyncio.AbstractEventLoop:
-        """The loop, made on first use (the caller holds the lock)."""
-        if self.loop is None:
-            self.loop = asyncio.new_event_loop()
-        return self.loop
-
-    def in_driver_thread(self) -> bool:
-        return self.driver == threading.get_ident()
-
-    def try_claim(self) -> bool:
-        """Become the loop's driver, if nobody drives it and this thread can (it runs no loop of its own)."""
-        with self.lock:
-            if self.driver is not None or _loop_running_here():
-                return False
-            self.get_loop()
-            self.driver = threading.get_ident()
-            return True
-
-    def hand(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Schedule ``coro`` on the loop; the driver runs it, or the helper thread when nobody drives.
-
-        The call counts as handed until its task on the loop has ended, not merely until its future is done: a
-        cancelled caller's future is done at once, and the loop must still run the cancellation to its end.
-        """
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        token = object()
-        with self.lock:
-            loop = self.get_loop()
-            self.handed.add(token)
-            loop.call_soon_threadsafe(self._start, loop, coro, future, token)
-            if self.driver is None:
-                self._wake_helper()
-        return future
-
-    def _start(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        coro: Coroutine[Any, Any, T],
-        future: concurrent.futures.Future[T],
-        token: object,
-    ) -> None:
-        """On the loop: run a handed call as a task whose end settles its future and ends its handing."""
-        if future.cancelled():  # cancelled before it started
-            coro.close()
-            self._ended(token)
-            return
-        task = loop.create_task(coro)
-
-        def settle(task: asyncio.Task[T]) -> None:
-            with contextlib.suppress(concurrent.futures.InvalidStateError):  # the caller cancelled meanwhile
-                if task.cancelled():
-                    future.cancel()
-                elif (error := task.exception()) is not None:
-                    future.set_exception(error)
-                else:
-                    future.set_result(task.result())
-            self._ended(token)
-
-        def cancel_task(future: concurrent.futures.Future[T]) -> None:
-            if future.cancelled():
-                with contextlib.suppress(RuntimeError):  # the loop is closed: the task ended with it
-                    loop.call_soon_threadsafe(task.cancel)
-
-        task.add_done_callback(settle)
-        future.add_done_callback(cancel_task)
-
-    def _ended(self, token: object) -> None:
-        """On the loop: a handed call's task ended (or never started)."""
-        with self.lock:
-            self.handed.discard(token)
-            if not self.handed and self.all_ended is not None and not self.all_ended.done():
-                self.all_ended.set_result(None)
-            self.changed.notify_all()
-
-    def _wake_helper(self) -> None:
-        if self.helper is None:
-            self.helper = threading.Thread(target=_help, args=(self,), name=self.name, daemon=True)
-            self.helper.start()
-        self.changed.notify_all()
-
-    def drive(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop in this thread (its driver, by :meth:`try_claim`), then hand the loop back."""
-        loop = self.loop
-        assert loop is not None
-        assert self.in_driver_thread()
-        try:
-            if time.monotonic() - self.idle_since > _SETTLE_AFTER_S:
-                loop.run_until_complete(_settle())
-            task = loop.create_task(coro)
-            try:
-                return loop.run_until_complete(task)
-            except BaseException:
-                if not task.done():  # interrupted (Ctrl-C): cancel the call rather than leave it half done
-                    task.cancel()
-                    with contextlib.suppress(BaseException):
-                        loop.run_until_complete(asyncio.wait([task]))
-                raise
-        finally:
-            self.release()
-
-    def release(self) -> None:
-        """Run the loop until every handed call has ended, then stop driving it (this thread is the driver)."""
-        loop = self.loop
-        assert loop is not None
-        try:
-            while True:
-                with self.lock:
-                    if not self.handed:
-                        self.driver, self.idle_since = None, time.monotonic()
-                        self.changed.notify_all()
-                        return
-                    # A future, not a task: stop()'s last coroutine cancels the loop's tasks, never this wait.
-                    self.all_ended = loop.create_future()
-                loop.run_until_complete(self.all_ended)
-        except BaseException:
-            with self.lock:  # interrupted: the helper thread takes over what is still handed
-                self.driver = None
-                if self.handed:
-                    self._wake_helper()
-                self.changed.notify_all()
-            raise
-
-    def wait_idle(self) -> None:
-        """Wait until nobody drives the loop and no handed call is left (the caller holds the lock)."""
-        while self.driver is not None or self.handed:
-            self.changed.wait()
-
-    def finish(self) -> None:
-        """Close the loop and let the helper thread end (nobody drives it; the caller holds the lock)."""
-        self.finished = True
-        self.changed.notify_all()
-        if self.loop is not None and not self.loop.is_closed():
-            self.loop.close()
-
-
-def _help(drive: _Drive) -> None:
-    """The helper thread: drives the loop whenever calls are handed to it and no caller drives it."""
-    while True:
-        with drive.lock:
-            while not drive.finished and not (drive.handed and drive.driver is None):
-                drive.changed.wait()
-            if drive.finished:
-                return
-            drive.driver = threading.get_ident()
-        drive.release()
-
-
-def _abandon(drive: _Drive) -> None:
-    """The owner was dropped without :meth:`LoopThread.stop`: end the helper thread and close an idle loop."""
-    with drive.lock:
-        drive.stopping = True
-        if drive.driver is None and not drive.handed:
-            drive.finish()
-        else:
-            drive.finished = True  # the helper ends after this; the loop is left to the collector
-            drive.changed.notify_all()
-
-
-async def _settle() -> None:
-    # Two turns of the loop: the I/O that arrived while nobody ran it is read, and what that schedules runs.
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-
-
-def _loop_running_here() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-async def _final(loop: asyncio.AbstractEventLoop, last: Coroutine[Any, Any, object] | None) -> None:
-    """``last``, then what ``asyncio.run`` does at its end: cancel the leftovers, finish async generators."""
-    try:
-        if last is not None:
-            await last
-    finally:
-        current = asyncio.current_task()
-        leftovers = [task for task in asyncio.all_tasks() if task is not current]
-        for task in leftovers:
-            task.cancel()
-        await asyncio.gather(*leftovers, return_exceptions=True)
-        await loop.shutdown_asyncgens()
-        await loop.shutdown_default_executor()
-
-
-class LoopThread:
-    """A private event loop that blocking callers from any thread run coroutines on.
-
-    A blocking call from a thread without a running loop runs the loop in that thread while no other call does;
-    other calls are handed to the loop, and a helper thread (started on the first such call) runs it when no
-    caller does. Calls made from several threads at once run concurrently, as tasks of that one loop.
-
-    Args:
-        name: the helper thread's name (shown in thread dumps and in error messages).
-        stopped_error: builds the error a call made after :meth:`stop` raises (default: :class:`SyncCallError`).
+    It has the async method's name, signature (for type checkers, through ``ParamSpec``) and docstring, and
+    calls the view's store's method of that name (a backend's override included) on the view's loop.
     """
+    name = method.__name__
 
-    def __init__(self, name: str, *, stopped_error: Callable[[], Exception] | None = None) -> None:
-        self.name = name
-        self._stopped_error = stopped_error or self._default_stopped_error
-        self._drive = _Drive(name)
-        # Dropped without stop() (say, an agent made per request and never closed): end its thread with it.
-        weakref.finalize(self, _abandon, self._drive).atexit = False
+    def call(self: SyncHistoryStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        bound: Callable[_P, Coroutine[Any, Any, _T]] = getattr(self._store, name)
+        return self._thread.run(bound(*args, **kwargs))
 
-    def __repr__(self) -> str:
-        state = "stopped" if self.stopped else "running" if self.started else "not started"
-        return f"<LoopThread {self.name!r} {state}>"
-
-    def _default_stopped_error(self) -> Exception:
-        return SyncCallError(
-            f"the event loop {self.name!r} was stopped (its owner was closed) as this call was made; "
-            "Agent.run_sync starts a new one when called again"
-        )
-
-    @property
-    def started(self) -> bool:
-        """Whether the loop was made (by a call, or by :meth:`stop` running its last coroutine)."""
-        return self._drive.loop is not None
-
-    @property
-    def stopped(self) -> bool:
-        """Whether :meth:`stop` was called."""
-        return self._drive.stopping
-
-    def in_loop_thread(self) -> bool:
-        """Whether the calling code runs on this loop (where a blocking call would wait on itself)."""
-        return self._drive.in_driver_thread()
-
-    def _refuse_on_the_loop(self, coro: Coroutine[Any, Any, object] | None) -> None:
-        """Raise :class:`SyncCallError` (closing ``coro``) when called from code this loop runs: it would hang."""
-        if self._drive.in_driver_thread():
-            if coro is not None:
-                coro.close()
-            raise self._deadlock_error()
-
-    def _deadlock_error(self) -> SyncCallError:
-        return SyncCallError(
-            f"a blocking call was made from code running on the event loop {self.name!r} that would run it, so it "
-            "could never return; code running there (a coroutine or tool of the running call) must use the async "
-            "API instead: await store.load(...) rather than the sync view, await agent.run(...) rather than run_sync"
-        )
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Schedule ``coro`` on the loop and return its future without waiting.
-
-        Raises:
-            Exception: the ``stopped_error`` when :meth:`stop` was called.
-        """
-        drive = self._drive
-        with drive.lock:
-            if drive.stopping:
-                coro.close()
-                raise self._stopped_error()
-            return drive.hand(coro)
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and wait for its result; its exception is raised here as it is.
-
-        Raises:
-            SyncCallError: called from code running on the loop itself.
-        """
-        drive = self._drive
-        self._refuse_on_the_loop(coro)
-        with drive.lock:
-            if drive.stopping:
-                coro.close()
-                raise self._stopped_error()
-            inline = drive.try_claim()
-            future = None if inline else drive.hand(coro)
-        if future is None:
-            return drive.drive(coro)
-        try:
-            return future.result()
-        except BaseException:
-            # Interrupted (Ctrl-C in a notebook): cancel the call rather than leave it running unseen.
-            future.cancel()
-            raise
-
-    def stop(self, last: Coroutine[Any, Any, object] | None = None) -> None:
-        """Refuse new calls, let the calls in flight finish, run ``last`` on the loop, then close it.
-
-        Safe to call more than once (``last`` runs only on the first call). An error of ``last`` is raised
-        after the loop closed.
-
-        Raises:
-            SyncCallError: called from code running on the loop itself.
-        """
-        drive = self._drive
-        self._refuse_on_the_loop(last)
-        with drive.lock:
-            first, drive.stopping = not drive.stopping, True
-            if not first:
-                if last is not None:
-                    last.close()
-                while not drive.finished:
-                    drive.changed.wait()
-                return
-            drive.wait_idle()
-            if drive.loop is None and last is None:
-                drive.finish()  # never used: nothing to run or close
-                return
-            loop = drive.get_loop()
-            inline = drive.try_claim()
-            future = None if inline else drive.hand(_final(loop, last))
-        try:
-            if future is None:
-                drive.drive(_final(loop, last))
-            else:
-                future.result()
-        finally:
-            with drive.lock:
-                drive.wait_idle()
-                drive.finish()
-            helper = drive.helper
-            if helper is not None and helper is not threading.current_thread():
-                helper.join()
-
-    async def astop(self, last: Coroutine[Any, Any, object] | None = None) -> None:
-        """:meth:`stop` for async code: ``last`` runs on the private loop if it was made, else here."""
-        drive = self._drive
-        self._refuse_on_the_loop(last)
-        with drive.lock:
-            started = drive.loop is not None
-            if not started:
-                drive.stopping = True
-                drive.finish()
-        if started:
-            # Stopping waits for the calls in flight: keep this event loop free meanwhile.
-            await asyncio.to_thread(self.stop, last)
-        elif last is not None:
-            await last
+    call.__name__, call.__qualname__, call.__doc__ = name, f"SyncHistoryStore.{name}", method.__doc__
+    # Not __wrapped__: code that unwraps a callable to see whether it is async would take this one for async.
+    call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
+    return call
 
 
 async def _open_iterator(store: HistoryStore, key: SessionKey, batch: int) -> AsyncIterator[Message]:
@@ -453,21 +106,17 @@ class SyncHistoryStore:
     def __repr__(self) -> str:
         return f"<SyncHistoryStore of {self._store!r}{' closed' if self._thread.stopped else ''}>"
 
-    def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
-        """Append messages atomically; messages whose ``message_id`` is already stored are skipped.
-
-        Returns:
-            How many messages were new.
-
-        Raises:
-            MessageTooLargeError: a message is over ``max_message_bytes`` (nothing is stored).
-            StoreUnavailableError: the server failed (nothing is stored).
-        """
-        return self._thread.run(self._store.append(key, messages))
-
-    def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
-        """Return the history in append order; with ``last=k``, only the k newest (reading only those)."""
-        return self._thread.run(self._store.load(key, last=last))
+    append = _blocking(HistoryStore.append)
+    load = _blocking(HistoryStore.load)
+    count = _blocking(HistoryStore.count)
+    delete = _blocking(HistoryStore.delete)
+    trim = _blocking(HistoryStore.trim)
+    pop = _blocking(HistoryStore.pop)
+    list_sessions = _blocking(HistoryStore.list_sessions)
+    save_session = _blocking(HistoryStore.save_session)
+    load_session = _blocking(HistoryStore.load_session)
+    prune = _blocking(HistoryStore.prune)
+    delete_tenant = _blocking(HistoryStore.delete_tenant)
 
     def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> Iterator[Message]:
         """Iterate over the whole history in append order, ``batch`` messages per read.
@@ -488,76 +137,7 @@ class SyncHistoryStore:
             if not exhausted and aclose is not None and not self._thread.stopped and not self._thread.in_loop_thread():
                 self._thread.run(aclose())
 
-    def count(self, key: SessionKey) -> int:
-        """How many messages the session holds."""
-        return self._thread.run(self._store.count(key))
-
-    def delete(self, key: SessionKey) -> bool:
-        """Delete the session's messages and document; ``True`` if anything was there."""
-        return self._thread.run(self._store.delete(key))
-
-    def trim(self, key: SessionKey, keep_last: int) -> int:
-        """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
-        return self._thread.run(self._store.trim(key, keep_last))
-
-    def pop(self, key: SessionKey) -> Message | None:
-        """Remove the newest message of the session and return it; None when the session has no messages.
-
-        Atomic: concurrent pops of one session return distinct messages. The session document stays.
-
-        Raises:
-            UnsupportedOperationError: the backend's plugin predates ``pop`` (upgrade the plugin).
-        """
-        return self._thread.run(self._store.pop(key))
-
-    def list_sessions(
-        self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
-    ) -> SessionPage:
-        """List one tenant's sessions, most recently updated first."""
-        return self._thread.run(self._store.list_sessions(tenant, limit=limit, cursor=cursor))
-
-    def save_session(
-        self,
-        key: SessionKey,
-        session: AgentSession,
-        *,
-        expected_version: str | None = None,
-        owner: str | None = None,
-    ) -> str:
-        """Store a whole-session document and return its new version.
-
-        Args:
-            key: where to store it (its tenant must be the session's tenant).
-            session: the session to store (as ``session.to_dict()``).
-            expected_version: ``None`` writes unconditionally; a version from ``load_session`` or an earlier
-                ``save_session`` writes only if the stored document still has that version.
-            owner: binds the document to a user within the tenant; a document bound to another owner is refused.
-
-        Raises:
-            ConcurrencyConflictError: the stored version is not ``expected_version`` (or there is none).
-            SessionOwnershipError: the document belongs to another owner.
-        """
-        return self._thread.run(self._store.save_session(key, session, expected_version=expected_version, owner=owner))
-
-    def load_session(self, key: SessionKey, *, owner: str | None = None) -> StoredSession | None:
-        """Read a session document and its version; ``None`` when there is none.
-
-        Another tenant's key is simply not found.
-
-        Raises:
-            SessionOwnershipError: ``owner`` is given and the document is bound to another owner.
-        """
-        return self._thread.run(self._store.load_session(key, owner=owner))
-
-    def prune(self, *, older_than: timedelta | datetime, tenant: str | None = None) -> int:
-        """Delete sessions not updated since ``older_than`` (an age or a cut-off time); returns how many."""
-        return self._thread.run(self._store.prune(older_than=older_than, tenant=tenant))
-
-    def delete_tenant(self, tenant: str) -> int:
-        """Delete every session of a tenant; returns how many sessions were deleted."""
-        return self._thread.run(self._store.delete_tenant(tenant))
-
-    def run(self, call: Coroutine[Any, Any, T]) -> T:
+    def run(self, call: Coroutine[Any, Any, _T]) -> _T:
         """Run a coroutine that uses :attr:`store` on this view's loop and wait for its result, from blocking code.
 
         For a rule that makes several store calls (read, then write): it runs whole on the view's loop, as one
@@ -574,7 +154,7 @@ class SyncHistoryStore:
         """
         return self._thread.run(call)
 
-    async def arun(self, call: Coroutine[Any, Any, T]) -> T:
+    async def arun(self, call: Coroutine[Any, Any, _T]) -> _T:
         """Await a call of :attr:`store` from async code on any event loop: it runs on this view's loop thread.
 
         For code that serves sync and async callers from one store (a framework's history class with both kinds
