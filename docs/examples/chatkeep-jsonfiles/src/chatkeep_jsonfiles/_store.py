@@ -152,9 +152,9 @@ class JsonFilesHistoryStore(HistoryStore):
     """
 
     def __init__(self, url: str, **options: Any) -> None:
-        config = parse_url(url, **options)
-        super().__init__(max_message_bytes=config.max_message_bytes)
-        self.root, self.fsync = config.root, config.fsync
+        self.root, settings = parse_url(url, **options)
+        super().__init__(max_message_bytes=settings.max_message_bytes)
+        self.fsync = settings.fsync
         self._messages_read = 0
         self._read_lock = threading.Lock()  # the probe also counts records an index rebuild reads in a thread
 
