@@ -6,6 +6,7 @@ An :class:`OptionSet` is parsed by the same parser (a model built from its optio
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -110,15 +111,9 @@ class OptionSet:
 
     def with_driver(self, driver: str, driver_option: Callable[[str], bool] | None) -> OptionSet:
         """The same options, passing other query parameters to ``driver`` when ``driver_option`` accepts them."""
-        return OptionSet(
-            self.backend,
-            list(self.options.values()),
-            error=self.error,
-            driver_option=driver_option,
-            driver=driver,
-            no_ttl_hint=self.no_ttl_hint,
-            hints=self.hints,
-        )
+        options = copy.copy(self)  # shares the model: building one per store opened would cost a millisecond
+        options.driver, options.driver_option = driver, driver_option
+        return options
 
     def parse(
         self, query: str | Iterable[tuple[str, str]], keywords: Mapping[str, Any], *, url: str = ""
