@@ -28,8 +28,12 @@ def make_messages(n: int, label: str = "m") -> list[Message]:
 
 def test_url_forms_and_options() -> None:
     store = open_store("azblob://history/app/v1?segment_blocks=10&index_window=50&create_container=false")
-    assert (store.config.container, store.config.prefix) == ("history", "app/v1")
-    assert (store.config.segment_blocks, store.config.index_window, store.config.create_container) == (10, 50, False)
+    assert (store.config.container, store.config.settings.prefix) == ("history", "app/v1")
+    assert (
+        store.config.settings.segment_blocks,
+        store.config.settings.index_window,
+        store.config.settings.create_container,
+    ) == (10, 50, False)
     assert store.config.credentials.connection_string  # from AZURE_STORAGE_CONNECTION_STRING (conftest)
     by_url = open_store(
         "azblob://history?account_url=https://acct.blob.core.windows.net", sas_token="sv=2024&sig=abc%2Fdef"

@@ -71,7 +71,7 @@ def test_bad_urls_are_refused_clearly(url: str) -> None:
 
 
 def test_bad_options_are_refused() -> None:
-    with pytest.raises(MemoryURLError, match="'tll'; the options are namespace, ttl, max_message_bytes"):
+    with pytest.raises(MemoryURLError, match="'tll'; the options are max_message_bytes, ttl, namespace"):
         open_store("memory://", tll=3)
     with pytest.raises(MemoryURLError, match="ttl=0 must be a positive"):
         open_store("memory://", ttl=0)

@@ -3,45 +3,39 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from chatkeep.core import StoreConfigurationError
-from chatkeep.core.backend import MAX_MESSAGE_BYTES, OptionSet, StoreOption, boolean
+from pydantic import Field
 
-__all__ = ["OPTIONS", "JsonFilesConfig", "JsonFilesURLError", "parse_url"]
+from chatkeep.core import StoreConfigurationError
+from chatkeep.core.backend import Flag, StoreSettings
+
+__all__ = ["JsonFilesSettings", "JsonFilesURLError", "parse_url"]
 
 
 class JsonFilesURLError(StoreConfigurationError):
     """A ``jsonfiles://`` URL or one of its options is malformed."""
 
 
-FSYNC = StoreOption("fsync", boolean, True, "flush every write to the disk before it is acknowledged")
-#: The options of a JSON-files store, in the URL query or as keywords. No ``TTL``: files do not expire by themselves.
-OPTIONS = OptionSet("jsonfiles://", [MAX_MESSAGE_BYTES, FSYNC], error=JsonFilesURLError)
+class JsonFilesSettings(StoreSettings):
+    """The options of a JSON-files store, in the URL query or as keywords (``max_message_bytes`` is the base's).
 
-
-@dataclass(frozen=True)
-class JsonFilesConfig:
-    """What a ``jsonfiles://`` URL and its options select.
-
-    Attributes:
-        root: the store's folder, an absolute path.
-        fsync: whether every write is flushed to the disk before it is acknowledged.
-        max_message_bytes: the largest message record accepted, in UTF-8 bytes.
+    No ``ttl``: files do not expire by themselves (``TTLStoreSettings`` is the base of stores whose engine does).
     """
 
-    root: str
-    fsync: bool
-    max_message_bytes: int
+    store_name = "jsonfiles://"
+    store_error = JsonFilesURLError
+
+    fsync: Flag = Field(True, description="flush every write to the disk before it is acknowledged")
 
 
-def parse_url(url: str, **options: Any) -> JsonFilesConfig:
+def parse_url(url: str, **options: Any) -> tuple[str, JsonFilesSettings]:
     """Read ``jsonfiles:///ABSOLUTE/DIR`` or ``jsonfiles://RELATIVE/DIR``, with ``?fsync=false&max_message_bytes=N``.
 
-    A relative folder is resolved against the current directory now, so a later ``chdir`` does not move the store.
-    Keyword options (``fsync``, ``max_message_bytes``) override the query; ``None`` means "not given".
+    Returns the store's folder, an absolute path (a relative one is resolved against the current directory now,
+    so a later ``chdir`` does not move the store), and the options. Keyword options override the query; ``None``
+    means "not given".
 
     Raises:
         JsonFilesURLError: the scheme is not ``jsonfiles``, no folder is named, or an option is unknown or malformed.
@@ -54,5 +48,4 @@ def parse_url(url: str, **options: Any) -> JsonFilesConfig:
     folder = unquote(parts.netloc + parts.path)
     if not folder:
         raise JsonFilesURLError(f"{url!r} names no folder; write jsonfiles:///path/to/dir or jsonfiles://relative/dir")
-    parsed = OPTIONS.parse(parts.query, options, url=url)
-    return JsonFilesConfig(os.path.abspath(folder), parsed["fsync"], parsed["max_message_bytes"])
+    return os.path.abspath(folder), JsonFilesSettings.parse(parts.query, options, url=url)

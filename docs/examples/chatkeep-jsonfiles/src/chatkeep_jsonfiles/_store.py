@@ -152,9 +152,9 @@ class JsonFilesHistoryStore(HistoryStore):
     """
 
     def __init__(self, url: str, **options: Any) -> None:
-        config = parse_url(url, **options)
-        super().__init__(max_message_bytes=config.max_message_bytes)
-        self.root, self.fsync = config.root, config.fsync
+        self.root, settings = parse_url(url, **options)
+        super().__init__(max_message_bytes=settings.max_message_bytes)
+        self.fsync = settings.fsync
         self._messages_read = 0
         self._read_lock = threading.Lock()  # the probe also counts records an index rebuild reads in a thread
 
@@ -317,8 +317,11 @@ class JsonFilesHistoryStore(HistoryStore):
             files = glob.glob(glob.escape(paths.prefix) + ".*")
             for path in sorted(files, key=lambda path: (path != paths.meta, path == paths.lock)):
                 os.remove(path)
+            folder = os.path.dirname(paths.prefix)
             if self.fsync:
-                fsync_folder(os.path.dirname(paths.prefix))
+                fsync_folder(folder)
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)  # the tenant's last session; a writer creating it meanwhile makes it again
             return True
 
     # --8<-- [start:save]
@@ -344,27 +347,21 @@ class JsonFilesHistoryStore(HistoryStore):
 
     # --8<-- [end:save]
 
-    async def _prune(self, cutoff: datetime, tenant: str | None) -> int:
-        return await self._run(self._prune_now, cutoff, tenant)
+    # --8<-- [start:retention]
+    # prune and delete_tenant come from the base: it lists the sessions and deletes them one by one. This closes
+    # the race its default leaves: a session written since it was listed as idle is not deleted.
+    async def _prune_session(self, key: SessionKey, cutoff: datetime) -> bool:
+        return await self._run(self._delete_now, key, cutoff)
 
-    def _prune_now(self, cutoff: datetime, tenant: str | None) -> int:
-        folders = [self._folder(tenant)] if tenant else [os.path.join(self.root, name) for name in _names(self.root)]
-        removed = 0
-        for folder in folders:
-            for meta in self._metas(folder):
-                if meta.updated_at < cutoff:
-                    removed += self._delete_now(SessionKey(meta.tenant, meta.session_id), older_than=cutoff)
-        return removed
+    async def _list_tenants(self) -> list[str]:
+        return await self._run(self._tenants_now)
 
-    async def _delete_tenant(self, tenant: str) -> int:
-        return await self._run(self._delete_tenant_now, tenant)
+    def _tenants_now(self) -> list[str]:
+        # Folders are named by a hash of the tenant: the tenant itself is in the metadata of its sessions.
+        folders = (os.path.join(self.root, name) for name in _names(self.root))
+        return [metas[0].tenant for metas in map(self._metas, folders) if metas]
 
-    def _delete_tenant_now(self, tenant: str) -> int:
-        folder = self._folder(tenant)
-        removed = sum(self._delete_now(SessionKey(meta.tenant, meta.session_id)) for meta in self._metas(folder))
-        with contextlib.suppress(OSError):
-            os.rmdir(folder)  # fails if a session was written meanwhile: it stays
-        return removed
+    # --8<-- [end:retention]
 
     # -- reads: the metadata alone needs no lock (it is replaced whole); the records need the shared lock -------
 

@@ -83,13 +83,13 @@ class BlobClient:
     def _new_service(self) -> BlobServiceClient:
         config = self.config
         self._transport = ThrottlingTransport(
-            connection_timeout=config.connect_timeout, read_timeout=config.read_timeout
+            connection_timeout=config.settings.connect_timeout, read_timeout=config.settings.read_timeout
         )
         common: dict[str, Any] = {
             "transport": self._transport,
-            "retry_policy": Backoff(config.retry_backoff, config.retries),
-            "connection_timeout": config.connect_timeout,
-            "read_timeout": config.read_timeout,
+            "retry_policy": Backoff(config.settings.retry_backoff, config.settings.retries),
+            "connection_timeout": config.settings.connect_timeout,
+            "read_timeout": config.settings.read_timeout,
             # One request per append or read: never split a body into several requests.
             "max_single_put_size": 256 * 1024 * 1024,
             "max_single_get_size": 256 * 1024 * 1024,
@@ -152,8 +152,8 @@ def unavailable(config: BlobConfig, exc: BaseException) -> NoReturn:
     status = getattr(exc, "status_code", None)
     if isinstance(exc, ThrottledError) or status in (429, 503) or error_code(exc) == "ServerBusy":
         hint = (
-            f"the service is throttling (HTTP {status or 429}) and still was after {config.retries} retries with "
-            "backoff; spread the load, raise retries=/retry_backoff=, or use more accounts"
+            f"the service is throttling (HTTP {status or 429}) and still was after {config.settings.retries} "
+            "retries with backoff; spread the load, raise retries=/retry_backoff=, or use more accounts"
         )
     elif status in (401, 403):
         hint = (

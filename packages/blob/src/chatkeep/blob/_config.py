@@ -10,28 +10,30 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Annotated, Any
 from urllib.parse import unquote, urlsplit
+
+from pydantic import Field
 
 from chatkeep.core import StoreConfigurationError
 from chatkeep.core.backend import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    MAX_MESSAGE_BYTES,
-    OptionSet,
-    StoreOption,
-    boolean,
-    non_negative_int,
+    Flag,
+    NonNegativeInt,
+    PositiveInt,
+    Seconds,
+    StoreSettings,
+    converted,
     positive_int,
-    positive_seconds,
     redact_url,
 )
 
 __all__ = [
     "CONNECTION_STRING_VARIABLE",
     "DEFAULT_PREFIX",
-    "OPTIONS",
     "SAS_TOKEN_VARIABLE",
     "BlobConfig",
+    "BlobSettings",
     "BlobURLError",
     "Credentials",
     "parse_url",
@@ -92,41 +94,43 @@ def check_prefix(value: object) -> str:
     return value
 
 
-#: The store's options (URL query or keywords). Credentials are keywords only: see :class:`Credentials`.
-OPTIONS = OptionSet(
-    "Azure Blob",
-    [
-        StoreOption("account_url", _account_url, None, "the account's blob endpoint (https://ACCOUNT.blob...)"),
-        StoreOption("prefix", check_prefix, DEFAULT_PREFIX, "the first part of every blob name in the container"),
-        StoreOption("create_container", boolean, True, "create the container on first use when it is missing"),
-        StoreOption(
-            "segment_blocks",
-            _segment_blocks,
-            DEFAULT_SEGMENT_BLOCKS,
-            "appends per segment blob before the next segment starts (Azure's limit is 50,000)",
-        ),
-        StoreOption(
-            "segment_bytes", positive_int, DEFAULT_SEGMENT_BYTES, "bytes per segment blob before the next starts"
-        ),
-        StoreOption(
-            "index_window",
-            positive_int,
-            DEFAULT_INDEX_WINDOW,
-            "newest messages whose ids and offsets each session's metadata blob keeps (exact windowed reads)",
-        ),
-        MAX_MESSAGE_BYTES,
-        StoreOption("connect_timeout", positive_seconds, 10.0, "seconds a connection attempt may take"),
-        StoreOption("read_timeout", positive_seconds, 30.0, "seconds a request may wait for the service's answer"),
-        StoreOption("retries", non_negative_int, 3, "retries of a failed request (throttling, 5xx)"),
-        StoreOption("retry_backoff", positive_seconds, 0.5, "seconds before the first retry; doubles each retry"),
-    ],
-    error=BlobURLError,
-    no_ttl_hint=(
+class BlobSettings(StoreSettings):
+    """The store's options (URL query or keywords). Credentials are keywords only: see :class:`Credentials`."""
+
+    store_name = "Azure Blob"
+    store_error = BlobURLError
+    no_ttl_hint = (
         "Blob Storage has no per-blob TTL; delete idle sessions with store.prune(older_than=...) on a schedule, "
         "or with a lifecycle-management rule (see docs/backends/blob.md)"
-    ),
-    hints={"max_messages": "the load window is a history provider's max_messages; this store keeps everything"},
-)
+    )
+    option_hints = MappingProxyType(
+        {"max_messages": "the load window is a history provider's max_messages; this store keeps everything"}
+    )
+
+    account_url: Annotated[str, converted(_account_url)] | None = Field(
+        None, description="the account's blob endpoint (https://ACCOUNT.blob...)"
+    )
+    prefix: Annotated[str, converted(check_prefix)] = Field(
+        DEFAULT_PREFIX, description="the first part of every blob name in the container; stores on others never meet"
+    )
+    create_container: Flag = Field(True, description="create the container on first use when it is missing")
+    segment_blocks: Annotated[int, converted(_segment_blocks)] = Field(
+        DEFAULT_SEGMENT_BLOCKS,
+        description="appends per segment blob before the next segment starts (Azure's limit is 50,000)",
+    )
+    segment_bytes: PositiveInt = Field(
+        DEFAULT_SEGMENT_BYTES, description="bytes per segment blob before the next starts"
+    )
+    index_window: PositiveInt = Field(
+        DEFAULT_INDEX_WINDOW,
+        description="newest messages whose ids and offsets each session's metadata blob keeps (exact windowed reads)",
+    )
+    connect_timeout: Seconds = Field(10.0, description="seconds a connection attempt may take")
+    read_timeout: Seconds = Field(30.0, description="seconds a request may wait for the service's answer")
+    retries: NonNegativeInt = Field(
+        3, description="retries of a failed request (503 and 429 throttling, 5xx, lost connections)"
+    )
+    retry_backoff: Seconds = Field(0.5, description="seconds before the first retry; doubles each retry (with jitter)")
 
 
 @dataclass(frozen=True)
@@ -166,32 +170,14 @@ class BlobConfig:
 
     Attributes:
         container: the container holding every blob of this store.
-        prefix: every blob name starts with ``PREFIX/``; stores on other prefixes never meet.
         credentials: where the account comes from.
-        create_container: create the container on first use when it is missing.
-        segment_blocks: appends (blocks) per segment blob before a session rolls over to the next segment.
-        segment_bytes: bytes per segment blob before it rolls over.
-        index_window: how many newest messages' ids and byte offsets a session's metadata blob keeps.
-        max_message_bytes: the largest message record accepted, in UTF-8 bytes.
-        connect_timeout: seconds a connection attempt may take.
-        read_timeout: seconds a request may wait for the answer.
-        retries: how many times the SDK retries a failed request (503 and 429 throttling, 5xx, lost connections).
-        retry_backoff: seconds before the first retry (doubling, with jitter).
+        settings: the store's options, the prefix in the URL's path included.
         given_url: the URL as the caller wrote it.
     """
 
     container: str
     credentials: Credentials
-    prefix: str = DEFAULT_PREFIX
-    create_container: bool = True
-    segment_blocks: int = DEFAULT_SEGMENT_BLOCKS
-    segment_bytes: int = DEFAULT_SEGMENT_BYTES
-    index_window: int = DEFAULT_INDEX_WINDOW
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    connect_timeout: float = 10.0
-    read_timeout: float = 30.0
-    retries: int = 3
-    retry_backoff: float = 0.5
+    settings: BlobSettings
     given_url: str = ""
 
     @property
@@ -254,38 +240,24 @@ def parse_url(
             "and single hyphens, starting and ending with a letter or digit (azblob://CONTAINER)"
         )
     try:
-        parsed = OPTIONS.parse(parts.query, options, url=url).values
+        settings = BlobSettings.parse(parts.query, options, url=url)
     except BlobURLError as exc:
         # The parser shows the value it refused; a secret in it may be percent-encoded (%26sig=...).
         raise BlobURLError(shown(str(exc))) from None
-    prefix = parsed["prefix"]
     path = unquote(parts.path).strip("/")
     if path:
-        if options.get("prefix") is not None or any(name == "prefix" for name, _ in _pairs(parts.query)):
+        if "prefix" in settings.model_fields_set:
             raise BlobURLError(f"{shown_url!r} gives the prefix twice (in the path and as prefix=); give it once")
         try:
-            prefix = check_prefix(path)
+            settings = settings.model_copy(update={"prefix": check_prefix(path)})
         except ValueError as exc:
             raise BlobURLError(f"the prefix {path!r} in {shown_url!r} {exc}") from None
-    return BlobConfig(
-        container=container,
-        credentials=(
-            _credentials(parsed["account_url"], connection_string, sas_token, credential)
-            if account_required
-            else Credentials()
-        ),
-        prefix=prefix,
-        create_container=parsed["create_container"],
-        segment_blocks=parsed["segment_blocks"],
-        segment_bytes=parsed["segment_bytes"],
-        index_window=parsed["index_window"],
-        max_message_bytes=parsed["max_message_bytes"],
-        connect_timeout=parsed["connect_timeout"],
-        read_timeout=parsed["read_timeout"],
-        retries=parsed["retries"],
-        retry_backoff=parsed["retry_backoff"],
-        given_url=url,
+    credentials = (
+        _credentials(settings.account_url, connection_string, sas_token, credential)
+        if account_required
+        else Credentials()
     )
+    return BlobConfig(container=container, credentials=credentials, settings=settings, given_url=url)
 
 
 def _pairs(query: str) -> list[tuple[str, str]]:

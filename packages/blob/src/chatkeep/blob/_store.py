@@ -143,9 +143,9 @@ class BlobHistoryStore(HistoryStore):
             account_required=client is None,
             **options,
         )
-        super().__init__(max_message_bytes=config.max_message_bytes)
+        super().__init__(max_message_bytes=config.settings.max_message_bytes)
         self.config = config
-        self.layout = _layout.Layout(config.prefix)
+        self.layout = _layout.Layout(config.settings.prefix)
         self._handed_in = client
         self._client = BlobClient(config)
         self._cache: collections.OrderedDict[SessionKey, tuple[SessionMeta, str]] = collections.OrderedDict()
@@ -167,7 +167,7 @@ class BlobHistoryStore(HistoryStore):
             "url": self.config.shown_url,
             "container": self.config.container,
             "account": self.config.credentials.shown,
-            "prefix": self.config.prefix,
+            "prefix": self.config.settings.prefix,
         }
 
     def __repr__(self) -> str:
@@ -184,7 +184,7 @@ class BlobHistoryStore(HistoryStore):
         await self._client.aclose()
 
     async def _ensure_container(self) -> None:
-        if not self.config.create_container:
+        if not self.config.settings.create_container:
             raise BlobURLError(
                 f"the {self.config.where} does not exist; create it, or open the store with create_container=true"
             )
@@ -325,7 +325,7 @@ class BlobHistoryStore(HistoryStore):
             found = self._take_in(view, number, start, data, taken)
             if token in found:
                 mine = (number, found[token])
-            view.keep_window(self.config.index_window)
+            view.keep_window(self.config.settings.index_window)
             if not view.is_full(view.segments[-1]):
                 return mine
 
@@ -389,8 +389,8 @@ class BlobHistoryStore(HistoryStore):
                         _layout.new_token(),
                         now,
                         now,
-                        self.config.segment_blocks,
-                        self.config.segment_bytes,
+                        self.config.settings.segment_blocks,
+                        self.config.settings.segment_bytes,
                     )
                     etag = None
                 else:
@@ -462,7 +462,7 @@ class BlobHistoryStore(HistoryStore):
                 position += len(lines[n]) + 1
                 ends.append((ids[n], position))
             view.add(number, None, start, ends)
-            view.keep_window(self.config.index_window)
+            view.keep_window(self.config.settings.index_window)
             return number, position, len(new)
 
     async def _create_segment(self, blob: Any) -> None:
@@ -737,8 +737,8 @@ class BlobHistoryStore(HistoryStore):
                     _layout.new_token(),
                     now,
                     now,
-                    self.config.segment_blocks,
-                    self.config.segment_bytes,
+                    self.config.settings.segment_blocks,
+                    self.config.settings.segment_bytes,
                 )
                 etag: str | None = None
             else:

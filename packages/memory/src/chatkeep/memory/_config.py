@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from chatkeep.core import StoreConfigurationError
-from chatkeep.core.backend import MAX_MESSAGE_BYTES, TTL, OptionSet, StoreOption, text
+from pydantic import Field
 
-__all__ = ["DEFAULT_NAMESPACE", "OPTIONS", "MemoryConfig", "MemoryURLError", "parse_url"]
+from chatkeep.core import StoreConfigurationError
+from chatkeep.core.backend import NonEmptyText, TTLStoreSettings
+
+__all__ = ["DEFAULT_NAMESPACE", "MemorySettings", "MemoryURLError", "parse_url"]
 
 DEFAULT_NAMESPACE = "default"
 
@@ -18,27 +19,21 @@ class MemoryURLError(StoreConfigurationError):
     """A ``memory://`` URL or one of its options is malformed."""
 
 
-NAMESPACE = StoreOption("namespace", text, None, "stores opened on one namespace in a process share their data")
-#: The options of a memory store (URL query or keywords).
-OPTIONS = OptionSet("memory://", [NAMESPACE, TTL, MAX_MESSAGE_BYTES], error=MemoryURLError)
+class MemorySettings(TTLStoreSettings):
+    """What a ``memory://`` URL and its options select (``max_message_bytes`` and ``ttl`` come with the base).
 
-
-@dataclass(frozen=True)
-class MemoryConfig:
-    """What a ``memory://`` URL and its options select.
-
-    Attributes:
-        namespace: stores opened with the same namespace in one process share their data.
-        ttl: seconds an idle session lives (``None``: forever).
-        max_message_bytes: the largest message record accepted, in UTF-8 bytes.
+    ``ttl`` is the seconds an idle session lives (``None``: forever).
     """
 
-    namespace: str
-    ttl: float | None
-    max_message_bytes: int
+    store_name = "memory://"
+    store_error = MemoryURLError
+
+    namespace: NonEmptyText = Field(
+        DEFAULT_NAMESPACE, description="stores opened on one namespace in a process share their data"
+    )
 
 
-def parse_url(url: str | None, **options: Any) -> MemoryConfig:
+def parse_url(url: str | None, **options: Any) -> MemorySettings:
     """Read ``memory://[NAME][?ttl=SECONDS&max_message_bytes=N]`` (or the bare name ``memory``) and options.
 
     Keyword options (``namespace``, ``ttl``, ``max_message_bytes``) override the URL; ``None`` means "not given".
@@ -53,6 +48,8 @@ def parse_url(url: str | None, **options: Any) -> MemoryConfig:
         raise MemoryURLError(f"{url!r} is not a memory URL; write memory:// or memory://NAME")
     if parts.fragment:
         raise MemoryURLError(f"{url!r} has a fragment (#...); remove it")
-    parsed = OPTIONS.parse(parts.query, options, url=url)
-    namespace = parsed["namespace"] or unquote(parts.netloc + parts.path).strip("/") or DEFAULT_NAMESPACE
-    return MemoryConfig(namespace=namespace, ttl=parsed["ttl"], max_message_bytes=parsed["max_message_bytes"])
+    settings = MemorySettings.parse(parts.query, options, url=url)
+    named = unquote(parts.netloc + parts.path).strip("/")
+    if named and "namespace" not in settings.model_fields_set:  # the namespace option wins over the URL's name
+        settings = settings.model_copy(update={"namespace": named})
+    return settings

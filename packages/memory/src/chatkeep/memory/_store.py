@@ -111,11 +111,11 @@ class MemoryHistoryStore(HistoryStore):
     """
 
     def __init__(self, url: str | None = None, **options: Any) -> None:
-        config = parse_url(url, **options)
-        super().__init__(max_message_bytes=config.max_message_bytes)
-        self.namespace = config.namespace
-        self.ttl = config.ttl
-        self._data = _namespace(config.namespace)
+        settings = parse_url(url, **options)
+        super().__init__(max_message_bytes=settings.max_message_bytes)
+        self.namespace = settings.namespace
+        self.ttl = settings.ttl
+        self._data = _namespace(settings.namespace)
         self._messages_read = 0
 
     @property

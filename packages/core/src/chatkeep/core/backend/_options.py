@@ -1,105 +1,24 @@
-"""Store options: one parser for the URL query and keywords of every backend.
+"""The untyped option API (:class:`OptionSet` of :class:`StoreOption` values), kept for backends not yet moved.
 
-A backend declares the options it takes as :class:`StoreOption` values (the shared ones, :data:`TTL` and
-:data:`MAX_MESSAGE_BYTES`, plus its own) in an :class:`OptionSet`. :meth:`OptionSet.parse` reads them from a
-URL's query and from keywords alike, when the store is opened: an unknown or malformed option raises a
-:class:`~chatkeep.core.StoreConfigurationError` (or the backend's subclass) that names it and lists the
-valid ones, so nothing is silently ignored and no driver error surfaces later.
+New backends declare a :class:`~chatkeep.core.backend.StoreSettings` model instead, and get their options typed.
+An :class:`OptionSet` is parsed by the same parser (a model built from its options), so both report alike.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
-from urllib.parse import parse_qsl
+from typing import Annotated, Any
 
-from chatkeep.core._errors import StoreConfigurationError, redact_url
+from pydantic import Field, create_model
+
+from chatkeep.core._errors import StoreConfigurationError
+from chatkeep.core.backend._converters import converted, positive_int, positive_seconds
+from chatkeep.core.backend._settings import NO_TTL_HINT, DriverOptions, OptionsModel
 from chatkeep.core.backend._store import DEFAULT_MAX_MESSAGE_BYTES
 
-__all__ = [
-    "MAX_MESSAGE_BYTES",
-    "TTL",
-    "OptionSet",
-    "StoreOption",
-    "StoreOptions",
-    "boolean",
-    "non_negative_int",
-    "positive_int",
-    "positive_seconds",
-    "text",
-]
-
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-
-
-def positive_int(value: object) -> int:
-    """A whole number of 1 or more (from text or an ``int``)."""
-    number = _whole(value)
-    if number < 1:
-        raise ValueError("must be a whole number of 1 or more")
-    return number
-
-
-def non_negative_int(value: object) -> int:
-    """A whole number of 0 or more (from text or an ``int``)."""
-    number = _whole(value)
-    if number < 0:
-        raise ValueError("must be a whole number of 0 or more")
-    return number
-
-
-def _whole(value: object) -> int:
-    if isinstance(value, bool):
-        raise ValueError("must be a whole number, not true or false")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    raise ValueError("must be a whole number")
-
-
-def positive_seconds(value: object) -> float:
-    """A positive number of seconds (from text, a number or a ``timedelta``)."""
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, bool):
-        raise ValueError("must be a number of seconds, not true or false")
-    elif isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str):
-        try:
-            seconds = float(value)
-        except ValueError:
-            raise ValueError("must be a number of seconds") from None
-    else:
-        raise ValueError("must be a number of seconds or a timedelta")
-    if not seconds > 0 or seconds == float("inf"):
-        raise ValueError("must be a positive, finite number of seconds")
-    return seconds
-
-
-def boolean(value: object) -> bool:
-    """``true``/``false`` (also ``1``/``0``, ``yes``/``no``, ``on``/``off``, or a ``bool``)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in _TRUE:
-        return True
-    if isinstance(value, str) and value.lower() in _FALSE:
-        return False
-    raise ValueError("must be true or false")
-
-
-def text(value: object) -> str:
-    """Non-empty text."""
-    if not isinstance(value, str) or not value:
-        raise ValueError("must be non-empty text")
-    return value
+__all__ = ["MAX_MESSAGE_BYTES", "TTL", "OptionSet", "StoreOption", "StoreOptions"]
 
 
 @dataclass(frozen=True)
@@ -145,7 +64,7 @@ class StoreOptions:
 
 
 class OptionSet:
-    """The options one backend takes, and the one parser for them.
+    """The options one backend takes (the untyped API; prefer a :class:`~chatkeep.core.backend.StoreSettings`).
 
     Args:
         backend: how messages name the store (``"Redis"``, ``"SQL"``, ``"memory://"``).
@@ -166,7 +85,7 @@ class OptionSet:
         error: type[StoreConfigurationError] = StoreConfigurationError,
         driver_option: Callable[[str], bool] | None = None,
         driver: str = "",
-        no_ttl_hint: str = "it has no native TTL; delete old sessions with store.prune(older_than=...) on a schedule",
+        no_ttl_hint: str = NO_TTL_HINT,
         hints: Mapping[str, str] | None = None,
     ) -> None:
         self.hints = dict(hints or {})
@@ -176,6 +95,14 @@ class OptionSet:
         self.driver_option = driver_option
         self.driver = driver
         self.no_ttl_hint = no_ttl_hint
+        # One field per option, named by position (an option's name may be one pydantic keeps, like "schema").
+        fields: dict[str, Any] = {
+            f"option_{n}": (Annotated[Any, converted(option.convert)], Field(option.default, alias=option.name))
+            for n, option in enumerate(options)
+        }
+        self._model: type[OptionsModel] = create_model("Options", __base__=OptionsModel, **fields)
+        self._model.store_name, self._model.store_error = backend, error
+        self._model.no_ttl_hint, self._model.option_hints = no_ttl_hint, self.hints
 
     @property
     def names(self) -> list[str]:
@@ -184,15 +111,9 @@ class OptionSet:
 
     def with_driver(self, driver: str, driver_option: Callable[[str], bool] | None) -> OptionSet:
         """The same options, passing other query parameters to ``driver`` when ``driver_option`` accepts them."""
-        return OptionSet(
-            self.backend,
-            list(self.options.values()),
-            error=self.error,
-            driver_option=driver_option,
-            driver=driver,
-            no_ttl_hint=self.no_ttl_hint,
-            hints=self.hints,
-        )
+        options = copy.copy(self)  # shares the model: building one per store opened would cost a millisecond
+        options.driver, options.driver_option = driver, driver_option
+        return options
 
     def parse(
         self, query: str | Iterable[tuple[str, str]], keywords: Mapping[str, Any], *, url: str = ""
@@ -203,51 +124,7 @@ class OptionSet:
             StoreConfigurationError: (the backend's subclass) an option is unknown, given twice in the query,
                 or malformed; the message names it and what it must be, and lists the valid options.
         """
-        shown = f" in {redact_url(url)}" if url else ""
-        if isinstance(query, str):
-            try:
-                pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
-            except ValueError:
-                raise self.error(
-                    f"the query{shown} is malformed; write ?name=value&name=value with the options {self._listing()}"
-                ) from None
-        else:
-            pairs = list(query)
-        given: dict[str, Any] = {}
-        driver: list[tuple[str, str]] = []
-        for name, value in pairs:
-            if name in self.options:
-                if name in given:
-                    raise self.error(f"the {self.backend} store option {name} is given twice{shown}; give it once")
-                given[name] = self._convert(name, value, shown)
-            elif self.driver_option is not None and self.driver_option(name):
-                driver.append((name, value))
-            else:
-                raise self._unknown(name, "query option", shown)
-        for name, value in keywords.items():
-            if name not in self.options:
-                raise self._unknown(name, "keyword option", "")
-            if value is not None:
-                given[name] = self._convert(name, value, "")
-        values = {name: given.get(name, option.default) for name, option in self.options.items()}
-        return StoreOptions(values, tuple(driver))
-
-    def _convert(self, name: str, value: Any, shown: str) -> Any:
-        try:
-            return self.options[name].convert(value)
-        except (ValueError, TypeError) as exc:
-            secret = redact_url(f"?{name}=x") != f"?{name}=x"  # a password, key, token... is never echoed
-            given = "***" if secret else repr(value)
-            raise self.error(f"the {self.backend} store option {name}={given}{shown} {exc}") from None
-
-    def _unknown(self, name: str, kind: str, shown: str) -> StoreConfigurationError:
-        if name == "ttl":
-            return self.error(f"{self.backend} stores take no ttl option: {self.no_ttl_hint}")
-        driver = f", or an option of the {self.driver} driver" if self.driver_option is not None else ""
-        hint = f" ({self.hints[name]})" if name in self.hints else ""
-        return self.error(
-            f"{self.backend} stores take no {kind} {name!r}{shown}{hint}; the options are {self._listing()}{driver}"
-        )
-
-    def _listing(self) -> str:
-        return ", ".join(self.options) or "none"
+        driver = None if self.driver_option is None else DriverOptions(self.driver, self.driver_option)
+        parsed = self._model.parse(query, keywords, url=url, driver=driver)
+        values = {name: getattr(parsed, f"option_{n}") for n, name in enumerate(self.options)}
+        return StoreOptions(values, parsed.driver_query)

@@ -194,10 +194,12 @@ class HistoryStore(abc.ABC):
 
     The public methods are the contract users call. Each checks its arguments and the store's state once,
     then calls the hook a backend implements: ``_append``, ``_load``, ``_iter_messages``, ``_count``,
-    ``_delete``, ``_trim``, ``_pop``, ``_list_sessions``, ``_save_session``, ``_load_session``, ``_prune`` and
-    ``_delete_tenant`` (and optionally ``_aclose`` and ``_on_loop_change``). A hook is only called with
-    valid arguments, on an open store, on the store's own event loop. ``_pop`` is the one hook with a
-    default: a backend written before ``pop`` existed raises :class:`UnsupportedOperationError` from it.
+    ``_delete``, ``_trim``, ``_list_sessions``, ``_save_session`` and ``_load_session`` (and optionally
+    ``_pop``, ``_prune``, ``_prune_session``, ``_list_tenants``, ``_delete_tenant``, ``_aclose`` and
+    ``_on_loop_change``). A hook is only called with valid arguments, on an open store, on the store's own
+    event loop. ``_pop``'s default refuses (a backend written before ``pop`` existed raises
+    :class:`UnsupportedOperationError`); ``_prune`` and ``_delete_tenant`` default to paging through
+    ``_list_sessions`` and deleting session by session (``_prune_session``, ``_delete``).
 
     The base class keeps the rules every backend shares: ``close()`` is idempotent, a closed store raises
     :class:`StoreClosedError`, and a store used from another running event loop than its own raises
@@ -525,13 +527,48 @@ class HistoryStore(abc.ABC):
     async def _load_session(self, key: SessionKey) -> StoredSession | None:
         """The stored document with its version and owner (``None`` when there is none); the base checks the owner."""
 
-    @abc.abstractmethod
     async def _prune(self, cutoff: datetime, tenant: str | None) -> int:
-        """Delete sessions (of ``tenant``, or of every tenant) last updated before ``cutoff`` (UTC); return how many."""
+        """Delete sessions (of ``tenant``, or of every tenant) last updated before ``cutoff`` (UTC); return how many.
 
-    @abc.abstractmethod
+        By default, pages through ``_list_sessions`` (of each tenant ``_list_tenants`` names, when ``tenant`` is
+        ``None``) and calls ``_prune_session`` for each session listed as idle since ``cutoff``, one call per
+        session, page by page. Override it where the engine deletes by time in one statement.
+        """
+        from chatkeep.core.backend._retention import prune_listed_sessions
+
+        return await prune_listed_sessions(self, cutoff, tenant)
+
+    async def _prune_session(self, key: SessionKey, cutoff: datetime) -> bool:
+        """Delete the session only if it was last updated before ``cutoff``, in one atomic step; ``True`` if deleted.
+
+        The default ``_prune`` calls it for each session it listed as idle since ``cutoff``. This default deletes
+        unconditionally, so a write landing between that listing and the delete is lost with the session (the
+        conformance kit's ``test_prune_spares_a_session_written_after_it_was_listed`` shows it). Override it
+        with a conditional delete (under the session's lock, in a transaction, a script, or on an ETag).
+        """
+        return await self._delete(key)
+
+    async def _list_tenants(self) -> list[str]:
+        """Every tenant with at least one session; the default ``_prune`` needs it for ``prune()`` without a tenant.
+
+        Optional: without it, ``prune(tenant=None)`` raises :class:`UnsupportedOperationError` (a backend
+        that overrides ``_prune`` needs neither).
+        """
+        raise UnsupportedOperationError(
+            f"{type(self).__name__} cannot list its tenants, so prune() needs a tenant: call "
+            "prune(older_than=..., tenant=...) for each of yours (the backend's author can add "
+            "HistoryStore._list_tenants or _prune)"
+        )
+
     async def _delete_tenant(self, tenant: str) -> int:
-        """Delete every session of ``tenant``; return how many there were."""
+        """Delete every session of ``tenant``; return how many there were.
+
+        By default, pages through ``_list_sessions`` and calls ``_delete`` for each session listed; a session
+        the tenant gains while it runs may stay. Override it where the engine removes a tenant at once.
+        """
+        from chatkeep.core.backend._retention import delete_listed_sessions
+
+        return await delete_listed_sessions(self, tenant)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}{' closed' if self._closed else ''}>"

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from chatkeep.core import AgentSession, Message, StoreClosedError, StoreLoopError
-from chatkeep.core.backend import HistoryStore, SessionKey
+from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage
 from chatkeep.testing.conformance._base import (
     ConformanceBase,
     StoreKit,
@@ -102,6 +102,39 @@ class RetentionConformance(ConformanceBase):
         for key in old:
             assert await _gone(fresh, key)
         assert [await fresh.count(key) for key in new] == [2, 2]
+
+    async def test_prune_spares_a_session_written_after_it_was_listed(
+        self, kit: StoreKit, store: HistoryStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A prune built on list_sessions (HistoryStore's default) must not delete a session written between its
+        # listing and its deletion: here another writer appends to it right after the listing is read.
+        tenant = kit.tenant("prune-race")
+        old, returning = SessionKey(tenant, "old"), SessionKey(tenant, "returning")
+        for key in (old, returning):
+            await _seed(store, key)
+        await asyncio.sleep(GAP)
+        cutoff = _now()
+        await asyncio.sleep(GAP)
+        writer, listed = await kit.open(), store._list_sessions
+        written: list[int] = []
+
+        async def list_then_write(tenant: str, limit: int, cursor: str | None) -> SessionPage:
+            page = await listed(tenant, limit, cursor)
+            if not written and returning.session_id in [info.session_id for info in page.items]:
+                written.append(await writer.append(returning, make_messages(1)))  # its user came back
+            return page
+
+        monkeypatch.setattr(store, "_list_sessions", list_then_write)
+        removed = await store.prune(older_than=cutoff, tenant=tenant)
+        fresh = await kit.open()
+        assert await _gone(fresh, old)
+        if written:  # the prune listed the sessions
+            assert removed == 1
+            assert await fresh.count(returning) == 3
+            assert await fresh.load_session(returning) is not None
+        else:  # the backend prunes without listing (in one statement, a script...): nothing was written meanwhile
+            assert removed == 2
+            assert await _gone(fresh, returning)
 
     async def test_prune_needs_an_aware_cutoff(self, store: HistoryStore) -> None:
         with pytest.raises(ValueError, match="timezone-aware"):
