@@ -1,7 +1,7 @@
 """The private attributes of drivers that the transports use: a driver upgrade that changes one fails here, by name.
 
-Each lives in one transport module (:mod:`chatkeep.redis._redispy` for redis-py, :mod:`chatkeep.redis._resp`
-for asyncio's transports); nothing else in the package touches a driver's private attribute.
+redis-py's live in :mod:`chatkeep.redis._redispy`, asyncio's one (``_call_connection_lost``) in
+:func:`chatkeep.redis._resp.release_socket`; nothing else in the package touches a private attribute of a driver.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 
 from chatkeep.redis._redispy import PRIVATE_ATTRIBUTES
+from chatkeep.redis._resp import release_socket
 
 
 def _instances() -> dict[str, Any]:
@@ -39,7 +40,7 @@ def test_redis_py_keeps_the_private_attributes_the_redis_py_transport_uses(where
 
 
 def test_asyncio_transports_keep_call_connection_lost() -> None:
-    """``_call_connection_lost`` releases a socket whose event loop is closed (``RespTransport.abandon``)."""
+    """``release_socket`` (both transports' ``abandon``) closes a socket whose event loop is closed."""
 
     async def open_transport() -> tuple[asyncio.BaseTransport, socket.socket]:
         server = socket.socket()
@@ -51,10 +52,10 @@ def test_asyncio_transports_keep_call_connection_lost() -> None:
     transport, server = asyncio.run(open_transport())  # the loop is closed when this returns
     try:
         assert hasattr(transport, "_call_connection_lost"), (
-            "asyncio's transports no longer have _call_connection_lost, which RespTransport.abandon and "
-            "RedisPyTransport.abandon use; find this Python's way to release a socket without its loop"
+            "asyncio's transports no longer have _call_connection_lost, which chatkeep.redis._resp.release_socket "
+            "uses; find this Python's way to release a socket without its loop"
         )
-        transport._call_connection_lost(None)  # type: ignore[attr-defined]
+        release_socket(transport)
         assert transport.get_extra_info("socket").fileno() == -1  # the socket is closed
     finally:
         server.close()

@@ -15,6 +15,9 @@ index lives on another slot: writers update it *before* the session (an entry wi
 dropped by ``list_sessions`` and ``prune``; a session without an entry cannot happen), and removals
 are conditional on the entry's score, so a concurrent write keeps its entry. ``trim`` is the exception:
 it updates the index *after*, and only when it deleted messages, from a session that has its entry.
+
+Keys hold the ids' base64url, not :func:`chatkeep.core.backend.hashed_key`: Redis takes keys of any length and
+bytes, so nothing needs hashing, and keys written by earlier versions must stay where readers look for them.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import Any
 
 from chatkeep.core import StoreConfigurationError
 from chatkeep.redis._config import RedisConfig
+from chatkeep.redis._resp import release_socket
 from chatkeep.redis._transport import TransportName, backoff, retrying
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis, RedisCluster
@@ -148,13 +149,7 @@ class RedisPyTransport:
             writer = connection._writer
             if writer is None:
                 continue
-            transport = writer.transport
-            # close() marks the transport closing, then fails to schedule the rest on the closed loop: release
-            # the socket directly (asyncio's own last step; see chatkeep.redis._resp).
-            with contextlib.suppress(Exception):
-                transport.close()
-            with contextlib.suppress(Exception):
-                transport._call_connection_lost(None)
+            release_socket(writer.transport)
             connection._writer = connection._reader = None
 
 

@@ -17,7 +17,7 @@ except ImportError:  # pragma: no cover - the resp transport needs hiredis; redi
 # RESP encoding of a command, in C (hiredis's stub types the argument as a 1-tuple: it takes any tuple).
 _pack = cast(Callable[[tuple[Any, ...]], bytes], getattr(hiredis, "pack_command", None))
 
-__all__ = ["RespTransport", "resp_target"]
+__all__ = ["RespTransport", "release_socket", "resp_target"]
 
 _URL_PARTS = {"host", "port", "path", "db", "username", "password"}
 
@@ -52,6 +52,19 @@ def resp_target(url: str) -> dict[str, Any]:
     if others:
         raise ValueError(f"the URL has redis-py options ({', '.join(others)}), which only redis-py implements")
     return kwargs
+
+
+def release_socket(transport: asyncio.BaseTransport) -> None:
+    """Close an asyncio transport's socket when its event loop is already closed (nothing warns of a leak later).
+
+    ``close()`` marks the transport closing, then fails to schedule the rest on the closed loop, and no public
+    call releases the socket without its loop: asyncio's own last step, ``_call_connection_lost``, does
+    (``tests/test_driver_internals.py`` fails when Python changes it). The redis-py transport uses it too.
+    """
+    with contextlib.suppress(Exception):
+        transport.close()
+    with contextlib.suppress(Exception):
+        transport._call_connection_lost(None)  # type: ignore[attr-defined]
 
 
 class _Protocol(asyncio.Protocol):
@@ -282,12 +295,5 @@ class RespTransport:
         protocol, self._protocol = self._protocol, None
         if protocol is None or protocol.transport is None:
             return
-        transport: Any = protocol.transport
         protocol.pending.clear()  # their loop is gone: nobody waits on them
-        # close() marks the transport closing, then fails to schedule the rest on the closed loop. No public
-        # call releases the socket without its loop: asyncio's own last step does (checked by
-        # tests/test_driver_internals.py).
-        with contextlib.suppress(Exception):
-            transport.close()
-        with contextlib.suppress(Exception):
-            transport._call_connection_lost(None)
+        release_socket(protocol.transport)
