@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks._common import INTEROP_TARGETS, Result, analyze_schema, speedup, target_line, times
+from chatkeep.core.backend import write_stamp
 from chatkeep.redis import _layout as redis_layout
 from chatkeep.redis._scripts import APPEND as REDIS_APPEND
 from chatkeep.sql import _sql
@@ -208,21 +209,21 @@ class _GuardedRedis:
         self._keys, self._messages = (h, m, i, index, f"{prefix}:tenants"), m
 
     async def get_items(self, limit: int) -> list[Any]:
-        return [_item(r) for r in await self._db.execute("LRANGE", self._messages, -(limit + 1), -1)]
+        return [_item(r) for r in await self._db.call("LRANGE", self._messages, -(limit + 1), -1)]
 
     async def add_items(self, items: list[Any]) -> None:
         ids, records = zip(*map(_record, items), strict=True)
-        args = [redis_layout.now_us(), 0, 0, len(records), GUARDED_TENANT, self._id, 0, *ids, *records]
-        await self._db.execute("EVALSHA", REDIS_APPEND.sha, len(self._keys), *self._keys, *args)
+        args = [write_stamp(), 0, 0, len(records), GUARDED_TENANT, self._id, 0, *ids, *records]
+        await self._db.call("EVALSHA", REDIS_APPEND.sha, len(self._keys), *self._keys, *args)
 
     async def clear_session(self) -> None:
-        await self._db.execute("DEL", *self._keys[:3])
+        await self._db.call("DEL", *self._keys[:3])
 
 
 class _RawRedis:
     """The floor on Redis: an ``LRANGE`` and an ``RPUSH`` on the fastest asyncio client we know.
 
-    That is chatkeep's own connection (a bare asyncio protocol, hiredis parsing), about half redis-py's asyncio
+    That is chatkeep's ``resp`` transport (a bare asyncio protocol, hiredis parsing), about half redis-py's asyncio
     cost per round trip: a floor on redis-py would leave room a faster client could use.
     """
 
@@ -230,13 +231,13 @@ class _RawRedis:
         self._db, self._key = connection, key
 
     async def get_items(self, limit: int) -> list[Any]:
-        return [json.loads(r) for r in await self._db.execute("LRANGE", self._key, -(limit + 1), -1)]
+        return [json.loads(r) for r in await self._db.call("LRANGE", self._key, -(limit + 1), -1)]
 
     async def add_items(self, items: list[Any]) -> None:
-        await self._db.execute("RPUSH", self._key, *[json.dumps(i) for i in items])
+        await self._db.call("RPUSH", self._key, *[json.dumps(i) for i in items])
 
     async def clear_session(self) -> None:
-        await self._db.execute("DEL", self._key)
+        await self._db.call("DEL", self._key)
 
 
 @dataclass
@@ -356,16 +357,17 @@ async def _redis() -> AsyncIterator[Pair]:
 
     from chatkeep.core import open_store
     from chatkeep.interop.openai_agents import ChatkeepSession
-    from chatkeep.redis._fastpath import FastConnection, fast_target
+    from chatkeep.redis._resp import RespTransport, resp_target
 
     prefix = f"ckbench-oa-{uuid.uuid4().hex[:8]}"
     client = aredis.Redis.from_url(REDIS_URL)
     store = open_store(REDIS_URL, prefix=prefix)
-    target = fast_target(REDIS_URL)
-    if target is None:
-        raise SystemExit(f"the Redis floor needs hiredis and a plain redis:// URL, not {REDIS_URL}")
-    fast = FastConnection(target, address=REDIS_URL, socket_timeout=5.0, connect_timeout=5.0)
-    await fast.execute("SCRIPT", "LOAD", REDIS_APPEND.source)  # for the guarded path's EVALSHA
+    try:
+        target = resp_target(REDIS_URL)
+    except ValueError as exc:
+        raise SystemExit(f"the Redis floor cannot run on {REDIS_URL}: {exc}") from None
+    fast = RespTransport(target, address=REDIS_URL, socket_timeout=5.0, connect_timeout=5.0)
+    await fast.call("SCRIPT", "LOAD", REDIS_APPEND.source)  # for the guarded path's EVALSHA
 
     def sdk(session_id: str) -> Any:
         return RedisSession(session_id, redis_client=client, key_prefix=f"{prefix}:sdk")

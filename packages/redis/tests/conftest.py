@@ -20,6 +20,7 @@ import pytest
 import pytest_asyncio
 from redis.asyncio import Redis, RedisCluster
 
+from chatkeep.redis._transport import TRANSPORTS
 from chatkeep.testing.faults import LoopbackProxy, free_port
 from chatkeep.testing.services import missing_service
 
@@ -35,6 +36,28 @@ def targets() -> list[str]:
 
 def target_id(url: str) -> str:
     return "cluster" if url.startswith("redis+cluster") else "standalone"
+
+
+def transports_for(url: str) -> list[str]:
+    """The transports that serve a target: both on a standalone server, redis-py on a cluster."""
+    return ["redis-py"] if url.startswith("redis+cluster") else list(TRANSPORTS)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``redis_target`` (the server URL, without chatkeep options) runs a test once per target server; with
+    ``redis_transport`` too, once per transport that serves it (both on a standalone server, redis-py on a
+    cluster), so no test is generated for a pair that cannot run. Tests of a private standalone server
+    (``private_redis``...) that take ``redis_transport`` run on both transports.
+    """
+    names = metafunc.fixturenames
+    if "redis_target" in names and "redis_transport" in names:
+        pairs = [(url, transport) for url in targets() for transport in transports_for(url)]
+        ids = [f"{target_id(url)}-{transport}" for url, transport in pairs]
+        metafunc.parametrize(("redis_target", "redis_transport"), pairs, ids=ids)
+    elif "redis_target" in names:
+        metafunc.parametrize("redis_target", targets(), ids=target_id)
+    elif "redis_transport" in names:
+        metafunc.parametrize("redis_transport", list(TRANSPORTS))
 
 
 def raw_client(url: str) -> Redis | RedisCluster:
@@ -76,12 +99,6 @@ async def unlink_prefix(url: str, prefix: str) -> None:
             await client.unlink(key)
     finally:
         await client.aclose()
-
-
-@pytest.fixture(params=targets(), ids=target_id)
-def redis_target(request: pytest.FixtureRequest) -> str:
-    """The server URL (without chatkeep options) of this test."""
-    return str(request.param)
 
 
 @pytest_asyncio.fixture(loop_scope="function")

@@ -20,8 +20,8 @@ def make_messages(n: int, label: str = "m") -> list[Message]:
 
 
 @pytest.mark.reliability
-async def test_store_recovers_after_the_server_restarts(private_redis: Any) -> None:
-    async with open_store(private_redis.url, socket_timeout=1, connect_timeout=1) as store:
+async def test_store_recovers_after_the_server_restarts(private_redis: Any, redis_transport: str) -> None:
+    async with open_store(private_redis.url, socket_timeout=1, connect_timeout=1, transport=redis_transport) as store:
         assert await store.append(KEY, make_messages(3, "before")) == 3
         await private_redis.stop()
 
@@ -60,9 +60,10 @@ async def test_with_an_append_only_file_acknowledged_appends_survive_a_server_ki
 
 
 @pytest.mark.reliability
-async def test_refused_connection_names_host_and_port_and_hides_the_password() -> None:
+async def test_refused_connection_names_host_and_port_and_hides_the_password(redis_transport: str) -> None:
     port = free_port()
-    async with open_store(f"redis://:hunter2@127.0.0.1:{port}/0", connect_timeout=1) as store:
+    url = f"redis://:hunter2@127.0.0.1:{port}/0"
+    async with open_store(url, connect_timeout=1, transport=redis_transport) as store:
         started = time.monotonic()
         with pytest.raises(StoreUnavailableError) as caught:
             await store.count(KEY)
@@ -85,10 +86,12 @@ async def test_unreachable_cluster_names_its_nodes() -> None:
 
 
 @pytest.mark.reliability
-async def test_lost_reply_leaves_the_append_whole_and_a_retry_adds_nothing(private_redis: Any, proxy: Any) -> None:
+async def test_lost_reply_leaves_the_append_whole_and_a_retry_adds_nothing(
+    private_redis: Any, proxy: Any, redis_transport: str
+) -> None:
     url = f"redis://127.0.0.1:{proxy.port}/0"
     batch = make_messages(50, "lost")
-    async with open_store(url, socket_timeout=0.5, connect_timeout=1) as store:
+    async with open_store(url, socket_timeout=0.5, connect_timeout=1, transport=redis_transport) as store:
         await store.count(KEY)  # connected
         proxy.blackhole = True
         started = time.monotonic()
@@ -106,11 +109,12 @@ async def test_lost_reply_leaves_the_append_whole_and_a_retry_adds_nothing(priva
 
 
 @pytest.mark.reliability
-async def test_cut_connections_are_replaced(private_redis: Any, proxy: Any) -> None:
-    async with open_store(f"redis://127.0.0.1:{proxy.port}/0", socket_timeout=1, connect_timeout=1) as store:
+async def test_cut_connections_are_replaced(private_redis: Any, proxy: Any, redis_transport: str) -> None:
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    async with open_store(url, socket_timeout=1, connect_timeout=1, transport=redis_transport) as store:
         await store.append(KEY, [Message(role="user", text="one")])
         proxy.cut()
-        # The pooled connection is dead; the driver's retry reconnects (an append is safe to retry).
+        # The connection is dead; the transport's retry reconnects (an append is safe to retry).
         assert await store.append(KEY, [Message(role="user", text="two")]) == 1
         assert [m.text for m in await store.load(KEY)] == ["one", "two"]
 

@@ -185,7 +185,7 @@ async def test_rediss_round_trip_with_the_test_ca(tls_redis: TLSRedis) -> None:
     try:
         async with open_store(tls_redis.url + "&prefix=tls") as store:
             assert isinstance(store, RedisHistoryStore)
-            assert store._fast_target is None, "rediss:// must not use the plain-TCP fast connection"
+            assert store.transport == "redis-py", "rediss:// must not use the plain-TCP resp transport"
             assert await store.append(KEY, messages[:3]) == 3
             assert await store.append(KEY, messages[2:]) == 2  # idempotent by message id
             assert await raw.exists("tls:tenants") == 1  # the data went to the TLS server, under the prefix
@@ -194,7 +194,6 @@ async def test_rediss_round_trip_with_the_test_ca(tls_redis: TLSRedis) -> None:
             assert [m.message_id for m in loaded] == [m.message_id for m in messages]
             assert [m.text for m in await store.load(KEY, last=2)] == ["tls-3 ✓", "tls-4 ✓"]
             assert await store.count(KEY) == 5
-            assert store._fast is None  # every call went through redis-py's TLS connection
             assert await store.delete(KEY) is True
             assert await store.count(KEY) == 0
             assert await store.load(KEY) == []
@@ -229,9 +228,9 @@ async def test_rediss_without_the_ca_fails_certificate_verification(tls_redis: T
 
 
 @pytest.mark.reliability
-async def test_plain_redis_url_to_the_tls_port_fails_cleanly(tls_redis: TLSRedis) -> None:
-    # count/load go through the fast connection (with hiredis), delete through redis-py: both fail cleanly.
-    async with open_store(f"redis://127.0.0.1:{tls_redis.port}/0", socket_timeout=1, connect_timeout=1) as store:
+async def test_plain_redis_url_to_the_tls_port_fails_cleanly(tls_redis: TLSRedis, redis_transport: str) -> None:
+    url = f"redis://127.0.0.1:{tls_redis.port}/0"
+    async with open_store(url, socket_timeout=1, connect_timeout=1, transport=redis_transport) as store:
         calls: list[Callable[[], Awaitable[object]]] = [
             lambda: store.count(KEY),
             lambda: store.load(KEY, last=2),

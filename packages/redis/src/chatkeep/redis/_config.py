@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
 from chatkeep.core import StoreConfigurationError
@@ -20,6 +20,9 @@ from chatkeep.core.backend import (
     positive_seconds,
     redact_url,
 )
+
+if TYPE_CHECKING:
+    from chatkeep.redis._transport import TransportName
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -49,6 +52,14 @@ def check_prefix(prefix: object) -> str:
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         raise ValueError("must be non-empty text without braces (braces would move keys to other cluster slots)")
     return prefix
+
+
+def _transport_name(value: object) -> str:
+    from chatkeep.redis._transport import TRANSPORTS
+
+    if value not in TRANSPORTS:
+        raise ValueError(f"must be one of {', '.join(TRANSPORTS)}")
+    return str(value)
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,6 +109,13 @@ OPTIONS = OptionSet(
             DEFAULT_WAIT_TIMEOUT_MS,
             "milliseconds a write waits for its replicas before raising ReplicationTimeoutError",
         ),
+        StoreOption(
+            "transport",
+            _transport_name,
+            None,
+            "the driver: resp (the store's own connection; standalone, needs hiredis) or redis-py; "
+            "default the fastest that serves the URL",
+        ),
     ],
     error=RedisURLError,
     driver_option=lambda name: name in _redis_py_options(),
@@ -121,6 +139,8 @@ class RedisConfig:
         connect_timeout: seconds a connection attempt may take before the call fails.
         wait_replicas: how many replicas must confirm each write (``WAIT``) before it returns; 0 does not wait.
         wait_timeout_ms: how long a write waits for them, in milliseconds (less than ``socket_timeout``).
+        transport: the driver that carries the commands: ``resp`` (the store's own connection, standalone
+            servers, hiredis) or ``redis-py`` (every URL); see :mod:`chatkeep.redis._transport`.
         startup_nodes: for a cluster, every ``(host, port)`` the URL names.
         given_url: the URL as the caller wrote it (shown, redacted, in messages).
     """
@@ -135,6 +155,7 @@ class RedisConfig:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     wait_replicas: int = 0
     wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
+    transport: TransportName = "redis-py"
     startup_nodes: tuple[tuple[str, int], ...] = field(default=())
     given_url: str = ""
 
@@ -154,11 +175,12 @@ class RedisConfig:
         return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
 
 
-def parse_url(url: str, **options: Any) -> RedisConfig:
+def parse_url(url: str, *, handed_in: bool = False, **options: Any) -> RedisConfig:
     """Read a Redis URL, e.g. ``redis://[[user]:password@]host[:port][/db][?prefix=P&ttl=S&keep_last=N&wait_replicas=1]``.
 
     ``redis+cluster://host:port[,host:port...]`` connects to a Redis Cluster, ``unix:///path/redis.sock?db=0``
-    to a socket. Keyword options override the query; ``None`` means "not given".
+    to a socket. Keyword options override the query; ``None`` means "not given". ``handed_in``: the store runs
+    on a redis-py client handed to it, so its transport is ``redis-py``.
 
     Raises:
         RedisURLError: the scheme is not a Redis one, or an option is unknown (neither chatkeep's nor
@@ -219,9 +241,34 @@ def parse_url(url: str, **options: Any) -> RedisConfig:
         connect_timeout=ours["connect_timeout"],
         wait_replicas=ours["wait_replicas"],
         wait_timeout_ms=ours["wait_timeout_ms"],
+        transport=_choose_transport(ours["transport"], driver_url, cluster=cluster, handed_in=handed_in, shown=shown),
         startup_nodes=nodes,
         given_url=url,
     )
+
+
+def _choose_transport(
+    asked: str | None, driver_url: str, *, cluster: bool, handed_in: bool, shown: str
+) -> TransportName:
+    """The transport asked for, or the fastest that serves the URL (``resp`` where it can, else ``redis-py``)."""
+    if asked == "redis-py" or (asked is None and (cluster or handed_in)):
+        return "redis-py"
+    from chatkeep.redis._resp import resp_target
+
+    try:
+        if cluster:
+            raise ValueError("it speaks to a standalone server, not a Redis Cluster")
+        if handed_in:
+            raise ValueError("the store runs on the redis-py client handed to it")
+        resp_target(driver_url)
+    except ValueError as exc:
+        if asked is None:
+            return "redis-py"
+        raise RedisURLError(
+            f"the Redis store option transport=resp cannot serve {shown!r}: {exc}; use transport=redis-py, "
+            "or leave the option out for the fastest transport that serves the URL"
+        ) from None
+    return "resp"
 
 
 def _host_port(item: str, shown: str) -> tuple[str, int]:

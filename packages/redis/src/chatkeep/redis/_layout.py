@@ -1,4 +1,4 @@
-"""Where a session lives in Redis: key names, list_sessions cursors and timestamps.
+"""Where a session lives in Redis: key names and index entries.
 
 Layout (``P`` is the prefix, ``T`` and ``S`` the base64url of the tenant and session id in UTF-8)::
 
@@ -15,29 +15,18 @@ index lives on another slot: writers update it *before* the session (an entry wi
 dropped by ``list_sessions`` and ``prune``; a session without an entry cannot happen), and removals
 are conditional on the entry's score, so a concurrent write keeps its entry. ``trim`` is the exception:
 it updates the index *after*, and only when it deleted messages, from a session that has its entry.
+
+Keys hold the ids' base64url, not :func:`chatkeep.core.backend.hashed_key`: Redis takes keys of any length and
+bytes, so nothing needs hashing, and keys written by earlier versions must stay where readers look for them.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import functools
-import json
-import time
-from datetime import datetime, timezone
 from typing import Any
 
-__all__ = [
-    "INDEX_GRACE_US",
-    "decode_cursor",
-    "encode_cursor",
-    "now_us",
-    "pairs",
-    "pop_receipt",
-    "session_keys",
-    "tenant_index",
-    "to_datetime",
-]
+__all__ = ["INDEX_GRACE_US", "pairs", "pop_receipt", "session_keys", "tenant_index"]
 
 # An index entry whose session is missing is only dropped once it is this old: younger, it may belong to a
 # write that updated the index and has not reached the session yet.
@@ -63,36 +52,6 @@ def pop_receipt(hash_key: str, token: str) -> str:
 
 def tenant_index(prefix: str, tenant: str) -> str:
     return f"{prefix}:{{{_b64(tenant)}}}:sessions"
-
-
-_last_stamp = 0
-
-
-def now_us() -> int:
-    """Microseconds since the epoch, strictly increasing within this process (so writes order within a tick)."""
-    global _last_stamp
-    now = time.time_ns() // 1000
-    if now <= _last_stamp:
-        now = _last_stamp + 1
-    _last_stamp = now
-    return now
-
-
-def to_datetime(us: int | float | bytes | str) -> datetime:
-    return datetime.fromtimestamp(int(float(us)) / 1e6, tz=timezone.utc)
-
-
-def encode_cursor(score: int, session_id: str) -> str:
-    raw = json.dumps([int(score), session_id], ensure_ascii=False).encode()
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-def decode_cursor(cursor: str) -> tuple[int, bytes]:
-    try:
-        score, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        return int(score), str(session_id).encode()
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise ValueError(f"{cursor!r} is not a list_sessions cursor") from exc
 
 
 def pairs(rows: list[Any]) -> list[tuple[bytes, int]]:

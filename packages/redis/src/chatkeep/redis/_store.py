@@ -6,13 +6,12 @@ Where each session's data lives (key names, hash tags, the tenant index) is in :
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from chatkeep.core import (
     AgentSession,
@@ -29,23 +28,26 @@ from chatkeep.core.backend import (
     HistoryStore,
     StoredSession,
     conflict_error,
+    decode_cursor,
     decode_records,
+    encode_cursor,
     owner_error,
     redact_url,
     session_document,
+    stamp_time,
+    time_stamp,
+    write_stamp,
 )
 from chatkeep.redis import _layout, _replicas, _scripts
 from chatkeep.redis._config import parse_url
-from chatkeep.redis._fastpath import FastConnection, fast_target
 from chatkeep.redis._scripts import Script
+from chatkeep.redis._transport import RedisTransport
 from redis import exceptions as redis_errors
-from redis.asyncio import Redis, RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
+
+if TYPE_CHECKING:
+    from chatkeep.redis._redispy import RedisClient
 
 __all__ = ["RedisHistoryProvider", "RedisHistoryStore", "open_store"]
-
-RedisClient = Redis | RedisCluster
 
 _SCAN_BATCH = 500
 _POP_RECEIPT_MS = 60_000  # longer than any retry of the command takes (see _scripts.POP)
@@ -66,31 +68,6 @@ _RETRY_SAVE = (
 )
 
 
-def _abandon(client: RedisClient) -> None:
-    """Close a client's sockets without its event loop (which is closed), so nothing warns of a leak later."""
-    connections: list[Any] = []
-    if isinstance(client, RedisCluster):
-        nodes = [*client.get_nodes(), *client.nodes_manager.startup_nodes.values(), *client.startup_nodes]
-        for node in {id(node): node for node in nodes}.values():
-            connections += node._connections
-        client._initialize = True  # what aclose() leaves behind: the client no longer counts as open
-    else:
-        pool = client.connection_pool
-        connections += [*getattr(pool, "_available_connections", ()), *getattr(pool, "_in_use_connections", ())]
-    for connection in connections:
-        writer = getattr(connection, "_writer", None)
-        if writer is None:
-            continue
-        transport = writer.transport
-        # close() marks the transport closing, then fails to schedule the rest on the closed loop:
-        # release the socket directly.
-        with contextlib.suppress(Exception):
-            transport.close()
-        with contextlib.suppress(Exception):
-            transport._call_connection_lost(None)
-        connection._writer = connection._reader = None
-
-
 class RedisHistoryStore(HistoryStore):
     """A :class:`~chatkeep.core.HistoryStore` on Redis, Redis Cluster or Valkey (plain commands and Lua only).
 
@@ -98,9 +75,9 @@ class RedisHistoryStore(HistoryStore):
     trimmed or deleted messages are forgotten), contiguous under concurrent writers, refreshing the TTL and
     trimming to ``keep_last`` in the same atomic step. ``load(last=k)`` reads only the k newest records.
 
-    Opened from a ``redis://`` or ``unix://`` URL with hiredis installed, the store runs ``append``, ``load``
-    and ``count`` on its own pipelined asyncio connection (``chatkeep.redis._fastpath``) and the rest on
-    redis-py; a cluster, a client handed in, TLS and redis-py query options use redis-py for everything.
+    Every command goes through one transport (:mod:`chatkeep.redis._transport`): ``resp``, the store's own
+    pipelined asyncio connection (standalone ``redis://`` and ``unix://`` URLs, hiredis installed; the default
+    there), or ``redis-py`` (every URL: TLS, redis-py's query options, Redis Cluster, a client handed in).
 
     Args:
         url: ``redis://``, ``rediss://``, ``unix://`` or ``redis+cluster://`` (see :func:`open_store`); ``None``
@@ -113,14 +90,15 @@ class RedisHistoryStore(HistoryStore):
             itself), ``max_message_bytes``, ``socket_timeout`` and ``connect_timeout`` (seconds),
             ``wait_replicas`` (replicas that must have each ``append`` and ``save_session`` before it returns,
             by Redis ``WAIT`` on the write's connection; default 0) and ``wait_timeout_ms`` (how long they may
-            take, default 1000; then ``ReplicationTimeoutError``).
+            take, default 1000; then ``ReplicationTimeoutError``), ``transport`` (``resp`` or ``redis-py``;
+            default the fastest that serves the URL).
 
     Raises:
         RedisURLError: the URL or an option is malformed, or an option is neither chatkeep's nor redis-py's.
     """
 
     def __init__(self, url: str | None = None, *, client: RedisClient | None = None, **options: Any) -> None:
-        config = parse_url(url or "redis://localhost:6379/0", **options)
+        config = parse_url(url or "redis://localhost:6379/0", handed_in=client is not None, **options)
         super().__init__(max_message_bytes=config.max_message_bytes)
         self.config = config
         self.prefix = config.prefix
@@ -129,18 +107,18 @@ class RedisHistoryStore(HistoryStore):
         self._ttl_ms = 0 if self.ttl is None else max(1, math.ceil(self.ttl * 1000))
         self._cap = self.keep_last or 0
         self._owns_client = client is None
+        self._link: RedisTransport | None = None
+        self._cluster = config.cluster
         if client is not None:
-            kwargs = client.get_connection_kwargs() if isinstance(client, Redis) else client.connection_kwargs  # type: ignore[no-untyped-call]
-            if kwargs.get("decode_responses"):
+            from chatkeep.redis._redispy import RedisPyTransport, decodes_responses
+
+            if decodes_responses(client):
                 raise StoreConfigurationError(
                     "the Redis client decodes responses (decode_responses=True); chatkeep reads records as bytes, "
                     "so hand it a client made with decode_responses=False"
                 )
-        self._client: RedisClient | None = client
-        # The hot commands' own connection (standalone servers the store connects to itself, with hiredis).
-        self._fast_target = fast_target(config.url) if client is None and not config.cluster else None
-        self._fast: FastConnection | None = None
-        self._cluster = isinstance(client, RedisCluster) if client is not None else config.cluster
+            self._link = RedisPyTransport(config, client)
+            self._cluster = self._link.cluster
         self._tenants_key = f"{self.prefix}:tenants"
         # With wait_replicas, every write of append and save_session is followed by this on its connection.
         self._wait = ("WAIT", config.wait_replicas, config.wait_timeout_ms) if config.wait_replicas else None
@@ -149,64 +127,41 @@ class RedisHistoryStore(HistoryStore):
 
     # -- connection ------------------------------------------------------------------------------
 
-    def _new_client(self) -> RedisClient:
-        config = self.config
-        common: dict[str, Any] = {
-            "socket_timeout": config.socket_timeout,
-            "socket_connect_timeout": config.connect_timeout,
-            "decode_responses": False,
-        }
-        try:
-            if config.cluster:
-                from redis.asyncio.cluster import ClusterNode
+    @property
+    def transport(self) -> str:
+        """The transport that carries the store's commands: ``resp`` or ``redis-py``."""
+        return self.config.transport
 
-                return RedisCluster.from_url(
-                    config.url,
-                    startup_nodes=[ClusterNode(host, port) for host, port in config.startup_nodes],
-                    **common,
-                )
-            # Commands are retried on lost connections; appends are idempotent, so a retry never duplicates.
-            common["retry"] = Retry(ExponentialBackoff(cap=0.5, base=0.05), 2)
-            return Redis.from_url(config.url, **common)
-        except (TypeError, ValueError, redis_errors.RedisError) as exc:
-            raise StoreConfigurationError(
-                f"the Redis URL {config.shown_url!r} has an option redis-py does not accept: {exc}"
-            ) from exc
-
-    def _redis(self) -> RedisClient:
-        client = self._client
-        if client is None:
-            client = self._client = self._new_client()
-        return client
-
-    def _fast_connection(self) -> FastConnection | None:
-        fast = self._fast
-        if fast is None and self._fast_target is not None:
+    def _transport(self) -> RedisTransport:
+        link = self._link
+        if link is None:
             config = self.config
-            fast = self._fast = FastConnection(
-                self._fast_target,
-                address=config.address,
-                socket_timeout=config.socket_timeout,
-                connect_timeout=config.connect_timeout,
-            )
-        return fast
+            if config.transport == "resp":
+                from chatkeep.redis._resp import RespTransport, resp_target
+
+                link = RespTransport(
+                    resp_target(config.url),
+                    address=config.address,
+                    socket_timeout=config.socket_timeout,
+                    connect_timeout=config.connect_timeout,
+                )
+            else:
+                from chatkeep.redis._redispy import RedisPyTransport
+
+                link = RedisPyTransport(config)
+            self._link = link
+        return link
 
     def _on_loop_change(self) -> None:
-        fast, self._fast = self._fast, None
-        if fast is not None:
-            fast.abandon()
-        if self._client is not None and self._owns_client:
-            _abandon(self._client)
-            self._client = None
+        link = self._link
+        if link is not None and self._owns_client:  # a client handed in is its owner's to move
+            self._link = None
+            link.abandon()
 
     async def _aclose(self) -> None:
-        fast, self._fast = self._fast, None
-        if fast is not None:
-            await fast.aclose()
-        client, self._client = self._client, None
-        if client is not None and self._owns_client:
-            with contextlib.suppress(redis_errors.RedisError, OSError):
-                await client.aclose()
+        link, self._link = self._link, None
+        if link is not None:
+            await link.aclose()  # a client handed in stays open
 
     def _unavailable(self, exc: BaseException) -> NoReturn:
         where = self.config.address if self._owns_client else "the Redis client handed to the store"
@@ -226,119 +181,87 @@ class RedisHistoryStore(HistoryStore):
         detail = redact_url(str(exc)) or type(exc).__name__
         raise StoreUnavailableError(f"{what} ({self.config.shown_url}): {detail}; {hint}") from exc
 
-    async def _command(self, *args: Any) -> Any:
-        client = self._redis()
+    async def _call(self, *args: Any) -> Any:
+        """One command's reply (a failure raises ``StoreUnavailableError``)."""
         try:
-            return await client.execute_command(*args)
+            return await (self._link or self._transport()).call(*args)
         except _DRIVER_ERRORS as exc:
             self._unavailable(exc)
 
-    async def _hot_command(self, *args: Any) -> Any:
-        """A command every turn runs: on the fast connection when the store has one, else as ``_command``."""
-        fast = self._fast or self._fast_connection()
-        if fast is None:
-            return await self._command(*args)
+    async def _pipeline(self, commands: Sequence[Sequence[Any]], *, key: str | None = None) -> list[Any]:
+        """Commands in one write on one connection (on a cluster with ``key``, the primary owning it); replies in order.
+
+        A server error reply raises ``StoreUnavailableError``, as a failure does.
+        """
         try:
-            return await fast.execute(*args)
+            replies = await self._transport().pipeline(commands, key=key)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
         except _DRIVER_ERRORS as exc:
             self._unavailable(exc)
+        return replies
 
-    async def _hot_script(self, script: _scripts.Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """A script every turn runs: on the fast connection when the store has one, else as ``_script``."""
-        fast = self._fast or self._fast_connection()
-        if fast is None:
-            return await self._script(script, keys, args)
-        try:
-            return await fast.evalsha(script.sha, script.source, keys, args)
-        except _DRIVER_ERRORS as exc:
-            self._unavailable(exc)
+    async def _run_script(
+        self, script: Script, keys: Sequence[str], args: Sequence[Any], wait: Sequence[Any] | None = None
+    ) -> Any:
+        """A script's reply, by ``EVALSHA``; by ``EVAL`` (which caches it) where the server does not know it.
 
-    async def _script(self, script: _scripts.Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        client = self._redis()
+        With ``wait`` (a ``WAIT`` command), it follows the script in one write on one connection, and the result
+        is both replies.
+        """
+        link = self._link or self._transport()
+
+        async def send(command: Sequence[Any]) -> Any:
+            if wait is None:
+                return await link.call(*command)
+            replies = await link.pipeline((command, wait), key=keys[0])
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            return replies
+
         try:
             try:
-                return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                return await send(("EVALSHA", script.sha, len(keys), *keys, *args))
             except redis_errors.NoScriptError:
-                # A restarted server or another cluster node: EVAL runs the script and caches it there.
-                return await client.execute_command("EVAL", script.source, len(keys), *keys, *args)
+                # A restarted or flushed server, or another cluster node.
+                return await send(("EVAL", script.source, len(keys), *keys, *args))
         except _DRIVER_ERRORS as exc:
             self._unavailable(exc)
 
-    async def _scripts(
-        self, script: _scripts.Script, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
-    ) -> list[Any]:
+    async def _script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return await self._run_script(script, keys, args)
+
+    async def _scripts(self, script: Script, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
         """Run a script for many keys in one pipeline (non-transactional: each call is atomic on its own)."""
         if not calls:
             return []
-        client = self._redis()
         try:
-            pipe = client.pipeline(transaction=False)
-            for keys, args in calls:
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            results = await pipe.execute(raise_on_error=False)
-            for n, result in enumerate(results):
-                if isinstance(result, redis_errors.NoScriptError):
-                    keys, args = calls[n]
-                    results[n] = await client.execute_command("EVAL", script.source, len(keys), *keys, *args)
-                elif isinstance(result, Exception):
-                    raise result
-            return list(results)
+            commands = [("EVALSHA", script.sha, len(keys), *keys, *args) for keys, args in calls]
+            results = await self._transport().pipeline(commands)
         except _DRIVER_ERRORS as exc:
             self._unavailable(exc)
-
-    async def _together(self, key: str, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        """Commands in one write on one connection (on a cluster, the primary owning ``key``); replies in order.
-
-        A server error reply comes back in its place as the exception; a failed connection raises.
-        """
-        fast = self._fast or self._fast_connection()
-        if fast is not None:
-            return await fast.pipeline(*commands)
-        client = self._redis()
-        if isinstance(client, RedisCluster):
-            return await _replicas.on_slot_owner(client, key, commands)
-        pipe = client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
-        return list(await pipe.execute(raise_on_error=False))
-
-    async def _replicated(self, key: str, command: Sequence[Any], *, fallback: Sequence[Any] = ()) -> tuple[Any, int]:
-        """Run a write and ``WAIT`` right behind it on its connection: its reply, and how many replicas have it.
-
-        ``fallback`` is sent instead (with its ``WAIT``) when the server does not know the script of ``command``.
-
-        Raises:
-            StoreUnavailableError: the server could not be reached or refused the write.
-        """
-        assert self._wait is not None
-        try:
-            reply, acknowledged = await self._together(key, (command, self._wait))
-            if isinstance(reply, redis_errors.NoScriptError) and fallback:
-                reply, acknowledged = await self._together(key, (fallback, self._wait))
-            for outcome in (reply, acknowledged):
-                if isinstance(outcome, Exception):
-                    raise outcome
-        except _DRIVER_ERRORS as exc:
-            self._unavailable(exc)
-        return reply, int(acknowledged)
+        for n, result in enumerate(results):
+            if isinstance(result, redis_errors.NoScriptError):
+                results[n] = await self._script(script, *calls[n])  # by EVAL, once per node that lacks it
+            elif isinstance(result, Exception):
+                self._unavailable(result)
+        return results
 
     async def _write_script(
-        self, script: Script, keys: Sequence[str], args: Sequence[Any], *, hot: bool, earlier: Sequence[int] = ()
+        self, script: Script, keys: Sequence[str], args: Sequence[Any], *, earlier: Sequence[int] = ()
     ) -> tuple[Any, int | None]:
-        """A script that writes: as ``_hot_script`` (or ``_script``), followed by ``WAIT`` with ``wait_replicas``.
+        """A script that writes, followed by ``WAIT`` on its connection with ``wait_replicas``.
 
         Returns:
             The script's reply, and how many replicas have this call's writes (the fewest of the script's and
             ``earlier``, the counts of the writes before it); ``None`` without ``wait_replicas``.
         """
         if self._wait is None:
-            return await (self._hot_script if hot else self._script)(script, keys, args), None
-        reply, acknowledged = await self._replicated(
-            keys[0],
-            ("EVALSHA", script.sha, len(keys), *keys, *args),
-            fallback=("EVAL", script.source, len(keys), *keys, *args),
-        )
-        return reply, min([acknowledged, *earlier])
+            return await self._run_script(script, keys, args), None
+        reply, acknowledged = await self._run_script(script, keys, args, self._wait)
+        return reply, min([int(acknowledged), *earlier])
 
     def _check_replicas(self, acknowledged: int | None, *, what: str, retry: str) -> None:
         """Raise ``ReplicationTimeoutError`` when fewer than ``wait_replicas`` replicas have the call's writes."""
@@ -357,15 +280,15 @@ class RedisHistoryStore(HistoryStore):
         """
         commands = (("ZADD", self._tenants_key, "GT", now, tenant), ("ZADD", index, "GT", now, session_id))
         if self._wait is None:
-            writes = [self._command(*command) for command in commands]
+            writes = [self._call(*command) for command in commands]
         else:  # each on the node that owns it, waiting there for its replicas
-            writes = [self._replicated(command[1], command) for command in commands]
+            writes = [self._pipeline((command, self._wait), key=command[1]) for command in commands]
         # Both finish before either failure is raised: no task is left behind with an error nobody reads.
         outcomes: list[Any] = await asyncio.gather(*writes, return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
-        return [] if self._wait is None else [acknowledged for _, acknowledged in outcomes]
+        return [] if self._wait is None else [int(acknowledged) for _, acknowledged in outcomes]
 
     # -- messages --------------------------------------------------------------------------------
 
@@ -375,6 +298,7 @@ class RedisHistoryStore(HistoryStore):
             "type": type(self).__name__,
             "url": self.config.shown_url if self._owns_client else "(client handed in)",
             "cluster": self._cluster,
+            "transport": self.transport,
             "prefix": self.prefix,
             "ttl": self.ttl,
             "keep_last": self.keep_last,
@@ -394,7 +318,7 @@ class RedisHistoryStore(HistoryStore):
     async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
         """Append in one atomic script, skipping ids already stored; returns how many were new."""
         h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
-        now = _layout.now_us()
+        now = write_stamp()
         args = [now, self._ttl_ms, self._cap, len(records), key.tenant, key.session_id, int(self._wait is not None)]
         args += [message.message_id for message in messages]
         args += records
@@ -403,9 +327,7 @@ class RedisHistoryStore(HistoryStore):
             keys: tuple[str, ...] = (h, m, i)
         else:
             earlier, keys = [], (h, m, i, index, self._tenants_key)
-        added, acknowledged = await self._write_script(
-            _scripts.APPEND, keys, args, hot=not self._cluster, earlier=earlier
-        )
+        added, acknowledged = await self._write_script(_scripts.APPEND, keys, args, earlier=earlier)
         self._check_replicas(acknowledged, what="append", retry=_RETRY_APPEND)
         return int(added)
 
@@ -417,7 +339,7 @@ class RedisHistoryStore(HistoryStore):
     async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
         """The history in append order; with ``last=k`` only the k newest (one ``LRANGE`` of k records)."""
         m = _layout.session_keys(self.prefix, key.tenant, key.session_id)[1]
-        records = await self._hot_command("LRANGE", m, 0 if last is None else -last, -1)
+        records = await self._call("LRANGE", m, 0 if last is None else -last, -1)
         return self._decode(records) if records else []
 
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
@@ -435,7 +357,7 @@ class RedisHistoryStore(HistoryStore):
                 yield message
 
     async def _count(self, key: SessionKey) -> int:
-        return int(await self._hot_command("LLEN", _layout.session_keys(self.prefix, key.tenant, key.session_id)[1]))
+        return int(await self._call("LLEN", _layout.session_keys(self.prefix, key.tenant, key.session_id)[1]))
 
     async def _delete(self, key: SessionKey) -> bool:
         """Delete the session's messages, ids and document; ``True`` if anything was there."""
@@ -454,7 +376,7 @@ class RedisHistoryStore(HistoryStore):
         after the script, and only when it deleted (the session exists then, so it has its entry already).
         """
         h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
-        now = _layout.now_us()
+        now = write_stamp()
         args = (keep_last, self._ttl_ms, now, key.tenant, key.session_id)
         keys = (h, m, i) if self._cluster else (h, m, i, index, self._tenants_key)
         removed = int(await self._script(_scripts.TRIM, keys, args))
@@ -466,14 +388,14 @@ class RedisHistoryStore(HistoryStore):
         """Remove the newest record and its id in one script (a retry of it returns the same record)."""
         h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
         receipt = _layout.pop_receipt(h, uuid.uuid4().hex)
-        now = _layout.now_us()
+        now = write_stamp()
         args = (now, self._ttl_ms, _POP_RECEIPT_MS, key.tenant, key.session_id)
         if self._cluster:
             earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
             keys: tuple[str, ...] = (h, m, i, receipt)
         else:
             earlier, keys = [], (h, m, i, receipt, index, self._tenants_key)
-        record, acknowledged = await self._write_script(_scripts.POP, keys, args, hot=False, earlier=earlier)
+        record, acknowledged = await self._write_script(_scripts.POP, keys, args, earlier=earlier)
         popped = None if record is None else self._decode([record])[0]
         try:
             self._check_replicas(acknowledged, what="pop", retry=_RETRY_POP)
@@ -486,15 +408,15 @@ class RedisHistoryStore(HistoryStore):
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One tenant's sessions, most recently updated first, from the tenant's index (never a keyspace scan)."""
-        after = _layout.decode_cursor(cursor) if cursor is not None else None
+        after = None if cursor is None else _after(cursor)
         index = _layout.tenant_index(self.prefix, tenant)
         top: Any = "+inf" if after is None else after[0]
         offset, want = 0, limit + 1
         live: list[tuple[SessionInfo, int]] = []
-        stale_before = _layout.now_us() - _layout.INDEX_GRACE_US
+        stale_before = write_stamp() - _layout.INDEX_GRACE_US
         while len(live) < want:
             chunk = max(want - len(live), 16) * 2
-            rows = await self._command("ZREVRANGEBYSCORE", index, top, "-inf", "WITHSCORES", "LIMIT", offset, chunk)
+            rows = await self._call("ZREVRANGEBYSCORE", index, top, "-inf", "WITHSCORES", "LIMIT", offset, chunk)
             if not rows:
                 break
             entries = _layout.pairs(rows)
@@ -508,7 +430,7 @@ class RedisHistoryStore(HistoryStore):
         items = [info for info, _ in live[:want]]
         if len(items) > limit:
             last_info, last_score = live[limit - 1]
-            return SessionPage(items[:limit], _layout.encode_cursor(last_score, last_info.session_id))
+            return SessionPage(items[:limit], encode_cursor(last_score, last_info.session_id))
         return SessionPage(items)
 
     async def _describe(
@@ -516,16 +438,11 @@ class RedisHistoryStore(HistoryStore):
     ) -> list[tuple[SessionInfo, int]]:
         if not entries:
             return []
-        client = self._redis()
-        try:
-            pipe = client.pipeline(transaction=False)
-            for member, _ in entries:
-                h, m, _, _ = _layout.session_keys(self.prefix, tenant, member.decode())
-                pipe.execute_command("HGET", h, "created")
-                pipe.execute_command("LLEN", m)
-            replies = await pipe.execute()
-        except _DRIVER_ERRORS as exc:
-            self._unavailable(exc)
+        commands: list[tuple[str, ...]] = []
+        for member, _ in entries:
+            h, m, _, _ = _layout.session_keys(self.prefix, tenant, member.decode())
+            commands += [("HGET", h, "created"), ("LLEN", m)]
+        replies = await self._pipeline(commands)
         found: list[tuple[SessionInfo, int]] = []
         dead: list[tuple[Sequence[str], Sequence[Any]]] = []
         for n, (member, score) in enumerate(entries):
@@ -534,8 +451,8 @@ class RedisHistoryStore(HistoryStore):
                 if score < stale_before:
                     dead.append(((index,), (member, int(score))))
                 continue
-            created_at = _layout.to_datetime(created)
-            updated_at = max(_layout.to_datetime(score), created_at)
+            created_at = stamp_time(int(created))
+            updated_at = max(stamp_time(score), created_at)
             found.append((SessionInfo(member.decode(), tenant, int(count), created_at, updated_at), score))
         await self._scripts(_scripts.DROP_INDEX_ENTRY, dead)
         return found
@@ -547,7 +464,7 @@ class RedisHistoryStore(HistoryStore):
         document = session_document(session)
         version = uuid.uuid4().hex
         h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
-        now = _layout.now_us()
+        now = write_stamp()
         earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
         outcome, acknowledged = await self._write_script(
             _scripts.SAVE_SESSION,
@@ -562,7 +479,6 @@ class RedisHistoryStore(HistoryStore):
                 now,
                 self._ttl_ms,
             ),
-            hot=False,
             earlier=earlier,
         )
         if outcome == b"owner":
@@ -574,7 +490,7 @@ class RedisHistoryStore(HistoryStore):
 
     async def _load_session(self, key: SessionKey) -> StoredSession | None:
         h = _layout.session_keys(self.prefix, key.tenant, key.session_id)[0]
-        document, version, stored_owner = await self._command("HMGET", h, "doc", "ver", "owner")
+        document, version, stored_owner = await self._call("HMGET", h, "doc", "ver", "owner")
         if document is None or version is None:
             return None
         owner = None if stored_owner is None else stored_owner.decode()
@@ -584,12 +500,12 @@ class RedisHistoryStore(HistoryStore):
 
     async def _prune(self, cutoff_at: datetime, tenant: str | None) -> int:
         """Delete sessions last updated before ``cutoff_at``, found through the indexes; returns how many."""
-        cutoff = int(cutoff_at.timestamp() * 1e6)
+        cutoff = time_stamp(cutoff_at)
         if tenant is not None:
             return await self._prune_tenant(tenant, cutoff)
         removed, offset = 0, 0
         while True:
-            rows = await self._command("ZRANGE", self._tenants_key, offset, offset + _SCAN_BATCH - 1, "WITHSCORES")
+            rows = await self._call("ZRANGE", self._tenants_key, offset, offset + _SCAN_BATCH - 1, "WITHSCORES")
             if not rows:
                 return removed
             kept = 0
@@ -597,7 +513,7 @@ class RedisHistoryStore(HistoryStore):
                 name = member.decode()
                 removed += await self._prune_tenant(name, cutoff)
                 index = _layout.tenant_index(self.prefix, name)
-                if int(await self._command("ZCARD", index)) == 0:
+                if int(await self._call("ZCARD", index)) == 0:
                     kept += 1 - int(await self._script(_scripts.DROP_INDEX_ENTRY, (self._tenants_key,), (name, score)))
                 else:
                     kept += 1
@@ -607,7 +523,7 @@ class RedisHistoryStore(HistoryStore):
         index = _layout.tenant_index(self.prefix, tenant)
         removed, offset = 0, 0
         while True:
-            rows = await self._command(
+            rows = await self._call(
                 "ZRANGEBYSCORE", index, "-inf", f"({cutoff}", "WITHSCORES", "LIMIT", offset, _SCAN_BATCH
             )
             if not rows:
@@ -625,12 +541,10 @@ class RedisHistoryStore(HistoryStore):
     async def _delete_tenant(self, tenant: str) -> int:
         """Delete every session of ``tenant`` (as listed in its index); returns how many existed."""
         index = _layout.tenant_index(self.prefix, tenant)
-        started = _layout.now_us()
+        started = write_stamp()
         removed, offset = 0, 0
         while True:
-            rows = await self._command(
-                "ZRANGEBYSCORE", index, "-inf", started, "WITHSCORES", "LIMIT", offset, _SCAN_BATCH
-            )
+            rows = await self._call("ZRANGEBYSCORE", index, "-inf", started, "WITHSCORES", "LIMIT", offset, _SCAN_BATCH)
             if not rows:
                 break
             entries = _layout.pairs(rows)
@@ -641,6 +555,12 @@ class RedisHistoryStore(HistoryStore):
             offset += len(entries) - sum(int(d) for d in dropped)
         await self._script(_scripts.DROP_INDEX_ENTRY, (self._tenants_key,), (tenant, started))
         return removed
+
+
+def _after(cursor: str) -> tuple[int, bytes]:
+    """A ``list_sessions`` cursor's position: the last score and session id (UTF-8, as the index holds it)."""
+    score, session_id = decode_cursor(cursor, int, str)
+    return int(score), str(session_id).encode()
 
 
 def open_store(url: str = "redis://localhost:6379/0", **options: Any) -> RedisHistoryStore:

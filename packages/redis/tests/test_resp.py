@@ -1,4 +1,4 @@
-"""The store's own pipelined connection for the hot commands (append script, LRANGE, LLEN) on standalone Redis."""
+"""The ``resp`` transport: the store's own pipelined connection to a standalone server (hiredis parsing)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from redis.asyncio import Redis
 
 from chatkeep.core import Message, SessionKey, StoreUnavailableError
-from chatkeep.redis import RedisHistoryStore, open_store
-from chatkeep.redis._fastpath import FastConnection, fast_target
+from chatkeep.redis import RedisHistoryStore, RedisURLError, open_store
+from chatkeep.redis._resp import RespTransport, resp_target
 
 pytest.importorskip("hiredis")
 
@@ -22,36 +22,67 @@ def make_messages(n: int, label: str = "m") -> list[Message]:
     return [Message(role="user", text=f"{label}-{i}") for i in range(n)]
 
 
-def fast_of(store: RedisHistoryStore) -> FastConnection:
-    assert store._fast is not None, "the store did not use its fast connection"
-    return store._fast
+def resp_of(store: RedisHistoryStore) -> RespTransport:
+    link = store._link
+    assert isinstance(link, RespTransport), "the store did not use the resp transport"
+    return link
 
 
-def test_fast_target_only_for_plain_standalone_urls() -> None:
-    assert fast_target("redis://127.0.0.1:6379/0") == {"host": "127.0.0.1", "port": 6379, "db": 0}
-    assert fast_target("redis://alice:p%40ss@h:7/3") == {
+def test_resp_target_only_for_plain_standalone_urls() -> None:
+    assert resp_target("redis://127.0.0.1:6379/0") == {"host": "127.0.0.1", "port": 6379, "db": 0}
+    assert resp_target("redis://alice:p%40ss@h:7/3") == {
         "host": "h",
         "port": 7,
         "db": 3,
         "username": "alice",
         "password": "p@ss",
     }
-    assert fast_target("unix:///tmp/redis.sock?db=2") == {"path": "/tmp/redis.sock", "db": 2}
+    assert resp_target("unix:///tmp/redis.sock?db=2") == {"path": "/tmp/redis.sock", "db": 2}
     # redis-py implements these: the store leaves them to it.
-    assert fast_target("rediss://127.0.0.1:6379/0") is None
-    assert fast_target("redis://127.0.0.1:6379/0?client_name=x") is None
-    assert fast_target("redis://127.0.0.1:6379/0?protocol=3") is None
+    for url, reason in (
+        ("rediss://127.0.0.1:6379/0", "not TLS"),
+        ("redis://127.0.0.1:6379/0?client_name=x", "client_name"),
+        ("redis://127.0.0.1:6379/0?protocol=3", "protocol"),
+    ):
+        with pytest.raises(ValueError, match=reason):
+            resp_target(url)
 
 
-async def test_cluster_and_handed_in_clients_keep_redis_py(private_redis: Any) -> None:
-    assert open_store("redis+cluster://127.0.0.1:7000")._fast_target is None
+def test_the_default_transport_is_the_fastest_that_serves_the_url() -> None:
+    assert open_store("redis://127.0.0.1:6379/0").transport == "resp"
+    assert open_store("unix:///tmp/redis.sock").transport == "resp"
+    assert open_store("redis://127.0.0.1:6379/0?client_name=x").transport == "redis-py"
+    assert open_store("rediss://127.0.0.1:6379/0").transport == "redis-py"
+    assert open_store("redis+cluster://127.0.0.1:7000").transport == "redis-py"
+    assert open_store("redis://127.0.0.1:6379/0?transport=redis-py").transport == "redis-py"
+    assert open_store("redis://127.0.0.1:6379/0", transport="redis-py").describe()["transport"] == "redis-py"
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("redis+cluster://127.0.0.1:7000", "not a Redis Cluster"),
+        ("rediss://127.0.0.1:6379/0", "not TLS"),
+        ("redis://127.0.0.1:6379/0?client_name=x", "client_name"),
+    ],
+)
+def test_resp_where_it_cannot_serve_names_why(url: str, reason: str) -> None:
+    with pytest.raises(RedisURLError, match=reason) as caught:
+        open_store(url, transport="resp")
+    assert "transport=redis-py" in str(caught.value)
+    with pytest.raises(RedisURLError, match="must be one of resp, redis-py"):
+        open_store(url, transport="fast")
+
+
+async def test_handed_in_clients_run_on_redis_py(private_redis: Any) -> None:
     client = Redis(port=private_redis.port)
     try:
+        with pytest.raises(RedisURLError, match="client handed to it"):
+            RedisHistoryStore(client=client, transport="resp")
         async with RedisHistoryStore(client=client, prefix="handed") as store:
-            assert store._fast_target is None
+            assert store.transport == "redis-py"
             await store.append(KEY, make_messages(2))
             assert len(await store.load(KEY, last=5)) == 2
-            assert store._fast is None
     finally:
         await client.aclose()
 
@@ -70,7 +101,7 @@ async def test_concurrent_callers_share_one_pipelined_connection(private_redis: 
         results = await asyncio.gather(*(writer(n, key) for n, key in enumerate(keys)))
         for n, (key, texts) in enumerate(zip(keys, results, strict=True)):
             assert texts == [f"{key.session_id}-{i}" for i in range(n % 5 + 1)][-3:]
-        fast = fast_of(store)
+        fast = resp_of(store)
         protocol = fast._protocol
         assert protocol is not None
         assert not protocol.pending
@@ -92,9 +123,9 @@ async def test_cancelled_waiters_do_not_desync_the_replies(private_redis: Any) -
         keys = [SessionKey("tenant", f"k{n}") for n in range(30)]
         for n, key in enumerate(keys):
             await store.append(key, make_messages(n + 1, key.session_id))
-        fast = fast_of(store)
+        fast = resp_of(store)
         # A command the server answers late holds the replies behind it in the pipe.
-        slow = asyncio.create_task(fast.execute("BLPOP", "nothing-here", 0.3))
+        slow = asyncio.create_task(fast.call("BLPOP", "nothing-here", 0.3))
         await asyncio.sleep(0.02)
         loads = [asyncio.create_task(store.load(key)) for key in keys]
         counts = [asyncio.create_task(store.count(key)) for key in keys]
@@ -143,8 +174,8 @@ async def test_a_cancelled_append_is_whole_or_absent(private_redis: Any) -> None
 async def test_server_restart_fails_pending_calls_then_recovers(private_redis: Any) -> None:
     async with open_store(private_redis.url, socket_timeout=1, connect_timeout=1) as store:
         await store.append(KEY, make_messages(3, "before"))
-        fast = fast_of(store)
-        slow = asyncio.create_task(fast.execute("BLPOP", "nothing-here", 5))
+        fast = resp_of(store)
+        slow = asyncio.create_task(fast.call("BLPOP", "nothing-here", 5))
         await asyncio.sleep(0.02)
         pending = [asyncio.create_task(store.load(KEY, last=2)) for _ in range(5)]
         await asyncio.sleep(0.02)
@@ -173,7 +204,7 @@ async def test_a_silent_server_times_out_every_waiter_and_the_next_call_reconnec
 ) -> None:
     async with open_store(f"redis://127.0.0.1:{proxy.port}/0", socket_timeout=0.3, connect_timeout=1) as store:
         await store.append(KEY, make_messages(2))
-        protocol = fast_of(store)._protocol
+        protocol = resp_of(store)._protocol
         proxy.blackhole = True
         started = time.monotonic()
         outcomes = await asyncio.gather(*(store.count(KEY) for _ in range(4)), return_exceptions=True)
@@ -186,7 +217,7 @@ async def test_a_silent_server_times_out_every_waiter_and_the_next_call_reconnec
         assert protocol.broken is not None
         proxy.blackhole = False
         assert await store.count(KEY) == 2
-        assert fast_of(store)._protocol is not protocol
+        assert resp_of(store)._protocol is not protocol
 
 
 @pytest.mark.reliability
@@ -210,7 +241,7 @@ async def test_password_username_and_database_from_the_url(secured_redis: Any) -
         async with open_store(f"redis://:s3cret@127.0.0.1:{port}/3?prefix=p") as store:
             assert await store.append(KEY, make_messages(2)) == 2
             assert await store.count(KEY) == 2
-            assert fast_of(store)._protocol is not None
+            assert resp_of(store)._protocol is not None
         assert await raw.exists("p:tenants") == 1  # written in database 3
         async with open_store(f"redis://alice:w0nder@127.0.0.1:{port}/3?prefix=p") as store:
             assert len(await store.load(KEY)) == 2
@@ -240,17 +271,16 @@ def test_a_new_event_loop_drops_the_old_connection(private_redis: Any) -> None:
             await store.close()
 
     asyncio.run(first())
-    old = store._fast
-    assert old is not None
+    old = resp_of(store)
     assert len(asyncio.run(second())) == 2
-    assert store._fast is None
+    assert store._link is None
     assert old.closed
 
 
 async def test_close_releases_the_socket(private_redis: Any) -> None:
     store = open_store(private_redis.url)
     await store.count(KEY)
-    protocol = fast_of(store)._protocol
+    protocol = resp_of(store)._protocol
     assert protocol is not None
     assert protocol.transport is not None
     await store.close()

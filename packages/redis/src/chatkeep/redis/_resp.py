@@ -1,49 +1,25 @@
-"""A small asyncio connection for the store's hot commands on a standalone server, with hiredis parsing RESP.
-
-redis-py's asyncio client costs about twice a bare protocol per round trip (stream reader, connection pool,
-response callbacks). The store uses this connection for the commands every agent turn runs (the append
-script, ``LRANGE``, ``LLEN``) when it opened the connection itself from a plain ``redis://`` or ``unix://``
-URL and hiredis is installed; everything else, clusters and clients handed in keep using redis-py.
-
-One connection serves every coroutine of the store: commands are written at once (pipelined) and each
-waits on a future in a FIFO, which the replies resolve in order. A cancelled waiter leaves its future in
-the FIFO, so its reply is still read and discarded and the replies after it reach their own waiters.
-
-Errors are redis-py's exceptions, so the store maps them as before: a refused or lost connection is
-``ConnectionError``, a reply later than ``socket_timeout`` is ``TimeoutError`` (the connection is then
-dropped, and every command waiting on it fails), a server error reply is ``ResponseError``
-(``NoScriptError`` for ``NOSCRIPT``). Like redis-py with the store's retry policy, a command that failed
-on the connection (not on the server) is retried twice on a new connection after a short back-off: the
-commands sent here are reads or the idempotent append script, so a retry never adds anything twice.
-"""
-
 from __future__ import annotations
 
 import asyncio
 import collections
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
+from chatkeep.redis._transport import TransportName, retrying
 from redis import exceptions as redis_errors
 
 try:
     import hiredis
-except ImportError:  # pragma: no cover - the fast path is off without hiredis
+except ImportError:  # pragma: no cover - the resp transport needs hiredis; redis-py serves without it
     hiredis = None  # type: ignore[assignment]
 
 # RESP encoding of a command, in C (hiredis's stub types the argument as a 1-tuple: it takes any tuple).
 _pack = cast(Callable[[tuple[Any, ...]], bytes], getattr(hiredis, "pack_command", None))
 
-__all__ = ["FastConnection", "fast_target"]
+__all__ = ["RespTransport", "release_socket", "resp_target"]
 
-T = TypeVar("T")
-
-# The store's redis-py retry policy: two retries, ExponentialBackoff(cap=0.5, base=0.05).
-_RETRIES = 2
-_BACKOFF_BASE = 0.05
-_BACKOFF_CAP = 0.5
-_RETRYABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError)
+_URL_PARTS = {"host", "port", "path", "db", "username", "password"}
 
 
 def _reply_error(text: str) -> Exception:
@@ -52,35 +28,49 @@ def _reply_error(text: str) -> Exception:
     return redis_errors.ResponseError(text)
 
 
-def fast_target(url: str) -> dict[str, Any] | None:
-    """Where the fast connection goes for a driver URL, or ``None`` when it must stay with redis-py.
+def resp_target(url: str) -> dict[str, Any]:
+    """Where the transport connects for a driver URL (host, port or path, db, username, password).
 
-    Only ``redis://`` and ``unix://`` URLs whose options are all understood here (host, port or path,
-    database, username, password) qualify: TLS, RESP3, client names and the other redis-py options keep
-    redis-py, which implements them.
+    Raises:
+        ValueError: the transport cannot serve this URL; the message says why (for the store's error).
     """
     if hiredis is None:
-        return None
+        raise ValueError('it needs hiredis: pip install "chatkeep-redis[hiredis]"')
+    if not url.startswith(("redis://", "unix://")):
+        raise ValueError("it speaks plain TCP or a Unix socket to a standalone server (not TLS nor Redis Cluster)")
     from redis.asyncio.connection import UnixDomainSocketConnection, parse_url
 
     try:
         kwargs = dict(parse_url(url))
-    except (TypeError, ValueError):
-        return None
-    if url.startswith("unix://"):
-        if kwargs.pop("connection_class", None) is not UnixDomainSocketConnection or not kwargs.get("path"):
-            return None
-    elif not url.startswith("redis://"):
-        return None
-    if set(kwargs) - {"host", "port", "path", "db", "username", "password"}:
-        return None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"redis-py cannot read the URL: {exc}") from None
+    if url.startswith("unix://") and (
+        kwargs.pop("connection_class", None) is not UnixDomainSocketConnection or not kwargs.get("path")
+    ):
+        raise ValueError("the unix:// URL names no socket path")
+    others = sorted(set(kwargs) - _URL_PARTS)
+    if others:
+        raise ValueError(f"the URL has redis-py options ({', '.join(others)}), which only redis-py implements")
     return kwargs
+
+
+def release_socket(transport: asyncio.BaseTransport) -> None:
+    """Close an asyncio transport's socket when its event loop is already closed (nothing warns of a leak later).
+
+    ``close()`` marks the transport closing, then fails to schedule the rest on the closed loop, and no public
+    call releases the socket without its loop: asyncio's own last step, ``_call_connection_lost``, does
+    (``tests/test_driver_internals.py`` fails when Python changes it). The redis-py transport uses it too.
+    """
+    with contextlib.suppress(Exception):
+        transport.close()
+    with contextlib.suppress(Exception):
+        transport._call_connection_lost(None)  # type: ignore[attr-defined]
 
 
 class _Protocol(asyncio.Protocol):
     """Feeds received bytes to hiredis and resolves the oldest waiting future with each whole reply."""
 
-    def __init__(self, owner: FastConnection) -> None:
+    def __init__(self, owner: RespTransport) -> None:
         self.owner = owner
         self.transport: asyncio.Transport | None = None
         self.reader = hiredis.Reader(protocolError=redis_errors.InvalidResponse, replyError=_reply_error)
@@ -163,12 +153,14 @@ class _Protocol(asyncio.Protocol):
         return futures
 
 
-class FastConnection:
-    """One pipelined connection to a standalone server for the store's hot commands (see the module's notes).
+class RespTransport:
+    """The ``resp`` transport: one pipelined connection to a standalone server (see the module's notes).
 
-    It belongs to the event loop it was made on (the store drops it when its loop changes) and reconnects on
-    the next command after a failure. Not thread-safe, like everything asyncio.
+    It reconnects on the next command after a failure. Not thread-safe, like everything asyncio.
     """
+
+    name: TransportName = "resp"
+    cluster = False
 
     def __init__(self, target: dict[str, Any], *, address: str, socket_timeout: float, connect_timeout: float) -> None:
         self.target = target
@@ -181,60 +173,38 @@ class FastConnection:
 
     # -- commands ------------------------------------------------------------------------------
 
-    async def execute(self, *args: Any) -> Any:
-        """Run one command and return its reply (raises redis-py's exceptions)."""
-        return await self.execute_packed(_pack(args))
+    async def call(self, *args: Any) -> Any:
+        """Run one command and return its reply (a server error reply raises it)."""
+        command = [_pack(args)]
+        return await retrying(lambda: self._one(command))
 
-    async def evalsha(self, sha: str, source: str, keys: Any, args: Any) -> Any:
-        """Run a script by SHA; a server that does not know it gets ``SCRIPT LOAD`` and the command again."""
-        command = _pack(("EVALSHA", sha, len(keys), *keys, *args))
-        try:
-            return await self.execute_packed(command)
-        except redis_errors.NoScriptError:
-            # Both in one write: the script is cached before the command runs (one round trip).
-            return await self.execute_packed(command, before=_pack(("SCRIPT", "LOAD", source)))
-
-    async def pipeline(self, *commands: Sequence[Any]) -> list[Any]:
+    async def pipeline(self, commands: Sequence[Sequence[Any]], *, key: str | None = None) -> list[Any]:
         """Run commands sent in one write, so they follow each other on this connection; their replies in order.
 
-        A server error reply is returned in its place as the exception (``NoScriptError``...), as redis-py's
-        pipelines do with ``raise_on_error=False``; a failed connection raises, and is retried as every command.
+        A server error reply is returned in its place as the exception (``NoScriptError``...); a failed
+        connection raises. ``key`` changes nothing: a standalone server owns every key.
         """
         packed = [_pack(tuple(command)) for command in commands]
-        return await self._retrying(lambda protocol: self._replies(protocol, packed))
+        return await retrying(lambda: self._replies(packed))
 
-    async def execute_packed(self, command: bytes, *, before: bytes | None = None) -> Any:
-        """Send a packed command (after ``before``, whose reply is ignored) and return its reply."""
-        if before is None:
-            return await self._retrying(lambda protocol: protocol.send([command], self.socket_timeout)[0])
-        reply = (await self._retrying(lambda protocol: self._replies(protocol, [before, command])))[1]
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
+    def _one(self, command: list[bytes]) -> Any:
+        """The awaitable reply of one packed command (a future when connected, else a coroutine connecting first)."""
+        protocol = self._protocol
+        if protocol is None or protocol.broken is not None:
+            return self._connect_then_send(command)
+        return protocol.send(command, self.socket_timeout)[0]
 
-    async def _replies(self, protocol: _Protocol, commands: list[bytes]) -> list[Any]:
+    async def _connect_then_send(self, command: list[bytes]) -> Any:
+        protocol = await self._connected()
+        return await protocol.send(command, self.socket_timeout)[0]
+
+    async def _replies(self, commands: list[bytes]) -> list[Any]:
+        protocol = await self._connected()
         replies = await asyncio.gather(*protocol.send(commands, self.socket_timeout), return_exceptions=True)
         for reply in replies:
             if isinstance(reply, BaseException) and not isinstance(reply, redis_errors.ResponseError):
                 raise reply  # the connection failed (retried), not the command
         return replies
-
-    async def _retrying(self, send: Callable[[_Protocol], Awaitable[T]]) -> T:
-        """``send`` on the connection (connected first if need be), again on a new one when the connection fails."""
-        failures = 0
-        while True:
-            protocol = self._protocol
-            try:
-                if protocol is None or protocol.broken is not None:
-                    protocol = await self._connected()
-                return await send(protocol)
-            except redis_errors.AuthenticationError:
-                raise  # a wrong password stays wrong
-            except _RETRYABLE:
-                failures += 1
-                if failures > _RETRIES:
-                    raise
-                await asyncio.sleep(min(_BACKOFF_CAP, _BACKOFF_BASE * 2**failures))
 
     # -- connection ----------------------------------------------------------------------------
 
@@ -325,11 +295,5 @@ class FastConnection:
         protocol, self._protocol = self._protocol, None
         if protocol is None or protocol.transport is None:
             return
-        transport: Any = protocol.transport
         protocol.pending.clear()  # their loop is gone: nobody waits on them
-        # close() marks the transport closing, then fails to schedule the rest on the closed loop:
-        # release the socket directly (as the store does for redis-py's connections).
-        with contextlib.suppress(Exception):
-            transport.close()
-        with contextlib.suppress(Exception):
-            transport._call_connection_lost(None)
+        release_socket(protocol.transport)
