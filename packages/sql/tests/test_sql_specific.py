@@ -400,6 +400,23 @@ async def test_pop_without_delete_returning_is_atomic(sql_target: Any) -> None:
             await store.close()
 
 
+def test_transport_defaults_to_the_drivers_own_and_sqlalchemy_runs_on_any_driver() -> None:
+    assert _config.parse_url("sqlite:///x.db").transport == "sqlite3"
+    assert _config.parse_url("postgresql+asyncpg://u@h/db").transport == "asyncpg"
+    assert _config.parse_url("mysql+asyncmy://root@h/db").transport == "asyncmy"
+    assert _config.parse_url("postgresql+psycopg://u@h/db").transport == "sqlalchemy"
+    assert _config.parse_url("sqlite+aiosqlite:///x.db").transport == "sqlalchemy"
+    on_engine = _config.parse_url("sqlite:///x.db?transport=sqlalchemy")
+    assert (on_engine.transport, on_engine.url) == ("sqlalchemy", "sqlite+aiosqlite:///x.db")
+    assert _config.parse_url("postgresql+asyncpg://u@h/db", transport="sqlalchemy").transport == "sqlalchemy"
+    with pytest.raises(SQLURLError, match="the asyncpg transport runs on the asyncpg driver, not psycopg"):
+        _config.parse_url("postgresql+psycopg://u@h/db?transport=asyncpg")
+    with pytest.raises(SQLURLError, match="transport=sqlalchemy"):
+        _config.parse_url("sqlite+aiosqlite:///x.db?transport=sqlite3")
+    with pytest.raises(SQLURLError, match="must be one of sqlite3, asyncpg, asyncmy, sqlalchemy"):
+        _config.parse_url("sqlite:///x.db?transport=apsw")
+
+
 def test_statement_timeout_is_for_servers_and_defaults_to_30_seconds() -> None:
     assert _config.parse_url("postgresql://u@h/db").statement_timeout == 30.0
     assert _config.parse_url("mysql://root@h/db?statement_timeout=2.5").statement_timeout == 2.5
