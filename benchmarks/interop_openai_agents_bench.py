@@ -55,8 +55,8 @@ from benchmarks._common import INTEROP_TARGETS, Result, analyze_schema, speedup,
 from chatkeep.core.backend import write_stamp
 from chatkeep.redis import _layout as redis_layout
 from chatkeep.redis._scripts import APPEND as REDIS_APPEND
-from chatkeep.sql import _sql
 from chatkeep.sql._schema import key_hash, message_hash, tenant_hash
+from chatkeep.sql._sql import Statements
 
 __all__ = ["main"]
 
@@ -166,15 +166,22 @@ class _GuardedSQLite:
     that reserves the sequence range, the insert that skips stored ids, ``COMMIT``; then the windowed read."""
 
     def __init__(self, connection: sqlite3.Connection, session_id: str) -> None:
-        self._db, self._sql, self._head = connection, _sql.Statements("sqlite", "qmark"), _head(session_id)
+        self._db, self._sql, self._head = connection, Statements("sqlite", "qmark"), _head(session_id)
 
     async def get_items(self, limit: int) -> list[Any]:
-        rows = _sql.fetch(self._db, self._sql.load_last, (self._head[0], limit + 1))
+        rows = self._db.execute(self._sql.load_last, (self._head[0], limit + 1)).fetchall()
         return [_item(row[0]) for row in reversed(rows)]
 
     async def add_items(self, items: list[Any]) -> None:
         rows = [(message_hash(message_id), record) for message_id, record in map(_record, items)]
-        _sql.append(self._db, self._sql, _sql.Flag(), self._head, time.time_ns() // 1000, rows)
+        now, n = time.time_ns() // 1000, len(rows)
+        self._db.execute(self._sql.begin)
+        session_ref, next_seq = self._db.execute(self._sql.upsert, (*self._head, now, now, n, n)).fetchone()
+        params: list[Any] = []
+        for seq, (message_hash_, record) in enumerate(rows, next_seq - n):
+            params += (session_ref, seq, message_hash_, record)
+        self._db.execute(self._sql.insert_messages(n), params)
+        self._db.execute("COMMIT")
 
     async def clear_session(self) -> None:
         self._db.execute(self._sql.delete, (self._head[0],))
@@ -185,7 +192,7 @@ class _GuardedPostgres:
     lock of the session row, ids already stored skipped) and the windowed read."""
 
     def __init__(self, connection: Any, session_id: str) -> None:
-        self._db, self._sql, self._head = connection, _sql.Statements("postgresql", "numeric_dollar"), _head(session_id)
+        self._db, self._sql, self._head = connection, Statements("postgresql", "numeric_dollar"), _head(session_id)
 
     async def get_items(self, limit: int) -> list[Any]:
         rows = await self._db.fetch(self._sql.load_last, self._head[0], limit + 1)
@@ -193,7 +200,9 @@ class _GuardedPostgres:
 
     async def add_items(self, items: list[Any]) -> None:
         rows = [(message_hash(message_id), record) for message_id, record in map(_record, items)]
-        await self._db.fetch(self._sql.append_one, *_sql.append_one_params(self._head, time.time_ns() // 1000, rows))
+        hashes, now = [message_hash_ for message_hash_, _ in rows], time.time_ns() // 1000
+        records = [record for _, record in rows]
+        await self._db.fetch(self._sql.append_one, hashes, records, self._head[0], hashes, *self._head, now, now)
 
     async def clear_session(self) -> None:
         await self._db.execute(self._sql.delete, self._head[0])

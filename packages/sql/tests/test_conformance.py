@@ -1,4 +1,4 @@
-"""The SQL backend against the conformance kit, on each database under test (see conftest.py)."""
+"""The SQL backend against the conformance kit, on each database under test (see conftest.py), once per transport."""
 
 from __future__ import annotations
 
@@ -10,41 +10,36 @@ from chatkeep.core import HistoryStore
 from chatkeep.sql import SQLHistoryStore
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
+#: Each database's transports: the driver's own (the default) and SQLAlchemy's engine.
+TRANSPORTS = {"sqlite": "sqlite3", "postgresql": "asyncpg", "mysql": "asyncmy"}
+
+
+@pytest.fixture(params=["driver", "sqlalchemy"])
+def transport(request: pytest.FixtureRequest, sql_target: Any) -> str:
+    """The transport the kit runs on: the database's default (``driver``) or ``sqlalchemy``."""
+    return TRANSPORTS[sql_target.family] if request.param == "driver" else "sqlalchemy"
+
 
 class TestSQLConformance(HistoryStoreConformance):
     native_ttl = False  # no engine-side expiry: prune(older_than=...) is the retention tool
     multi_process = True  # every process reaches the same database through store_url
 
     @pytest.fixture
-    def store_url(self, sql_target: Any) -> str:
-        return sql_target.url
+    def store_url(self, sql_target: Any, transport: str) -> str:
+        url: str = sql_target.url
+        if transport == TRANSPORTS[sql_target.family]:
+            return url  # the default: the URL names no transport
+        return url + ("&" if "?" in url else "?") + f"transport={transport}"
 
     @pytest.fixture
-    def make_store(self, store_url: str) -> StoreFactory:
+    def make_store(self, store_url: str, transport: str) -> StoreFactory:
         def make(**options: Any) -> HistoryStore:
-            return SQLHistoryStore(store_url, **options)
+            store = SQLHistoryStore(store_url, **options)
+            assert store.transport == transport
+            return store
 
         return make
 
     async def messages_read(self, store: HistoryStore) -> int:
         assert isinstance(store, SQLHistoryStore)
-        assert store.uses_fast_path, "this class runs the kit on the fast path"
-        return store.messages_read
-
-
-# The drivers each database's fast path replaces: SQLAlchemy's async adapters all the way down.
-_BASELINE_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+aiomysql"}
-
-
-class TestSQLBaselineConformance(TestSQLConformance):
-    """The same kit on the path without the fast ones (stdlib sqlite3 runner, native asyncpg / asyncmy calls)."""
-
-    @pytest.fixture
-    def store_url(self, sql_target: Any) -> str:
-        _, rest = sql_target.url.split("://", 1)
-        return f"{_BASELINE_DRIVERS[sql_target.family]}://{rest}"
-
-    async def messages_read(self, store: HistoryStore) -> int:
-        assert isinstance(store, SQLHistoryStore)
-        assert not store.uses_fast_path, "the baseline class must not run on a fast path"
         return store.messages_read

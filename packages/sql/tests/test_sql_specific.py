@@ -11,7 +11,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -208,10 +207,10 @@ def test_many_first_connections_to_a_new_file_all_switch_it_to_wal(tmp_path: Pat
     # new file at once used to fail with "database is locked"; each connection now retries within the timeout.
     from concurrent.futures import ThreadPoolExecutor
 
-    from chatkeep.sql._runner import SQLiteRunner
+    from chatkeep.sql._sqlite import SQLiteTransport
 
     def first_use(path: Path) -> str:
-        conn = SQLiteRunner(str(path), busy_timeout=5.0, pool_size=1).connect()
+        conn = SQLiteTransport(str(path), busy_timeout=5.0, pool_size=1).connect()
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS t (x)")
             return str(conn.execute("PRAGMA journal_mode").fetchone()[0])
@@ -260,9 +259,9 @@ async def test_cancelled_calls_leak_no_connection(sql_target: Any) -> None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        runner: Any = store._runner
-        if hasattr(runner, "engine"):
-            assert runner.engine.sync_engine.pool.checkedout() == 0
+        transport: Any = store._transport
+        if hasattr(transport, "engine"):
+            assert transport.engine.sync_engine.pool.checkedout() == 0
         # Each cancelled append either committed before the cancellation reached it or rolled back whole, and
         # its outcome is final by the time the caller sees the cancellation.
         stored = await store.count(key)
@@ -315,7 +314,7 @@ async def test_sqlite_synchronous_option_sets_the_pragma_on_every_connection(
 ) -> None:
     async with open_store(f"{driver}:///{tmp_path / 'sync.db'}{query}") as store:
         await store.append(SessionKey("t", "s"), [Message(role="user", text="hi")])  # connects
-        levels = await store._call(partial(_sql.fetch, statement="PRAGMA synchronous", params=()))
+        levels = await store._fetch("PRAGMA synchronous", ())
     assert [tuple(row) for row in levels] == [(level,)]  # 1 is NORMAL, 2 is FULL
 
 
@@ -378,8 +377,8 @@ async def test_pop_without_delete_returning_is_atomic(sql_target: Any) -> None:
     stores = [SQLHistoryStore(sql_target.url) for _ in range(4)]
     try:
         for store in stores:
-            runner: Any = store._runner
-            store._sql = runner.statements = _sql.Statements("mysql", store._sql._paramstyle, is_mariadb=False)
+            transport: Any = store._transport
+            store._sql = transport.statements = _sql.Statements("mysql", store._sql._paramstyle, is_mariadb=False)
             assert not store._sql.pop_returns
         key = SessionKey("pop-mysql", f"s-{random.getrandbits(48):x}")
         batch = [Message(role="user", text=f"m{n}") for n in range(30)]
@@ -399,6 +398,23 @@ async def test_pop_without_delete_returning_is_atomic(sql_target: Any) -> None:
     finally:
         for store in stores:
             await store.close()
+
+
+def test_transport_defaults_to_the_drivers_own_and_sqlalchemy_runs_on_any_driver() -> None:
+    assert _config.parse_url("sqlite:///x.db").transport == "sqlite3"
+    assert _config.parse_url("postgresql+asyncpg://u@h/db").transport == "asyncpg"
+    assert _config.parse_url("mysql+asyncmy://root@h/db").transport == "asyncmy"
+    assert _config.parse_url("postgresql+psycopg://u@h/db").transport == "sqlalchemy"
+    assert _config.parse_url("sqlite+aiosqlite:///x.db").transport == "sqlalchemy"
+    on_engine = _config.parse_url("sqlite:///x.db?transport=sqlalchemy")
+    assert (on_engine.transport, on_engine.url) == ("sqlalchemy", "sqlite+aiosqlite:///x.db")
+    assert _config.parse_url("postgresql+asyncpg://u@h/db", transport="sqlalchemy").transport == "sqlalchemy"
+    with pytest.raises(SQLURLError, match="the asyncpg transport runs on the asyncpg driver, not psycopg"):
+        _config.parse_url("postgresql+psycopg://u@h/db?transport=asyncpg")
+    with pytest.raises(SQLURLError, match="transport=sqlalchemy"):
+        _config.parse_url("sqlite+aiosqlite:///x.db?transport=sqlite3")
+    with pytest.raises(SQLURLError, match="must be one of sqlite3, asyncpg, asyncmy, sqlalchemy"):
+        _config.parse_url("sqlite:///x.db?transport=apsw")
 
 
 def test_statement_timeout_is_for_servers_and_defaults_to_30_seconds() -> None:

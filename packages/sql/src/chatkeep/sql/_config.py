@@ -27,7 +27,15 @@ from chatkeep.core.backend import (
     text,
 )
 
-__all__ = ["DEFAULT_STATEMENT_TIMEOUT", "OPTIONS", "SQLConfig", "SQLURLError", "default_sqlite_path", "parse_url"]
+__all__ = [
+    "DEFAULT_STATEMENT_TIMEOUT",
+    "OPTIONS",
+    "TRANSPORTS",
+    "SQLConfig",
+    "SQLURLError",
+    "default_sqlite_path",
+    "parse_url",
+]
 
 # driver -> (module, pip package). Each family's first driver is its default, installed by the chatkeep-core
 # extra named after the family; the others are opt-in, installed by the package's own name.
@@ -57,6 +65,16 @@ _FAMILIES = {
 
 class SQLURLError(StoreConfigurationError):
     """A SQL store URL or one of its options is malformed."""
+
+
+#: The transports, each usable with the drivers listed (``sqlalchemy`` runs on every driver SQLAlchemy has).
+TRANSPORTS = {"sqlite3": ("pysqlite",), "asyncpg": ("asyncpg",), "asyncmy": ("asyncmy",), "sqlalchemy": ()}
+
+
+def _transport(value: object) -> str:
+    if not isinstance(value, str) or value.lower() not in TRANSPORTS:
+        raise ValueError("must be one of " + ", ".join(TRANSPORTS))
+    return value.lower()
 
 
 def _synchronous(value: object) -> str:
@@ -94,6 +112,13 @@ OPTIONS = OptionSet(
         StoreOption("max_overflow", non_negative_int, 10, "connections opened beyond pool_size under load"),
         StoreOption("pool_recycle", non_negative_int, 1800, "seconds before a pooled connection is replaced"),
         StoreOption("pool_pre_ping", boolean, False, "test each pooled connection with a round trip before use"),
+        StoreOption(
+            "transport",
+            _transport,
+            None,
+            "what runs the statements: sqlite3, asyncpg or asyncmy (the driver's own API, the default where the "
+            "URL's driver is one of them) or sqlalchemy (any driver, through SQLAlchemy's engine)",
+        ),
     ],
     error=SQLURLError,
 )
@@ -107,8 +132,10 @@ class SQLConfig:
 
     Attributes:
         family: ``sqlite``, ``postgresql``, ``mysql`` or ``mariadb``.
-        driver: the SQLAlchemy driver name (``pysqlite`` means the built-in sync ``sqlite3`` in worker threads).
-        url: the SQLAlchemy URL to connect with (chatkeep's options removed), or ``None`` for ``pysqlite``.
+        driver: the SQLAlchemy driver name (``pysqlite`` means the built-in ``sqlite3``).
+        transport: what runs the statements (see ``_transport``): ``sqlite3``, ``asyncpg``, ``asyncmy`` or
+            ``sqlalchemy``.
+        url: the SQLAlchemy URL to connect with (chatkeep's options removed), or ``None`` for ``sqlite3``.
         sqlite_path: the database file, for SQLite.
         schema: the PostgreSQL schema holding chatkeep's tables (``None``: the connection's default).
         max_message_bytes: the largest message record accepted, in UTF-8 bytes.
@@ -138,6 +165,7 @@ class SQLConfig:
     max_overflow: int = 10
     pool_recycle: int = 1800
     pool_pre_ping: bool = False
+    transport: str = "sqlalchemy"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -187,6 +215,18 @@ def _driver_option(driver: str) -> Callable[[str], bool]:
         names |= set(inspect.signature(target).parameters)
     names -= {"self", "args", "kwargs", "dsn", "host", "port", "user", "password", "database", "db"}
     return names.__contains__
+
+
+def _chosen_transport(url: str, driver: str, chosen: str | None) -> str:
+    """The transport the ``transport`` option names, or the URL's driver's own when it has one."""
+    if chosen is None:
+        return next((name for name, drivers in TRANSPORTS.items() if driver in drivers), "sqlalchemy")
+    if chosen != "sqlalchemy" and driver not in TRANSPORTS[chosen] and not (chosen == "sqlite3" and driver == ""):
+        raise SQLURLError(
+            f"{redact_url(url)!r}: the {chosen} transport runs on the {chosen} driver, not {driver}; "
+            f"use transport=sqlalchemy, or a URL naming the {chosen} driver"
+        )
+    return chosen
 
 
 def parse_url(url: str, **options: Any) -> SQLConfig:
@@ -241,9 +281,13 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
                 f"{url!r}: an in-memory SQLite database cannot be shared between connections; "
                 "use memory:// for a process-local store, or name a file"
             )
+        values = {**values, "transport": _chosen_transport(url, driver, values["transport"])}
+        transport = values["transport"]
+        if transport == "sqlalchemy":
+            driver = "aiosqlite"
         if _module_missing(driver):
             raise _missing(url, family, driver)
-        sa_url = None if driver == "pysqlite" else f"sqlite+aiosqlite:///{path}"
+        sa_url = None if transport == "sqlite3" else f"sqlite+aiosqlite:///{path}"
         return SQLConfig(family="sqlite", driver=driver, url=sa_url, sqlite_path=path, **values)
 
     if driver in _SYNC_ONLY:
@@ -270,6 +314,7 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
         )
     if values["statement_timeout"] is None:
         values["statement_timeout"] = DEFAULT_STATEMENT_TIMEOUT
+    values["transport"] = _chosen_transport(url, driver, values["transport"])
     if family != "postgresql" and values["schema"] is not None:
         raise SQLURLError("the schema option is for PostgreSQL; on MySQL and MariaDB, name the database in the URL")
     query = urlencode(parsed.driver)

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from chatkeep.core import StoreConfigurationError
+from chatkeep.core.backend import length_prefixed
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -59,8 +60,7 @@ def key_hash(tenant: str, session_id: str) -> bytes:
     The length prefix keeps ``("a", "bc")`` and ``("ab", "c")`` apart; hashing keeps keys short for MySQL's
     index limits and free of any collation, so ids are compared exactly.
     """
-    tenant_bytes = tenant.encode()
-    return hashlib.sha256(len(tenant_bytes).to_bytes(4, "big") + tenant_bytes + session_id.encode()).digest()
+    return hashlib.sha256(length_prefixed(tenant) + session_id.encode()).digest()
 
 
 def tenant_hash(tenant: str) -> bytes:

@@ -1,0 +1,322 @@
+"""The ``sqlalchemy`` transport: any SQLAlchemy ``AsyncEngine``, and the engine a store makes from its URL.
+
+Statements run on the driver's DBAPI adapter through SQLAlchemy's greenlet bridge (no SQL compilation;
+the driver caches prepared statements). On an engine the store made, a call checks a connection straight
+out of the pool (no ``Connection`` object) without a pre-ping round trip: a pooled connection found dead
+before the server answered is dropped together with every connection as old as it (``Pool._invalidate``,
+what SQLAlchemy's own ``Connection`` does on a disconnect; ``tests/test_driver_contracts.py`` fails when a
+SQLAlchemy release changes it), and the call runs once more. An engine you hand in goes through
+``engine.connect()``. The native transports (``_native``) lend the same pooled connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from chatkeep.core import ChatkeepError
+from chatkeep.core.backend import redact_url
+from chatkeep.sql._errors import SQLITE_FILE_HINT
+from chatkeep.sql._schema import ensure_schema
+from chatkeep.sql._sql import Statements
+from chatkeep.sql._transport import Connection, Transport
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection as SAConnection
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = ["EngineTransport", "Leased", "create_engine", "timeout_statement"]
+
+L = TypeVar("L", bound="Leased")
+
+#: The key of a pooled connection's ``info`` set once a call used it (``info`` is cleared when it is replaced).
+_USED = "chatkeep_used"
+#: The key of a pooled connection's ``info`` that names its server (``postgresql``, ``mariadb`` or ``mysql``),
+#: set where its statement timeout is (the schema's work lifts that timeout by the same name).
+_SERVER = "chatkeep_server"
+
+
+class Leased(Connection):
+    """A connection lent from an engine's pool: ``lease`` is the pooled connection (or the ``AsyncConnection``)."""
+
+    __slots__ = ("lease",)
+
+    def __init__(self, lease: Any, *, reused: bool) -> None:
+        super().__init__(reused=reused)
+        self.lease = lease
+
+
+class _DBAPIConnection(Leased):
+    """Statements on the driver's DBAPI adapter, each through SQLAlchemy's greenlet bridge."""
+
+    __slots__ = ("_dbapi", "_spawn")
+
+    def __init__(self, lease: Any, dbapi: Any, spawn: Any, *, reused: bool) -> None:
+        super().__init__(lease, reused=reused)
+        self._dbapi = dbapi
+        self._spawn = spawn
+
+    def _step(self, statement: str, params: Sequence[Any]) -> tuple[Sequence[Sequence[Any]], int]:
+        cur = self._dbapi.cursor()
+        try:
+            if params:
+                cur.execute(statement, params)
+            else:
+                cur.execute(statement)
+            self.answered = True
+            return (cur.fetchall() if cur.description else ()), int(cur.rowcount)
+        finally:
+            cur.close()
+
+    async def fetch(self, statement: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
+        return (await self._spawn(self._step, statement, params))[0]  # type: ignore[no-any-return]
+
+    async def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
+        return (await self._spawn(self._step, statement, params))[1]  # type: ignore[no-any-return]
+
+
+class EngineTransport(Transport[L]):
+    """A SQLAlchemy ``AsyncEngine``: PostgreSQL, MySQL/MariaDB, or SQLite on aiosqlite (see the module docstring)."""
+
+    name = "sqlalchemy"
+
+    def __init__(
+        self, engine: AsyncEngine, *, owned: bool, schema: str | None = None, statement_timeout: float | None = None
+    ) -> None:
+        from sqlalchemy.exc import SQLAlchemyError
+        from sqlalchemy.pool import QueuePool
+        from sqlalchemy.util import greenlet_spawn
+
+        self.engine = engine if owned else engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.owned = owned
+        self.schema = schema
+        self.statement_timeout = statement_timeout
+        dialect = engine.dialect
+        self.description = redact_url(engine.url.render_as_string(hide_password=True))
+        if dialect.name == "sqlite":
+            self.hint = SQLITE_FILE_HINT
+        self.statements = Statements(
+            dialect.name, dialect.paramstyle, is_mariadb=bool(getattr(dialect, "is_mariadb", False))
+        )
+        # A QueuePool closes a connection returned beyond its size: that close needs SQLAlchemy's greenlet.
+        self._queue_pool = isinstance(self.engine.sync_engine.pool, QueuePool)
+        self._spawn = greenlet_spawn
+        errors: list[type[BaseException]] = [SQLAlchemyError, OSError, asyncio.TimeoutError]
+        dbapi = getattr(dialect, "loaded_dbapi", None)
+        if dbapi is not None and isinstance(getattr(dbapi, "Error", None), type):
+            errors.append(dbapi.Error)
+        self.errors = (*errors, *self._driver_errors())
+
+    def _driver_errors(self) -> tuple[type[BaseException], ...]:
+        """The driver's own exceptions, for a transport that calls the driver directly."""
+        return ()
+
+    def _wrap(self, lease: Any, pooled: Any, *, reused: bool) -> L:
+        """The connection a call gets for a pooled connection (``lease`` is what goes back to the pool)."""
+        return _DBAPIConnection(lease, pooled.dbapi_connection, self._spawn, reused=reused)  # type: ignore[return-value]
+
+    async def _checkout(self) -> L:
+        if self.owned:
+            fairy = await self._spawn(self.engine.sync_engine.pool.connect)
+            return self._wrap(fairy, fairy, reused=bool(fairy.info.get(_USED)))
+        conn = await self.engine.connect()
+        try:
+            pooled = await conn.get_raw_connection()
+        except BaseException:
+            await conn.close()
+            raise
+        return self._wrap(conn, pooled, reused=True)
+
+    async def _checkin(self, conn: L) -> None:
+        """Return a connection to the pool: no I/O (no reset on return), unless the pool is full and closes it.
+
+        A connection beyond ``pool_size`` (an overflow one) is closed on return, and an async driver's close
+        must run in SQLAlchemy's greenlet, or its socket is left open.
+        """
+        if not self.owned:
+            await conn.lease.close()
+            return
+        fairy = conn.lease
+        fairy.info[_USED] = True
+        pool = self.engine.sync_engine.pool
+        if self._queue_pool and pool.checkedin() < pool.size():  # type: ignore[attr-defined]
+            fairy.close()
+        else:
+            await self._spawn(fairy.close)
+
+    async def _discard(self, conn: L, exc: BaseException, *, stale: bool) -> None:
+        if not self.owned:
+            await conn.lease.invalidate(exc if isinstance(exc, Exception) else None)
+            await conn.lease.close()
+            return
+        await self._spawn(self._drop, conn.lease, exc, stale)
+
+    def _drop(self, fairy: Any, exc: BaseException, stale: bool) -> None:
+        if stale:
+            # Every connection opened before this one may be dead too: the pool replaces them on checkout, as
+            # SQLAlchemy's Connection does on a disconnect (tests/test_driver_contracts.py guards this call).
+            self.engine.sync_engine.pool._invalidate(fairy, exc)
+        else:
+            fairy.invalidate(exc)  # unknown state (a failed rollback, a cancelled call): never reuse it
+        fairy.close()
+
+    def _stale(self, conn: L, exc: Exception) -> bool:
+        if not self.owned:
+            return False  # your engine's connection is invalidated, and the call not run again
+        if isinstance(exc, OSError):
+            return True
+        return bool(self.engine.dialect.is_disconnect(exc, conn.lease.dbapi_connection, None))  # type: ignore[arg-type]
+
+    def _prepare(self, conn: SAConnection, upgrade: bool) -> str:
+        if self.statement_timeout is not None:
+            # The schema's own work (a migration's index build) may run longer than any call: lift the bound on
+            # this connection, and drop the connection afterwards rather than return it to the pool unbounded.
+            # asyncpg takes the timeout at startup, so only the other drivers' connections name their server.
+            server = conn.connection.info.get(_SERVER, "postgresql")
+            conn.exec_driver_sql(_unbounded_statement(server))
+        try:
+            if self.schema is not None:
+                quoted = self.engine.dialect.identifier_preparer.quote_identifier(self.schema)
+                conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+                conn.commit()
+            return ensure_schema(conn, upgrade=upgrade)
+        finally:
+            if self.statement_timeout is not None:
+                conn.invalidate()
+
+    async def prepare(self, *, upgrade: bool = False) -> str:
+        try:
+            # A connection in a transaction of its own (the engine's default isolation) for the schema work.
+            isolation = "SERIALIZABLE" if self.engine.dialect.name == "sqlite" else "READ COMMITTED"
+            engine = self.engine.execution_options(isolation_level=isolation)
+            async with engine.connect() as conn:
+                return await conn.run_sync(partial(self._prepare, upgrade=upgrade))
+        except ChatkeepError:
+            raise
+        except self.errors as exc:
+            raise self.unavailable(exc) from exc
+
+    async def release(self) -> None:
+        """Close the pooled connections of an engine the store made (it stays usable and opens new ones)."""
+        if self.owned:
+            await self.engine.dispose()
+
+    def on_loop_change(self) -> None:
+        # The pooled connections died with their loop; start a new pool without touching them.
+        self.engine.sync_engine.dispose(close=False)
+
+    async def aclose(self) -> None:
+        if self.owned:
+            await self.engine.dispose()
+
+
+def _milliseconds(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def timeout_statement(server: str, seconds: float) -> str:
+    """What bounds a connection's statements on ``server`` (``postgresql``, ``mariadb`` or ``mysql``) to ``seconds``.
+
+    MariaDB and MySQL also bound InnoDB's row-lock waits (whole seconds, at least 1); MySQL's
+    ``max_execution_time`` covers only ``SELECT``, so there the lock wait is what bounds a write.
+    """
+    if server == "postgresql":
+        return f"SET statement_timeout = {_milliseconds(seconds)}"
+    lock = max(1, math.ceil(seconds))
+    if server == "mariadb":
+        return f"SET SESSION max_statement_time = {seconds:g}, innodb_lock_wait_timeout = {lock}"
+    return f"SET SESSION max_execution_time = {_milliseconds(seconds)}, innodb_lock_wait_timeout = {lock}"
+
+
+def _mysql_server(cursor: Any) -> str:
+    """``mariadb`` or ``mysql``: which server a MySQL-protocol connection reached (a ``mysql://`` URL may be either)."""
+    cursor.execute("SELECT VERSION()")
+    return "mariadb" if "mariadb" in str(cursor.fetchone()[0]).lower() else "mysql"
+
+
+def _unbounded_statement(server: str) -> str:
+    """What lifts the statement timeout (not the lock wait) on ``server``: for the schema's own work."""
+    if server == "postgresql":
+        return "SET statement_timeout = 0"
+    return "SET SESSION max_statement_time = 0" if server == "mariadb" else "SET SESSION max_execution_time = 0"
+
+
+def _quote_pg(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def create_engine(config: Any) -> AsyncEngine:
+    """A new engine for a parsed URL (``SQLConfig``): chatkeep's pool settings and per-connection setup."""
+    from sqlalchemy import event
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    connect_args: dict[str, Any] = {}
+    timeout = config.statement_timeout
+    if config.driver == "asyncpg":
+        connect_args["timeout"] = config.connect_timeout
+        # Set when asyncpg connects: no extra round trip per connection.
+        settings: dict[str, str] = {}
+        if config.schema is not None:
+            settings["search_path"] = _quote_pg(config.schema)
+        if timeout is not None:
+            settings["statement_timeout"] = str(_milliseconds(timeout))
+        if settings:
+            connect_args["server_settings"] = settings
+    elif config.driver in ("psycopg", "psycopg_async"):
+        connect_args["connect_timeout"] = max(1, round(config.connect_timeout))
+    elif config.driver in ("asyncmy", "aiomysql"):
+        connect_args["connect_timeout"] = config.connect_timeout
+        # READ COMMITTED: no gap locks, so writers to different sessions never block or deadlock each other.
+        connect_args["init_command"] = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+    pool: dict[str, Any] = {}
+    if config.family != "sqlite":
+        pool = {
+            "pool_size": config.pool_size,
+            "max_overflow": config.max_overflow,
+            "pool_recycle": config.pool_recycle,
+            "pool_pre_ping": config.pool_pre_ping,
+        }
+    engine = create_async_engine(
+        config.url,
+        isolation_level="AUTOCOMMIT",
+        # Every call ends its own transactions (COMMIT or ROLLBACK), so a returned connection needs no reset.
+        pool_reset_on_return=None,
+        connect_args=connect_args,
+        **pool,
+    )
+    if config.schema is not None and config.driver != "asyncpg":
+        quoted = _quote_pg(config.schema)
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _search_path(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"SET search_path TO {quoted}")
+            cursor.close()
+
+    if timeout is not None and config.driver != "asyncpg":
+        # One engine reaches one server: a MySQL-protocol one is asked which it is on the first connection only.
+        servers: list[str] = ["postgresql"] if config.family == "postgresql" else []
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _statement_timeout(dbapi_connection: Any, record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            if not servers:
+                servers.append(_mysql_server(cursor))
+            cursor.execute(timeout_statement(servers[0], timeout))
+            cursor.close()
+            record.info[_SERVER] = servers[0]
+
+    if config.family == "sqlite":
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            for pragma in ("journal_mode=WAL", f"synchronous={config.synchronous.upper()}", "foreign_keys=ON"):
+                cursor.execute(f"PRAGMA {pragma}")
+            cursor.execute(f"PRAGMA busy_timeout={int(config.busy_timeout * 1000)}")
+            cursor.close()
+
+    return engine

@@ -1,0 +1,129 @@
+"""Driver errors, read once for every transport: which may run again, which mean a full disk or a timeout, and
+the :class:`StoreUnavailableError` (or :class:`StoreFullError`) a caller sees instead of the driver's error."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+
+from chatkeep.core import StoreFullError, StoreUnavailableError
+from chatkeep.core.backend import redact_url
+
+__all__ = [
+    "SERVER_HINT",
+    "SQLITE_FILE_HINT",
+    "disk_full",
+    "retryable",
+    "stale_snapshot",
+    "timed_out",
+    "unavailable",
+]
+
+#: What to check when a call fails: a server's reachability, or (for a SQLite file) its folder.
+SERVER_HINT = "check that it is running and reachable, then retry"
+SQLITE_FILE_HINT = "check that the file's folder exists and that this process may read and write there, then retry"
+
+#: PostgreSQL's SQLSTATE ``disk_full``; MySQL/MariaDB's ER_RECORD_FILE_FULL ("the table is full") and ER_DISK_FULL.
+_PG_DISK_FULL = "53100"
+_MYSQL_DISK_FULL = (1114, 1021)
+_MYSQL_DRIVERS = ("asyncmy", "pymysql", "MySQLdb", "aiomysql")
+_SQLITE_FULL = 13  # the primary result code (sqlite3.SQLITE_FULL at run time; typeshed does not list it)
+#: PostgreSQL's SQLSTATE ``query_canceled``; MariaDB's ER_STATEMENT_TIMEOUT, MySQL's ER_QUERY_TIMEOUT and InnoDB's
+#: ER_LOCK_WAIT_TIMEOUT.
+_PG_CANCELED = "57014"
+_MYSQL_TIMED_OUT = (1969, 3024, 1205)
+#: Serialization failure, deadlock, lock not available (PostgreSQL); deadlock and lock wait timeout (MySQL).
+_PG_RETRYABLE = ("40001", "40P01", "55P03")
+_MYSQL_RETRYABLE = (1213, 1205)
+#: PostgreSQL's ``division_by_zero``, which the one-statement append raises on purpose (see ``_sql``).
+_PG_STALE_SNAPSHOT = "22012"
+
+
+def _errors_within(exc: BaseException) -> Iterator[BaseException]:
+    """A driver error and every error it wraps: SQLAlchemy's ``orig`` and the chained causes, each once."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        yield error
+        orig = getattr(error, "orig", None)
+        pending += [orig if isinstance(orig, BaseException) else None, error.__cause__, error.__context__]
+
+
+def _mysql_code(error: BaseException) -> object:
+    """A MySQL/MariaDB driver error's number (``None`` for another driver's error)."""
+    driver = type(error).__module__.split(".", 1)[0]
+    return error.args[0] if driver in _MYSQL_DRIVERS and error.args else None
+
+
+def _sqlstate(error: BaseException) -> object:
+    return getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether a driver error, or any error it wraps (SQLAlchemy's ``orig``, the chained causes), means "no space".
+
+    SQLite's SQLITE_FULL, PostgreSQL's SQLSTATE 53100, MySQL/MariaDB errors 1114 and 1021, or an OS error
+    ENOSPC / EDQUOT (a full disk or quota while a file is created or grown).
+    """
+    for error in _errors_within(exc):
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        code = getattr(error, "sqlite_errorcode", None)
+        if isinstance(code, int) and code & 0xFF == _SQLITE_FULL:
+            return True
+        if _sqlstate(error) == _PG_DISK_FULL or _mysql_code(error) in _MYSQL_DISK_FULL:
+            return True
+    return False
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether the server cancelled a statement for running past the connection's statement timeout.
+
+    PostgreSQL's SQLSTATE 57014 (``statement_timeout``), MariaDB's error 1969 (``max_statement_time``),
+    MySQL's 3024 (``max_execution_time``) and InnoDB's 1205 (``innodb_lock_wait_timeout``).
+    """
+    return any(_sqlstate(e) == _PG_CANCELED or _mysql_code(e) in _MYSQL_TIMED_OUT for e in _errors_within(exc))
+
+
+def retryable(exc: BaseException) -> bool:
+    """A deadlock, serialization failure, lock timeout or busy database: the transaction can run again."""
+    if _sqlstate(exc) in _PG_RETRYABLE:
+        return True
+    args = getattr(exc, "args", ())
+    if args and isinstance(args[0], int) and args[0] in _MYSQL_RETRYABLE:
+        return True
+    text = str(exc).lower()
+    return "database is locked" in text or "deadlock" in text
+
+
+def stale_snapshot(exc: BaseException) -> bool:
+    """PostgreSQL's one-statement append found its snapshot stale and rolled back on purpose (see ``_sql``)."""
+    return _sqlstate(exc) == _PG_STALE_SNAPSHOT
+
+
+def unavailable(
+    exc: BaseException, *, description: str, hint: str, statement_timeout: float | None
+) -> StoreUnavailableError:
+    """The one translation of a driver error: :class:`StoreFullError` for a full disk, else unavailable."""
+    detail = f"{type(exc).__name__}: {redact_url(str(exc)).strip()[:500]}"
+    if timed_out(exc):
+        limit = f" of {statement_timeout:g} s" if statement_timeout is not None else ""
+        return StoreUnavailableError(
+            f"the database at {description} cancelled a statement of this call at its statement "
+            f"timeout{limit} ({detail}), and rolled back what it did. Most often another transaction holds a "
+            "lock on the session for long (a stuck client, a long migration), or the server is overloaded: "
+            "find what holds it (PostgreSQL: pg_stat_activity; MySQL/MariaDB: SHOW PROCESSLIST) and retry, or "
+            "open the store with a larger statement_timeout"
+        )
+    if disk_full(exc):
+        return StoreFullError(
+            f"the database at {description} has no room left: its disk, volume, quota or tablespace is "
+            f"full ({detail}); nothing of this call was stored and what was stored before is intact. Free "
+            "space where the database keeps its files (or raise its quota), then retry: the store works again "
+            "without a restart"
+        )
+    return StoreUnavailableError(f"the database at {description} failed or could not be reached ({detail}); {hint}")

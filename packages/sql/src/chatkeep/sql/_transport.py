@@ -1,0 +1,168 @@
+"""The seam between the storage operations (``_ops``) and a database driver: a transport.
+
+The operations are written once against :class:`Connection` (``fetch`` and ``execute`` of one statement in
+the driver's parameter style, autocommit unless the operation says ``BEGIN``). A :class:`Transport` lends a
+connection for one store call: it checks one out of its pool, runs the call, and returns it; a pooled
+connection found dead before the server answered any statement of the call is replaced and the call runs
+once more; a driver error becomes :class:`StoreUnavailableError`. Transports: ``sqlite3`` (``_sqlite``),
+``asyncpg`` and ``asyncmy`` (``_native``), and ``sqlalchemy``, any SQLAlchemy ``AsyncEngine`` (``_engine``).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, ClassVar, Generic, TypeVar
+
+from chatkeep.core import ChatkeepError, StoreUnavailableError
+from chatkeep.sql._errors import SERVER_HINT, unavailable
+from chatkeep.sql._sql import Statements
+
+__all__ = ["Cancelled", "Connection", "Flag", "Transport"]
+
+T = TypeVar("T")
+C = TypeVar("C", bound="Connection")
+
+
+class Flag:
+    """Set by the event loop when the calling task is cancelled; a write checks it just before committing."""
+
+    __slots__ = ("is_set",)
+
+    def __init__(self) -> None:
+        self.is_set = False
+
+
+class Cancelled(Exception):
+    """A write saw its task cancelled before it committed and rolled back."""
+
+
+_NEVER = Flag()  # the flag of a call nobody can cancel half way (it never suspends, or it is a read)
+
+
+class Connection(abc.ABC):
+    """One pooled connection, lent to one store call."""
+
+    __slots__ = ("answered", "cancel", "reused")
+
+    def __init__(self, *, reused: bool = False) -> None:
+        #: Whether the server has answered a statement of this call (after that, a failed call is not re-run).
+        self.answered = False
+        #: Whether it was used by an earlier call (a connection just opened is not suspected of being stale).
+        self.reused = reused
+        self.cancel = _NEVER
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the calling task was cancelled: a write rolls back instead of committing."""
+        return self.cancel.is_set
+
+    @abc.abstractmethod
+    async def fetch(self, statement: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
+        """Run one statement; its rows (none for a statement that returns none)."""
+
+    @abc.abstractmethod
+    async def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement; how many rows it changed."""
+
+
+class Transport(abc.ABC, Generic[C]):
+    """A driver's pool of connections, lending one per store call (see the module docstring)."""
+
+    #: The transport's name, as ``store.transport`` and the ``transport`` option spell it.
+    name: ClassVar[str]
+    #: Whether a write runs in a task of its own, so that a cancelled caller finds its outcome final: a transport
+    #: whose calls suspend on the network needs it; one that runs its statements inline does not.
+    shields_writes: ClassVar[bool] = True
+    #: Whether its connections belong to the event loop that opened them.
+    loop_bound: ClassVar[bool] = True
+
+    statements: Statements
+    description: str
+    hint: str = SERVER_HINT
+    #: The statement timeout its connections were opened with (``None``: not chatkeep's to say).
+    statement_timeout: float | None = None
+    #: The driver's exceptions, translated into :class:`StoreUnavailableError`.
+    errors: tuple[type[BaseException], ...] = (OSError,)
+
+    async def run(self, op: Callable[[C], Awaitable[T]], *, write: bool = False) -> T:
+        """Run ``op`` on a lent connection; a driver error raises :class:`StoreUnavailableError`.
+
+        A ``write`` whose caller is cancelled rolls back unless it had already committed, and the outcome is
+        final (the connection back in the pool) when the cancellation reaches the caller.
+        """
+        if not (write and self.shields_writes):
+            return await self._lend(op, _NEVER)
+        flag = Flag()
+        task = asyncio.ensure_future(self._lend(op, flag))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            flag.is_set = True
+            with contextlib.suppress(BaseException):  # the cancellation is what the caller sees
+                await task
+            raise
+
+    async def _lend(self, op: Callable[[C], Awaitable[T]], cancel: Flag) -> T:
+        try:
+            for attempt in (0, 1):
+                conn = await self._checkout()
+                conn.cancel = cancel
+                try:
+                    result = await op(conn)
+                except ChatkeepError:
+                    await self._checkin(conn)  # raised by the operation after a clean rollback: the connection is fine
+                    raise
+                except BaseException as exc:
+                    stale = isinstance(exc, Exception) and self._stale(conn, exc)
+                    await self._discard(conn, exc, stale=stale)
+                    if stale and conn.reused and not conn.answered and attempt == 0:
+                        continue  # the server never saw the call take effect: run it again on a new connection
+                    raise
+                await self._checkin(conn)
+                return result
+            raise AssertionError("unreachable")
+        except ChatkeepError:
+            raise  # some are OSErrors (SessionOwnershipError is a PermissionError): not the database's failure
+        except self.errors as exc:
+            raise self.unavailable(exc) from exc
+
+    def unavailable(self, exc: BaseException) -> StoreUnavailableError:
+        """The error a caller sees for a driver error of this transport."""
+        return unavailable(exc, description=self.description, hint=self.hint, statement_timeout=self.statement_timeout)
+
+    @abc.abstractmethod
+    async def _checkout(self) -> C:
+        """A connection from the pool (opening one if none is idle)."""
+
+    @abc.abstractmethod
+    async def _checkin(self, conn: C) -> None:
+        """Give a connection back after a call that ended cleanly."""
+
+    @abc.abstractmethod
+    async def _discard(self, conn: C, exc: BaseException, *, stale: bool) -> None:
+        """Give a connection back after a call that failed: its state is unknown, so it is not reused as it is.
+
+        ``stale``: the connection is dead (the server restarted or dropped it), and so may be every pooled
+        connection as old as it.
+        """
+
+    def _stale(self, conn: C, exc: Exception) -> bool:
+        """Whether ``exc`` means the connection is dead (not a SQL error)."""
+        return isinstance(exc, OSError)
+
+    @abc.abstractmethod
+    async def prepare(self, *, upgrade: bool = False) -> str:
+        """Check (and in an empty database create, or with ``upgrade`` migrate) the schema; returns its revision."""
+
+    async def release(self) -> None:
+        """Close the connections that belong to the running event loop (it is shutting down)."""
+
+    def on_loop_change(self) -> None:
+        """Drop connections that belonged to an event loop that is gone."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release every connection."""

@@ -1,0 +1,59 @@
+"""What chatkeep-sql relies on in its drivers beyond their documented API: fails loudly when a release changes it.
+
+Only ``_engine`` uses a private name: ``Pool._invalidate(connection, exception)``, which SQLAlchemy's own
+``Connection`` calls on a disconnect. It marks every pooled connection opened before the dead one as stale, so
+the pool replaces them on checkout instead of handing the next calls connections that died with the same
+server restart. Each call has one retry on a stale connection: without this, a pool of five dead
+connections would fail four calls after a restart.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sqlite3
+from typing import Any
+
+from sqlalchemy.pool import Pool, QueuePool
+
+
+def _pool() -> tuple[QueuePool, list[sqlite3.Connection]]:
+    opened: list[sqlite3.Connection] = []
+
+    def creator() -> sqlite3.Connection:
+        opened.append(sqlite3.connect(":memory:", check_same_thread=False))
+        return opened[-1]
+
+    return QueuePool(creator, pool_size=5, max_overflow=0), opened
+
+
+def test_pool_invalidate_keeps_its_signature() -> None:
+    parameters = list(inspect.signature(Pool._invalidate).parameters)
+    assert parameters[:3] == ["self", "connection", "exception"], (
+        "SQLAlchemy changed Pool._invalidate: update EngineTransport._drop in chatkeep/sql/_engine.py"
+    )
+
+
+def test_pool_invalidate_replaces_every_connection_as_old_as_the_dead_one() -> None:
+    pool, opened = _pool()
+    older: Any = pool.connect()
+    dead: Any = pool.connect()
+    older.info["chatkeep_used"] = True
+    older_raw = older.dbapi_connection
+    older.close()  # back in the pool, idle
+    pool._invalidate(dead, ConnectionError("server restarted"))
+    dead.close()
+    again: Any = pool.connect()
+    assert again.dbapi_connection is not older_raw, "the idle connection as old as the dead one was handed out again"
+    assert "chatkeep_used" not in again.info, "a replaced connection kept the info of the one it replaced"
+    assert len(opened) == 3
+    again.close()
+    pool.dispose()
+
+
+def test_pooled_connection_exposes_the_driver_objects_the_transports_use() -> None:
+    pool, opened = _pool()
+    fairy: Any = pool.connect()
+    assert fairy.dbapi_connection is opened[0]
+    assert fairy.driver_connection is opened[0]
+    fairy.close()
+    pool.dispose()
