@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m benchmarks [codec|sql|redis|blob|sync|all|interop-...] [--chart FILE.svg] [...]``.
+"""Run the benchmarks: ``python -m benchmarks [SUITE] [--chart FILE.svg] [...]``, a suite of ``SUITES`` or ``all``.
 
 ``nox -s bench`` runs all. ``--chart FILE.svg`` also draws the run's turn tables as a chart (docs/performance.md).
 The ``interop-<framework>`` suites need that framework's pins (``nox -s interop_bench``), so ``all`` leaves them out.
@@ -12,13 +12,14 @@ import inspect
 import sys
 from typing import Any
 
-# codec and sync need no server; sql, redis, blob and the interop-* suites need the services scripts/ starts.
+# codec, sync and telemetry need no server; sql, redis, blob and the interop-* suites need the services scripts/ starts.
 SUITES = {
     "codec": "benchmarks.codec_bench",
     "sql": "benchmarks.sql_bench",
     "redis": "benchmarks.redis_bench",
     "blob": "benchmarks.blob_bench",
     "sync": "benchmarks.sync_bench",
+    "telemetry": "benchmarks.telemetry_bench",
 }
 # An adapter beside its framework's own stores; run one at a time by name (nox -s interop_bench installs the pins).
 INTEROP_SUITES = {

@@ -11,6 +11,7 @@ from typing import Any
 
 from typing_extensions import Self
 
+from chatkeep.core import _telemetry
 from chatkeep.core._chat import ChatClient, ChatOptions, ChatResponse
 from chatkeep.core._errors import AgentConfigurationError, HistoryModeConflictError, ModelError, ToolError
 from chatkeep.core._loop_thread import LoopThread
@@ -257,11 +258,31 @@ class Agent:
             return [*self.context_providers, InMemoryHistoryProvider()]
         return list(self.context_providers)
 
-    async def _run(
+    def _run(
         self, input: AgentInput, *, session: AgentSession | None, options: ChatOptions | None, stream: bool
     ) -> AsyncIterator[AgentResponseUpdate]:
+        """The run's updates, traced as one GenAI ``invoke_agent`` span (no-op unless OpenTelemetry is set up)."""
         session = session if session is not None else self.create_session()
         options = options or ChatOptions()
+        attributes: _telemetry.Attributes = {"gen_ai.operation.name": "invoke_agent"}
+        for name, value in (
+            ("gen_ai.agent.name", self.name),
+            ("gen_ai.provider.name", getattr(self.client, "provider_name", None)),
+            ("gen_ai.request.model", options.model or getattr(self.client, "model", None)),
+        ):
+            if isinstance(value, str):
+                attributes[name] = value
+        return _telemetry.agent_run(
+            self._run_steps(input, session=session, options=options, stream=stream),
+            agent_name=self.name,
+            attributes=attributes,
+            ids={"gen_ai.conversation.id": session.session_id, "chatkeep.tenant.id": session.tenant},
+            outcome=_run_outcome,
+        )
+
+    async def _run_steps(
+        self, input: AgentInput, *, session: AgentSession, options: ChatOptions, stream: bool
+    ) -> AsyncIterator[AgentResponseUpdate]:
         service_mode = self._service_mode(session, options)
         providers = self._providers_for(service_mode)
         context = SessionContext(_to_messages(input))
@@ -457,6 +478,20 @@ class Agent:
         """The private loop used so far, to stop; later ``run_sync`` calls get a fresh one."""
         loop_thread, self._loop_thread = self._loop_thread, LoopThread(self._loop_thread.name)
         return loop_thread
+
+
+def _run_outcome(update: AgentResponseUpdate) -> _telemetry.Attributes | None:
+    """What the run's last update tells its span: the response id, token usage and how many messages it made."""
+    response = update.response
+    if response is None:
+        return None
+    attributes: _telemetry.Attributes = {"chatkeep.messages.produced": len(response.messages)}
+    if response.response_id is not None:
+        attributes["gen_ai.response.id"] = response.response_id
+    if response.usage is not None:
+        attributes["gen_ai.usage.input_tokens"] = response.usage.input_tokens
+        attributes["gen_ai.usage.output_tokens"] = response.usage.output_tokens
+    return attributes
 
 
 async def _call_hook(

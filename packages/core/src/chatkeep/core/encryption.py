@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from chatkeep.core._errors import ChatkeepError, MissingExtraError
 from chatkeep.core._messages import Content, DataContent, Message, new_message_id
 from chatkeep.core._session import AgentSession, validate_id
-from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession, checked
+from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession, TelemetryTarget, checked
 
 try:
     from cryptography.exceptions import InvalidTag
@@ -355,3 +355,7 @@ class EncryptedStore(HistoryStore):
     def describe(self) -> dict[str, Any]:
         """The wrapped store, and the master key in use (never the keys)."""
         return {"type": type(self).__name__, "inner": self.inner.describe(), "current_key_id": self.current_key_id}
+
+    def _telemetry_target(self) -> TelemetryTarget:
+        # Its spans wrap those of the inner store's calls (which name the database and server).
+        return TelemetryTarget("chatkeep.encrypted")

@@ -6,11 +6,14 @@ the typed fields of a :class:`StoreSettings` model (:class:`OptionSet` is the ol
 :class:`BackendSpec` from a :func:`hookimpl` of ``chatkeep_register_backends``, and proves itself with the
 conformance kit. The rules every backend would otherwise copy are here once: the write stamp
 (:func:`write_stamp`), the ``list_sessions`` cursor (:func:`encode_cursor`), and keys hashed from ids
-(:func:`hashed_key`). User code imports :mod:`chatkeep.core` instead.
+(:func:`hashed_key`). Telemetry needs nothing of a backend: the base class traces every public method; a
+backend may name its server (``_telemetry_target``) and report retries (:func:`record_retry`).
+User code imports :mod:`chatkeep.core` instead.
 """
 
 from chatkeep.core._errors import redact_url
 from chatkeep.core._messages import decode_records, encode_records
+from chatkeep.core._telemetry import TelemetryTarget, record_retry
 from chatkeep.core.backend import hookspecs
 from chatkeep.core.backend._capabilities import (
     SupportsMigrate,
@@ -75,6 +78,7 @@ __all__ = [
     "SupportsReadProbe",
     "SupportsSchemaRevision",
     "TTLStoreSettings",
+    "TelemetryTarget",
     "boolean",
     "checked",
     "conflict_error",
@@ -91,6 +95,7 @@ __all__ = [
     "owner_error",
     "positive_int",
     "positive_seconds",
+    "record_retry",
     "redact_url",
     "session_document",
     "stamp_time",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, TypeVar
 
 from typing_extensions import ParamSpec, Self
 
+from chatkeep.core import _telemetry
 from chatkeep.core._errors import (
     ConcurrencyConflictError,
     InvalidArgumentError,
@@ -30,6 +31,7 @@ from chatkeep.core._errors import (
 )
 from chatkeep.core._messages import Message, encode_records
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession, validate_id
+from chatkeep.core._telemetry import TelemetryTarget, operation, operation_stream
 
 if TYPE_CHECKING:
     from chatkeep.core.backend._sync import SyncHistoryStore
@@ -305,6 +307,7 @@ class HistoryStore(abc.ABC):
 
     # -- the contract (checked here, stored by the backend's hooks) ------------------------------
 
+    @operation("append", lambda new: {"chatkeep.messages.new": new})
     async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
         """Append messages atomically; messages whose ``message_id`` is already stored are skipped.
 
@@ -326,8 +329,10 @@ class HistoryStore(abc.ABC):
             first = {message_id: n for n, message_id in reversed(list(enumerate(ids)))}
             keep = sorted(first.values())
             messages, records = [messages[n] for n in keep], [records[n] for n in keep]
+        _telemetry.note_records(records)
         return await self._append(key, messages, records)
 
+    @operation("load", lambda messages: {"db.response.returned_rows": len(messages)})
     async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
         """Return the history in append order; with ``last=k``, only the k newest (reading only those)."""
         self._check_usable()
@@ -336,6 +341,7 @@ class HistoryStore(abc.ABC):
             return []
         return await self._load(key, last)
 
+    @operation_stream("iter_messages")
     async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
         """Iterate over the whole history in append order, ``batch`` messages per read."""
         self._check_usable()
@@ -345,22 +351,26 @@ class HistoryStore(abc.ABC):
             yield message
             self._check_usable()
 
+    @operation("count")
     async def count(self, key: SessionKey) -> int:
         """How many messages the session holds."""
         self._check_usable()
         return await self._count(_check_key(key))
 
+    @operation("delete")
     async def delete(self, key: SessionKey) -> bool:
         """Delete the session's messages and document; ``True`` if anything was there."""
         self._check_usable()
         return await self._delete(_check_key(key))
 
+    @operation("trim", lambda deleted: {"chatkeep.messages.deleted": deleted})
     async def trim(self, key: SessionKey, keep_last: int) -> int:
         """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
         self._check_usable()
         _check_key(key)
         return await self._trim(key, _check_count(keep_last, "keep_last", minimum=0))
 
+    @operation("pop", lambda message: {"db.response.returned_rows": int(message is not None)})
     async def pop(self, key: SessionKey) -> Message | None:
         """Remove the newest message of the session and return it; None when the session has no messages.
 
@@ -372,6 +382,7 @@ class HistoryStore(abc.ABC):
         self._check_usable()
         return await self._pop(_check_key(key))
 
+    @operation("list_sessions", lambda page: {"db.response.returned_rows": len(page.items)})
     async def list_sessions(
         self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
     ) -> SessionPage:
@@ -396,6 +407,7 @@ class HistoryStore(abc.ABC):
                 f"{cursor!r} is not a list_sessions cursor of this store; pass the next_cursor of the previous page"
             ) from exc
 
+    @operation("save_session")
     async def save_session(
         self,
         key: SessionKey,
@@ -432,6 +444,7 @@ class HistoryStore(abc.ABC):
             validate_id(owner, "owner")
         return await self._save_session(key, session, expected_version, owner)
 
+    @operation("load_session", lambda found: {"db.response.returned_rows": int(found is not None)})
     async def load_session(self, key: SessionKey, *, owner: str | None = None) -> StoredSession | None:
         """Read a session document and its version; ``None`` when there is none.
 
@@ -449,6 +462,7 @@ class HistoryStore(abc.ABC):
             raise owner_error()
         return found
 
+    @operation("prune", lambda deleted: {"chatkeep.sessions.deleted": deleted})
     async def prune(self, *, older_than: timedelta | datetime, tenant: str | None = None) -> int:
         """Delete sessions not updated since ``older_than`` (an age or a cut-off time); returns how many."""
         self._check_usable()
@@ -457,6 +471,7 @@ class HistoryStore(abc.ABC):
             _check_tenant(tenant)
         return await self._prune(cutoff, tenant)
 
+    @operation("delete_tenant", lambda deleted: {"chatkeep.sessions.deleted": deleted})
     async def delete_tenant(self, tenant: str) -> int:
         """Delete every session of a tenant; returns how many sessions were deleted."""
         self._check_usable()
@@ -576,3 +591,12 @@ class HistoryStore(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """What this store is, for logs and the CLI (no secrets)."""
         return {"type": type(self).__name__}
+
+    def _telemetry_target(self) -> TelemetryTarget:
+        """The database this store's spans and metrics name (asked once per store); override to add the server.
+
+        By default the system is the backend's package name (``chatkeep.memory`` gives ``memory``), without a
+        server. A backend that knows better returns, for example, ``TelemetryTarget("postgresql", host, port)``.
+        """
+        package = type(self).__module__.split(".")
+        return TelemetryTarget(package[1] if package[0] == "chatkeep" and len(package) > 1 else package[0])

@@ -80,6 +80,8 @@ class OpenAIClientBase(BaseChatClient):
             itself (``_reserved_options``), or :meth:`_check_config` refuses the configuration.
     """
 
+    #: The agent run span's ``gen_ai.provider.name`` (OpenTelemetry GenAI semantic conventions).
+    provider_name: ClassVar[str] = "openai"
     # The client's name in messages, e.g. "OpenAIChatClient".
     _client_name: ClassVar[str]
     # The API's name in messages, e.g. "Chat Completions".
