@@ -1,4 +1,4 @@
-"""What OpenTelemetry costs a store call, on the memory backend (where it weighs most), measured in the same run.
+"""What OpenTelemetry costs a store call, on memory (where it weighs most) and a SQLite file, measured in one run.
 
 The operation is a turn, what an agent does per user message: ``load(key, last=20)`` then ``append`` of two
 messages, on a session of 10 and of 1,000 messages. Paths:
@@ -13,7 +13,7 @@ messages, on a session of 10 and of 1,000 messages. Paths:
 The SDK cannot be installed and removed in one process, so the ``tracing on`` path swaps chatkeep's tracer and
 instruments for ones of a private SDK provider while it runs. Every path runs once per round, in a rotating
 order; the table reports each path's median and 99th percentile and its p50 ratio to ``uninstrumented``.
-Run with ``python -m benchmarks telemetry [--rounds N] [--iterations N]``.
+Run with ``python -m benchmarks telemetry [--rounds N] [--iterations N] [--only memory,sqlite]``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shutil
+import tempfile
 import time
 import uuid
 from collections import defaultdict
@@ -99,11 +101,10 @@ async def _timed(turn: Turn, store: HistoryStore, key: SessionKey, iterations: i
     return samples
 
 
-async def _run(rounds: int, iterations: int) -> list[Result]:
+async def _run(url: str, rounds: int, iterations: int) -> list[Result]:
     sdk = _Sdk()
-    run_id = uuid.uuid4().hex[:8]
     samples: dict[tuple[str, int], list[float]] = defaultdict(list)
-    async with open_store(f"memory://telemetrybench-{run_id}") as store:
+    async with open_store(url) as store:
         keys = {(path, size): SessionKey("telemetrybench", f"{path}-{size}") for path in PATHS for size in SIZES}
         for (_, size), key in keys.items():
             for start in range(0, size, 500):
@@ -123,14 +124,30 @@ async def _run(rounds: int, iterations: int) -> list[Result]:
     return [Result(path, size, samples[path, size]) for size in SIZES for path in PATHS]
 
 
+def _bare_of(results: list[Result]) -> Callable[[Result], Result]:
+    """Each row's baseline: the uninstrumented row of the same size."""
+    baselines = {result.size: result for result in results if result.name == BARE}
+    return lambda result: baselines[result.size]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks telemetry")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--iterations", type=int, default=300, help="turns per path per round")
+    parser.add_argument("--only", default="memory,sqlite", help="comma-separated: memory,sqlite")
     args = parser.parse_args(argv)
-    results = asyncio.run(_run(args.rounds, args.iterations))
-    baselines = {result.size: result for result in results if result.name == BARE}
-    title = f"OpenTelemetry cost per load last {WINDOW} + append 2, memory backend"
-    print(format_table(title, results, lambda result: baselines[result.size], versus="uninstrumented"))
-    print()
+    folder = tempfile.mkdtemp(prefix="chatkeep-telemetrybench-")
+    urls = {
+        "memory": ("memory", f"memory://telemetrybench-{uuid.uuid4().hex[:8]}"),
+        "sqlite": ("SQLite file", f"sqlite:///{folder}/bench.db"),
+    }
+    try:
+        for name in args.only.split(","):
+            label, url = urls[name.strip()]
+            results = asyncio.run(_run(url, args.rounds, args.iterations))
+            title = f"OpenTelemetry cost per load last {WINDOW} + append 2, {label}"
+            print(format_table(title, results, _bare_of(results), versus="uninstrumented"))
+            print()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return 0

@@ -86,17 +86,7 @@ class TelemetryTarget:
         return attributes
 
 
-class _Operation:
-    """The store operation in progress in this context, for :func:`record_retry` and :func:`note_records`."""
-
-    __slots__ = ("attributes", "retries", "span")
-
-    def __init__(self, span: trace.Span, attributes: Attributes) -> None:
-        self.span = span
-        self.attributes = attributes
-        self.retries = 0
-
-
+# The store operation in progress in this context, for record_retry and note_records.
 _current: ContextVar[_Operation | None] = ContextVar("chatkeep_operation", default=None)
 
 
@@ -158,21 +148,34 @@ def _target_attributes(store: Any, operation: str) -> Attributes:
     return attributes
 
 
-class _Span:
-    """One store operation's span and duration sample, begun on entry; :meth:`step` makes it current."""
+_CLIENT = trace.SpanKind.CLIENT
+# What _Operation.enter hands _Operation.leave: the OpenTelemetry context token (None: nothing attached), ours.
+_Tokens = tuple["Token[otel_context.Context] | None", "Token[_Operation | None]"]
 
-    __slots__ = ("attributes", "operation", "span", "start")
+
+class _Operation:
+    """One store operation's span and duration sample, begun when made; :meth:`enter` makes it current."""
+
+    __slots__ = ("attributes", "retries", "span", "start")
 
     def __init__(self, store: Any, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         self.attributes = _target_attributes(store, name)
-        self.span = _tracer.start_span(name, kind=trace.SpanKind.CLIENT, attributes=self.attributes)
+        self.span = _tracer.start_span(name, kind=_CLIENT, attributes=self.attributes)
         if self.span.is_recording() and _capture_ids():
             self.span.set_attributes(_id_attributes(args, kwargs))
-        self.operation = _Operation(self.span, self.attributes)
+        self.retries = 0
         self.start = time.perf_counter()
 
-    def step(self) -> _Step:
-        return _Step(self)
+    def enter(self) -> _Tokens:
+        """Make this operation (and its span) current while its own code runs; pass the result to :meth:`leave`."""
+        return _attach(self.span), _current.set(self)
+
+    @staticmethod
+    def leave(tokens: _Tokens) -> None:
+        otel_token, token = tokens
+        _current.reset(token)
+        if otel_token is not None:
+            otel_context.detach(otel_token)
 
     def end(self, error: BaseException | None = None, result: Attributes | None = None) -> None:
         attributes = self.attributes
@@ -185,28 +188,9 @@ class _Span:
         if self.span.is_recording():
             if result:
                 self.span.set_attributes(result)
-            if self.operation.retries:
-                self.span.set_attribute("chatkeep.retries", self.operation.retries)
+            if self.retries:
+                self.span.set_attribute("chatkeep.retries", self.retries)
         self.span.end()
-
-
-class _Step:
-    """Makes an operation's span (and the operation, for retries) current while its code runs."""
-
-    __slots__ = ("operation", "otel_token", "span", "token")
-
-    def __init__(self, owner: _Span) -> None:
-        self.span = owner.span
-        self.operation = owner.operation
-
-    def __enter__(self) -> None:
-        self.otel_token = _attach(self.span)
-        self.token = _current.set(self.operation)
-
-    def __exit__(self, *exc: object) -> None:
-        _current.reset(self.token)
-        if self.otel_token is not None:
-            otel_context.detach(self.otel_token)
 
 
 def _attach(span: trace.Span) -> Token[otel_context.Context] | None:
@@ -227,14 +211,16 @@ def operation(
         method: Callable[Concatenate[_S, _P], Coroutine[Any, Any, _T]],
     ) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, _T]]:
         async def call(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-            span = _Span(self, name, args, kwargs)
+            current = _Operation(self, name, args, kwargs)
+            tokens = current.enter()
             try:
-                with span.step():
-                    value = await method(self, *args, **kwargs)
+                value = await method(self, *args, **kwargs)
             except BaseException as exc:
-                span.end(error=exc)
+                current.leave(tokens)
+                current.end(error=exc)
                 raise
-            span.end(result=result(value) if result is not None and span.span.is_recording() else None)
+            current.leave(tokens)
+            current.end(result=result(value) if result is not None and current.span.is_recording() else None)
             return value
 
         _copy_identity(call, method)
@@ -256,27 +242,29 @@ def operation_stream(
         method: Callable[Concatenate[_S, _P], AsyncIterator[_Y]],
     ) -> Callable[Concatenate[_S, _P], AsyncIterator[_Y]]:
         async def call(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> AsyncIterator[_Y]:
-            span = _Span(self, name, args, kwargs)
+            current = _Operation(self, name, args, kwargs)
             returned = 0
             iterator = method(self, *args, **kwargs)
             try:
                 while True:
-                    with span.step():
-                        try:
-                            item = await iterator.__anext__()
-                        except StopAsyncIteration:
-                            break
+                    tokens = current.enter()
+                    try:
+                        item = await iterator.__anext__()
+                    except StopAsyncIteration:
+                        break
+                    finally:
+                        current.leave(tokens)
                     returned += 1
                     yield item
             except GeneratorExit:  # the caller stopped early: not an error
-                await _close(iterator, span)
-                span.end(result={"db.response.returned_rows": returned})
+                await _close(iterator, current)
+                current.end(result={"db.response.returned_rows": returned})
                 raise
             except BaseException as exc:
-                await _close(iterator, span)
-                span.end(error=exc, result={"db.response.returned_rows": returned})
+                await _close(iterator, current)
+                current.end(error=exc, result={"db.response.returned_rows": returned})
                 raise
-            span.end(result={"db.response.returned_rows": returned})
+            current.end(result={"db.response.returned_rows": returned})
 
         _copy_identity(call, method)
         return call
@@ -284,11 +272,14 @@ def operation_stream(
     return decorate
 
 
-async def _close(iterator: AsyncIterator[Any], span: _Span) -> None:
+async def _close(iterator: AsyncIterator[Any], current: _Operation) -> None:
     aclose = getattr(iterator, "aclose", None)
     if aclose is not None:
-        with span.step():
+        tokens = current.enter()
+        try:
             await aclose()
+        finally:
+            current.leave(tokens)
 
 
 def _copy_identity(wrapper: Any, method: Any) -> None:
