@@ -3,6 +3,7 @@
 Each public method checks what every backend shares once (the store is open and on its own event loop,
 the key and tenant, argument ranges, the message size limit, the session's tenant and owner), then calls
 the protected hook a backend writes (``_append``, ``_load``, ...). A backend implements only storage.
+Each public method is also an OpenTelemetry span and duration sample (``_telemetry.operation``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Concatenate, TypeVar
 
 from typing_extensions import ParamSpec, Self
 
-from chatkeep.core import _telemetry
 from chatkeep.core._errors import (
     ConcurrencyConflictError,
     InvalidArgumentError,
@@ -31,7 +31,7 @@ from chatkeep.core._errors import (
 )
 from chatkeep.core._messages import Message, encode_records
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession, validate_id
-from chatkeep.core._telemetry import TelemetryTarget, operation, operation_stream
+from chatkeep.core._telemetry import TelemetryTarget, note_records, operation, operation_stream
 
 if TYPE_CHECKING:
     from chatkeep.core.backend._sync import SyncHistoryStore
@@ -329,7 +329,7 @@ class HistoryStore(abc.ABC):
             first = {message_id: n for n, message_id in reversed(list(enumerate(ids)))}
             keep = sorted(first.values())
             messages, records = [messages[n] for n in keep], [records[n] for n in keep]
-        _telemetry.note_records(records)
+        note_records(records)
         return await self._append(key, messages, records)
 
     @operation("load", lambda messages: {"db.response.returned_rows": len(messages)})
