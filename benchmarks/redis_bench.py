@@ -236,6 +236,7 @@ async def _cluster_turns(url: str, prefix: str, rounds: int, iterations: int) ->
     client = aredis.RedisCluster.from_url("redis://" + url.split("://", 1)[1].split(",")[0])
     results: dict[tuple[str, int], list[Result]] = {}
     try:
+        await client.initialize()  # the slot table, for aiming SCRIPT LOAD at the session's node
         for size in (10, 1_000):
             key = SessionKey("bench", f"cluster-turn-{size}")
             await store.append(key, [_message(n) for n in range(size)])
