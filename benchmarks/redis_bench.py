@@ -695,8 +695,8 @@ def _report(turns: list[Result], concurrent: list[Result], whole: list[Result]) 
         value = ratio(result, base)
         verdict = "met" if value <= 1.15 else "missed"
         lines.append(
-            f"- {result.name}, turn at {result.size:,}: {value:.2f}x the fastest raw redis-py running chatkeep's statements "
-            f"(target 1.15x): {verdict}"
+            f"- {result.name}, turn at {result.size:,}: {value:.2f}x the fastest raw redis-py running chatkeep's "
+            f"statements (target 1.15x): {verdict}"
         )
     for result in (r for r in whole if r.name.startswith("chatkeep")):
         value = ratio(result, _fastest_raw(whole)(result))
