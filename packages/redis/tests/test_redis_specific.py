@@ -50,11 +50,15 @@ def test_urls(url: str, driver_url: str, cluster: bool, address: str) -> None:
 
 
 def test_options_and_keyword_overrides() -> None:
-    config = parse_url("redis://h/0?prefix=app&ttl=2.5&keep_last=100&max_message_bytes=1000&socket_timeout=3")
-    assert (config.prefix, config.ttl, config.keep_last, config.max_message_bytes) == ("app", 2.5, 100, 1000)
-    assert (config.socket_timeout, config.connect_timeout) == (3.0, 5.0)
-    config = parse_url("redis://h/0?ttl=2.5", ttl=timedelta(seconds=9), prefix="other", keep_last=None)
-    assert (config.ttl, config.prefix, config.keep_last) == (9.0, "other", None)  # a timedelta becomes seconds
+    url = "redis://h/0?prefix=app&ttl=2.5&keep_last=100&max_message_bytes=1000&socket_timeout=3&client_name=x"
+    config = parse_url(url)
+    settings = config.settings
+    assert settings.driver_query == (("client_name", "x"),)  # redis-py's own options go to redis-py, in the URL
+    assert config.url == "redis://h/0?client_name=x"
+    assert (settings.prefix, settings.ttl, settings.keep_last, settings.max_message_bytes) == ("app", 2.5, 100, 1000)
+    assert (settings.socket_timeout, settings.connect_timeout) == (3.0, 5.0)
+    settings = parse_url("redis://h/0?ttl=2.5", ttl=timedelta(seconds=9), prefix="other", keep_last=None).settings
+    assert (settings.ttl, settings.prefix, settings.keep_last) == (9.0, "other", None)  # a timedelta becomes seconds
     store = open_store("redis://h/0?ttl=3&keep_last=7", max_message_bytes=123)
     assert (store.ttl, store.keep_last, store.max_message_bytes, store.prefix) == (3.0, 7, 123, "chatkeep")
 
@@ -89,7 +93,7 @@ def test_bad_urls_are_refused_clearly(url: str) -> None:
 
 
 def test_bad_options_and_passwords_in_messages() -> None:
-    with pytest.raises(RedisURLError, match="'tll'; the options are prefix, ttl, keep_last"):
+    with pytest.raises(RedisURLError, match="'tll'; the options are max_message_bytes, ttl, prefix, keep_last,"):
         open_store("redis://h/0", tll=3)
     with pytest.raises(RedisURLError, match="ttl=0 must be a positive"):
         open_store("redis://h/0", ttl=0)
