@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +23,7 @@ from chatkeep.core import (
     StoreConfigurationError,
 )
 from chatkeep.redis import RedisHistoryProvider, RedisHistoryStore, RedisURLError, _scripts, open_store
-from chatkeep.redis._config import parse_url
+from chatkeep.redis._config import RedisSettings, parse_url
 from chatkeep.redis._layout import INDEX_GRACE_US, pop_receipt, session_keys
 
 
@@ -61,6 +63,12 @@ def test_options_and_keyword_overrides() -> None:
     assert (settings.ttl, settings.prefix, settings.keep_last) == (9.0, "other", None)  # a timedelta becomes seconds
     store = open_store("redis://h/0?ttl=3&keep_last=7", max_message_bytes=123)
     assert (store.ttl, store.keep_last, store.max_message_bytes, store.prefix) == (3.0, 7, 123, "chatkeep")
+
+
+def test_the_docs_table_names_every_option() -> None:
+    page = (Path(__file__).resolve().parents[3] / "docs" / "backends" / "redis.md").read_text()
+    documented = set(re.findall(r"^\| `(\w+)` \|", page, flags=re.MULTILINE))
+    assert documented == set(RedisSettings.option_names())
 
 
 @pytest.mark.parametrize(
