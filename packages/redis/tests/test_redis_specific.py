@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +23,7 @@ from chatkeep.core import (
     StoreConfigurationError,
 )
 from chatkeep.redis import RedisHistoryProvider, RedisHistoryStore, RedisURLError, _scripts, open_store
-from chatkeep.redis._config import parse_url
+from chatkeep.redis._config import RedisSettings, parse_url
 from chatkeep.redis._layout import INDEX_GRACE_US, pop_receipt, session_keys
 
 
@@ -50,13 +52,23 @@ def test_urls(url: str, driver_url: str, cluster: bool, address: str) -> None:
 
 
 def test_options_and_keyword_overrides() -> None:
-    config = parse_url("redis://h/0?prefix=app&ttl=2.5&keep_last=100&max_message_bytes=1000&socket_timeout=3")
-    assert (config.prefix, config.ttl, config.keep_last, config.max_message_bytes) == ("app", 2.5, 100, 1000)
-    assert (config.socket_timeout, config.connect_timeout) == (3.0, 5.0)
-    config = parse_url("redis://h/0?ttl=2.5", ttl=timedelta(seconds=9), prefix="other", keep_last=None)
-    assert (config.ttl, config.prefix, config.keep_last) == (9.0, "other", None)  # a timedelta becomes seconds
+    url = "redis://h/0?prefix=app&ttl=2.5&keep_last=100&max_message_bytes=1000&socket_timeout=3&client_name=x"
+    config = parse_url(url)
+    settings = config.settings
+    assert settings.driver_query == (("client_name", "x"),)  # redis-py's own options go to redis-py, in the URL
+    assert config.url == "redis://h/0?client_name=x"
+    assert (settings.prefix, settings.ttl, settings.keep_last, settings.max_message_bytes) == ("app", 2.5, 100, 1000)
+    assert (settings.socket_timeout, settings.connect_timeout) == (3.0, 5.0)
+    settings = parse_url("redis://h/0?ttl=2.5", ttl=timedelta(seconds=9), prefix="other", keep_last=None).settings
+    assert (settings.ttl, settings.prefix, settings.keep_last) == (9.0, "other", None)  # a timedelta becomes seconds
     store = open_store("redis://h/0?ttl=3&keep_last=7", max_message_bytes=123)
     assert (store.ttl, store.keep_last, store.max_message_bytes, store.prefix) == (3.0, 7, 123, "chatkeep")
+
+
+def test_the_docs_table_names_every_option() -> None:
+    page = (Path(__file__).resolve().parents[3] / "docs" / "backends" / "redis.md").read_text()
+    documented = set(re.findall(r"^\| `(\w+)` \|", page, flags=re.MULTILINE))
+    assert documented == set(RedisSettings.option_names())
 
 
 @pytest.mark.parametrize(
@@ -89,7 +101,7 @@ def test_bad_urls_are_refused_clearly(url: str) -> None:
 
 
 def test_bad_options_and_passwords_in_messages() -> None:
-    with pytest.raises(RedisURLError, match="'tll'; the options are prefix, ttl, keep_last"):
+    with pytest.raises(RedisURLError, match="'tll'; the options are max_message_bytes, ttl, prefix, keep_last,"):
         open_store("redis://h/0", tll=3)
     with pytest.raises(RedisURLError, match="ttl=0 must be a positive"):
         open_store("redis://h/0", ttl=0)

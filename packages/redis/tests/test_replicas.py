@@ -60,13 +60,14 @@ def test_malformed_wait_options_are_refused_at_open(options: dict[str, Any], nam
 def test_a_wait_as_long_as_the_socket_timeout_is_refused() -> None:
     with pytest.raises(RedisURLError) as caught:
         open_store("redis://127.0.0.1:6379/0?wait_replicas=1&wait_timeout_ms=2000", socket_timeout=2)
+    assert "wait_timeout_ms=2000 is not shorter than socket_timeout=2 s" in str(caught.value)
     assert "lower wait_timeout_ms or raise socket_timeout" in str(caught.value)
     # Without wait_replicas the timeout is not used, and shorter ones are fine.
     open_store("redis://127.0.0.1:6379/0?wait_timeout_ms=2000", socket_timeout=2)
     store = open_store("redis+cluster://127.0.0.1:7000?wait_replicas=2&wait_timeout_ms=1999", socket_timeout=2)
     assert store.describe()["wait_replicas"] == 2
-    assert store.config.wait_timeout_ms == 1999
-    assert open_store().config.wait_replicas == 0  # the default: no WAIT
+    assert store.config.settings.wait_timeout_ms == 1999
+    assert open_store().config.settings.wait_replicas == 0  # the default: no WAIT
 
 
 async def test_without_replicas_a_waiting_append_is_stored_and_says_it_was_not_confirmed(redis_url: str) -> None:

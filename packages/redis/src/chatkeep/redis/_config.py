@@ -5,32 +5,32 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import Annotated, Any
 from urllib.parse import urlencode, urlsplit
+
+from pydantic import Field, model_validator
+from typing_extensions import Self
 
 from chatkeep.core import StoreConfigurationError
 from chatkeep.core.backend import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    MAX_MESSAGE_BYTES,
-    TTL,
-    OptionSet,
-    StoreOption,
-    non_negative_int,
-    positive_int,
-    positive_seconds,
+    DriverOptions,
+    NonNegativeInt,
+    PositiveInt,
+    Seconds,
+    TTLStoreSettings,
+    converted,
     redact_url,
 )
-
-if TYPE_CHECKING:
-    from chatkeep.redis._transport import TransportName
+from chatkeep.redis._transport import TRANSPORTS, TransportName
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_PREFIX",
     "DEFAULT_SOCKET_TIMEOUT",
     "DEFAULT_WAIT_TIMEOUT_MS",
-    "OPTIONS",
     "RedisConfig",
+    "RedisSettings",
     "RedisURLError",
     "parse_url",
 ]
@@ -54,12 +54,11 @@ def check_prefix(prefix: object) -> str:
     return prefix
 
 
-def _transport_name(value: object) -> str:
-    from chatkeep.redis._transport import TRANSPORTS
-
-    if value not in TRANSPORTS:
-        raise ValueError(f"must be one of {', '.join(TRANSPORTS)}")
-    return str(value)
+def _transport_name(value: object) -> TransportName:
+    for name in TRANSPORTS:
+        if value == name:
+            return name
+    raise ValueError(f"must be one of {', '.join(TRANSPORTS)}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -85,43 +84,56 @@ def _redis_py_options() -> frozenset[str]:
     return frozenset(names - {"host", "port", "path", "decode_responses", "socket_connect_timeout", "startup_nodes"})
 
 
-#: chatkeep's options (URL query or keywords); other query options must be redis-py's and go to it.
-OPTIONS = OptionSet(
-    "Redis",
-    [
-        StoreOption("prefix", check_prefix, DEFAULT_PREFIX, "the first segment of every key"),
-        TTL,
-        StoreOption(
-            "keep_last", positive_int, None, "keep at most this many newest messages per session (trimmed on append)"
-        ),
-        MAX_MESSAGE_BYTES,
-        StoreOption("socket_timeout", positive_seconds, DEFAULT_SOCKET_TIMEOUT, "seconds a command may wait"),
-        StoreOption("connect_timeout", positive_seconds, DEFAULT_CONNECT_TIMEOUT, "seconds a connection may take"),
-        StoreOption(
-            "wait_replicas",
-            non_negative_int,
-            0,
-            "replicas that must confirm each write (Redis WAIT) before it returns; 0 does not wait",
-        ),
-        StoreOption(
-            "wait_timeout_ms",
-            positive_int,
-            DEFAULT_WAIT_TIMEOUT_MS,
-            "milliseconds a write waits for its replicas before raising ReplicationTimeoutError",
-        ),
-        StoreOption(
-            "transport",
-            _transport_name,
-            None,
-            "the driver: resp (the store's own connection; standalone, needs hiredis) or redis-py; "
-            "default the fastest that serves the URL",
-        ),
-    ],
-    error=RedisURLError,
-    driver_option=lambda name: name in _redis_py_options(),
-    driver="redis-py",
-    hints={"max_messages": "the storage cap is keep_last; max_messages is a history provider's load window"},
-)
+#: Query parameters that are not chatkeep's options go to redis-py, which must take them (checked at open).
+_REDIS_PY = DriverOptions("redis-py", lambda name: name in _redis_py_options())
+
+
+class RedisSettings(TTLStoreSettings):
+    """The store's options (URL query or keywords); ``max_message_bytes`` and ``ttl`` come with the base.
+
+    ``ttl`` is the seconds an idle session lives (``None``: forever); every write restarts it.
+    """
+
+    store_name = "Redis"
+    store_error = RedisURLError
+    option_hints = MappingProxyType(
+        {"max_messages": "the storage cap is keep_last; max_messages is a history provider's load window"}
+    )
+
+    prefix: Annotated[str, converted(check_prefix)] = Field(
+        DEFAULT_PREFIX, description="the first segment of every key; stores with other prefixes never meet"
+    )
+    keep_last: PositiveInt | None = Field(
+        None, description="keep at most this many newest messages per session (trimmed in the same step as an append)"
+    )
+    socket_timeout: Seconds = Field(
+        DEFAULT_SOCKET_TIMEOUT, description="seconds a command may wait for the server before the call fails"
+    )
+    connect_timeout: Seconds = Field(
+        DEFAULT_CONNECT_TIMEOUT, description="seconds a connection attempt may take before the call fails"
+    )
+    wait_replicas: NonNegativeInt = Field(
+        0, description="replicas that must confirm each write (Redis WAIT) before it returns; 0 does not wait"
+    )
+    wait_timeout_ms: PositiveInt = Field(
+        DEFAULT_WAIT_TIMEOUT_MS,
+        description="milliseconds a write waits for its replicas before raising ReplicationTimeoutError",
+    )
+    transport: Annotated[TransportName, converted(_transport_name)] | None = Field(
+        None,
+        description="the driver: resp (the store's own connection; standalone, needs hiredis) or redis-py; "
+        "default the fastest that serves the URL",
+    )
+
+    @model_validator(mode="after")
+    def _wait_ends_before_the_socket_times_out(self) -> Self:
+        # Else the socket would time out first, and the write would fail as unreachable instead of naming the replicas.
+        if self.wait_replicas and self.wait_timeout_ms >= self.socket_timeout * 1000:
+            raise ValueError(
+                f"are inconsistent: wait_timeout_ms={self.wait_timeout_ms} is not shorter than "
+                f"socket_timeout={self.socket_timeout:g} s; lower wait_timeout_ms or raise socket_timeout"
+            )
+        return self
 
 
 @dataclass(frozen=True)
@@ -130,32 +142,19 @@ class RedisConfig:
 
     Attributes:
         url: the URL handed to redis-py (chatkeep's own query options removed).
+        settings: the store's options (:class:`RedisSettings`).
+        transport: the driver that carries the commands: ``settings.transport`` when given, else the fastest that
+            serves the URL: ``resp`` (the store's own connection, standalone servers, hiredis) or ``redis-py``
+            (every URL); see :mod:`chatkeep.redis._transport`.
         cluster: connect with the Redis Cluster client (``redis+cluster://``).
-        prefix: every key this store writes starts with ``PREFIX:``; stores with other prefixes never meet.
-        ttl: seconds an idle session lives (``None``: forever); every write restarts it.
-        keep_last: keep at most this many newest messages per session, trimmed in the same step as an append.
-        max_message_bytes: the largest message record accepted, in UTF-8 bytes.
-        socket_timeout: seconds a command may wait for the server before the call fails.
-        connect_timeout: seconds a connection attempt may take before the call fails.
-        wait_replicas: how many replicas must confirm each write (``WAIT``) before it returns; 0 does not wait.
-        wait_timeout_ms: how long a write waits for them, in milliseconds (less than ``socket_timeout``).
-        transport: the driver that carries the commands: ``resp`` (the store's own connection, standalone
-            servers, hiredis) or ``redis-py`` (every URL); see :mod:`chatkeep.redis._transport`.
         startup_nodes: for a cluster, every ``(host, port)`` the URL names.
         given_url: the URL as the caller wrote it (shown, redacted, in messages).
     """
 
     url: str
+    settings: RedisSettings
+    transport: TransportName
     cluster: bool = False
-    prefix: str = DEFAULT_PREFIX
-    ttl: float | None = None
-    keep_last: int | None = None
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    socket_timeout: float = DEFAULT_SOCKET_TIMEOUT
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    wait_replicas: int = 0
-    wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
-    transport: TransportName = "redis-py"
     startup_nodes: tuple[tuple[str, int], ...] = field(default=())
     given_url: str = ""
 
@@ -199,14 +198,7 @@ def parse_url(url: str, *, handed_in: bool = False, **options: Any) -> RedisConf
         )
     if parts.fragment:
         raise RedisURLError(f"{shown!r} has a fragment (#...); remove it")
-    parsed = OPTIONS.parse(parts.query, options, url=url)
-    ours = parsed.values
-    if ours["wait_replicas"] and ours["wait_timeout_ms"] >= ours["socket_timeout"] * 1000:
-        # The socket would time out first, and the write would fail as unreachable instead of naming the replicas.
-        raise RedisURLError(
-            f"the Redis store option wait_timeout_ms={ours['wait_timeout_ms']} in {shown!r} is not shorter than "
-            f"socket_timeout={ours['socket_timeout']:g} s; lower wait_timeout_ms or raise socket_timeout"
-        )
+    settings = RedisSettings.parse(parts.query, options, url=url, driver=_REDIS_PY)
     nodes: tuple[tuple[str, int], ...] = ()
     cluster = scheme == "redis+cluster"
     netloc = parts.netloc
@@ -228,27 +220,20 @@ def parse_url(url: str, *, handed_in: bool = False, **options: Any) -> RedisConf
         if db and not db.isdigit():
             raise RedisURLError(f"{shown!r} selects database {db!r}; the path must be a database number like /0")
     # Built by hand: urlunsplit drops the "//" of unix:///path.
-    query = urlencode(parsed.driver)
+    query = urlencode(settings.driver_query)
     driver_url = f"{scheme}://{netloc}{'' if cluster else parts.path}{'?' + query if query else ''}"
     return RedisConfig(
         url=driver_url,
+        settings=settings,
+        transport=_choose_transport(settings.transport, driver_url, cluster=cluster, handed_in=handed_in, shown=shown),
         cluster=cluster,
-        prefix=ours["prefix"],
-        ttl=ours["ttl"],
-        keep_last=ours["keep_last"],
-        max_message_bytes=ours["max_message_bytes"],
-        socket_timeout=ours["socket_timeout"],
-        connect_timeout=ours["connect_timeout"],
-        wait_replicas=ours["wait_replicas"],
-        wait_timeout_ms=ours["wait_timeout_ms"],
-        transport=_choose_transport(ours["transport"], driver_url, cluster=cluster, handed_in=handed_in, shown=shown),
         startup_nodes=nodes,
         given_url=url,
     )
 
 
 def _choose_transport(
-    asked: str | None, driver_url: str, *, cluster: bool, handed_in: bool, shown: str
+    asked: TransportName | None, driver_url: str, *, cluster: bool, handed_in: bool, shown: str
 ) -> TransportName:
     """The transport asked for, or the fastest that serves the URL (``resp`` where it can, else ``redis-py``)."""
     if asked == "redis-py" or (asked is None and (cluster or handed_in)):

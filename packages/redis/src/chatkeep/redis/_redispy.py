@@ -68,8 +68,8 @@ def decodes_responses(client: RedisClient) -> bool:
 
 def _new_client(config: RedisConfig) -> RedisClient:
     common: dict[str, Any] = {
-        "socket_timeout": config.socket_timeout,
-        "socket_connect_timeout": config.connect_timeout,
+        "socket_timeout": config.settings.socket_timeout,
+        "socket_connect_timeout": config.settings.connect_timeout,
         "decode_responses": False,
     }
     try:

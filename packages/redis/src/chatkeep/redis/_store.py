@@ -99,11 +99,12 @@ class RedisHistoryStore(HistoryStore):
 
     def __init__(self, url: str | None = None, *, client: RedisClient | None = None, **options: Any) -> None:
         config = parse_url(url or "redis://localhost:6379/0", handed_in=client is not None, **options)
-        super().__init__(max_message_bytes=config.max_message_bytes)
+        settings = config.settings
+        super().__init__(max_message_bytes=settings.max_message_bytes)
         self.config = config
-        self.prefix = config.prefix
-        self.ttl = config.ttl
-        self.keep_last = config.keep_last
+        self.prefix = settings.prefix
+        self.ttl = settings.ttl
+        self.keep_last = settings.keep_last
         self._ttl_ms = 0 if self.ttl is None else max(1, math.ceil(self.ttl * 1000))
         self._cap = self.keep_last or 0
         self._owns_client = client is None
@@ -121,7 +122,7 @@ class RedisHistoryStore(HistoryStore):
             self._cluster = self._link.cluster
         self._tenants_key = f"{self.prefix}:tenants"
         # With wait_replicas, every write of append and save_session is followed by this on its connection.
-        self._wait = ("WAIT", config.wait_replicas, config.wait_timeout_ms) if config.wait_replicas else None
+        self._wait = ("WAIT", settings.wait_replicas, settings.wait_timeout_ms) if settings.wait_replicas else None
         self._messages_read = 0
         self.bytes_read = 0
 
@@ -142,8 +143,8 @@ class RedisHistoryStore(HistoryStore):
                 link = RespTransport(
                     resp_target(config.url),
                     address=config.address,
-                    socket_timeout=config.socket_timeout,
-                    connect_timeout=config.connect_timeout,
+                    socket_timeout=config.settings.socket_timeout,
+                    connect_timeout=config.settings.connect_timeout,
                 )
             else:
                 from chatkeep.redis._redispy import RedisPyTransport
@@ -266,10 +267,10 @@ class RedisHistoryStore(HistoryStore):
     def _check_replicas(self, acknowledged: int | None, *, what: str, retry: str) -> None:
         """Raise ``ReplicationTimeoutError`` when fewer than ``wait_replicas`` replicas have the call's writes."""
         if acknowledged is not None:
-            config = self.config
+            settings = self.config.settings
             _replicas.check_replicas(
-                acknowledged, config.wait_replicas, config.wait_timeout_ms,
-                where=config.address, what=what, retry=retry,
+                acknowledged, settings.wait_replicas, settings.wait_timeout_ms,
+                where=self.config.address, what=what, retry=retry,
             )  # fmt: skip
 
     async def _touch_indexes(self, tenant: str, session_id: str, index: str, now: int) -> list[int]:
@@ -302,7 +303,7 @@ class RedisHistoryStore(HistoryStore):
             "prefix": self.prefix,
             "ttl": self.ttl,
             "keep_last": self.keep_last,
-            "wait_replicas": self.config.wait_replicas,
+            "wait_replicas": self.config.settings.wait_replicas,
         }
 
     def __repr__(self) -> str:

@@ -34,30 +34,29 @@ def _busy(exc: BaseException) -> bool:
 
 
 class _SQLiteConnection(Connection):
-    __slots__ = ("raw", "transport")
+    __slots__ = ("_cursor", "raw", "transport")
 
     def __init__(self, raw: sqlite3.Connection, transport: SQLiteTransport) -> None:
-        super().__init__(reused=True)
+        super().__init__()
         self.raw = raw
         self.transport = transport
+        self._cursor = raw.cursor()  # one cursor for every statement: each call reads its rows before the next
 
-    def _step(self, statement: str, params: Sequence[Any]) -> _Rows:
-        cur = self.raw.execute(statement, params)
-        return cur.fetchall(), cur.rowcount
-
-    async def _run(self, statement: str, params: Sequence[Any]) -> _Rows:
+    async def fetch(self, statement: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
         try:
-            return self._step(statement, params)
+            return self._cursor.execute(statement, params).fetchall()
         except sqlite3.OperationalError as exc:
             if not _busy(exc):
                 raise
-        return await self.transport.waiting(self.raw, statement, params)  # it failed whole: nothing was done
-
-    async def fetch(self, statement: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
-        return (await self._run(statement, params))[0]
+        return (await self.transport.waiting(self.raw, statement, params))[0]  # it failed whole: nothing was done
 
     async def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
-        return (await self._run(statement, params))[1]
+        try:
+            return self._cursor.execute(statement, params).rowcount
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc):
+                raise
+        return (await self.transport.waiting(self.raw, statement, params))[1]
 
 
 class SQLiteTransport(Transport[_SQLiteConnection]):
@@ -76,7 +75,7 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
         self.busy_timeout = busy_timeout
         self.pool_size = max(1, pool_size)
         self.statements = Statements("sqlite", "qmark")
-        self._idle: list[sqlite3.Connection] = []
+        self._idle: list[_SQLiteConnection] = []
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
 
@@ -152,16 +151,13 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
 
     async def _checkout(self) -> _SQLiteConnection:
         if self._idle:
-            return _SQLiteConnection(self._idle.pop(), self)
+            return self._idle.pop()
         # Opening may create the file and switch it to WAL, which waits for other processes: in a thread.
-        raw = await self._in_thread(lambda: self.connect(wait=False))
-        conn = _SQLiteConnection(raw, self)
-        conn.reused = False
-        return conn
+        return _SQLiteConnection(await self._in_thread(lambda: self.connect(wait=False)), self)
 
     async def _checkin(self, conn: _SQLiteConnection) -> None:
         if not self._closed and len(self._idle) < self.pool_size:
-            self._idle.append(conn.raw)
+            self._idle.append(conn)
         else:
             conn.raw.close()
 
@@ -198,7 +194,7 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
     async def aclose(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
-        for raw in idle:
-            raw.close()
+        for conn in idle:
+            conn.raw.close()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
