@@ -153,6 +153,43 @@ def test_bad_durations_are_refused(text: str) -> None:
         duration(text)
 
 
+@pytest.mark.parametrize("text", ["99999999999d", "800000d", "99999999999999999999999w"])
+def test_ages_beyond_the_calendar_are_a_usage_error(cli: CLI, memory_url: str, text: str) -> None:
+    code, out, err = cli("prune", "--store", memory_url, "--tenant", "acme", "--older-than", text, "--yes")
+    assert (code, out) == (2, "")
+    assert "reaches before the year 1; give an age of at most a few thousand years" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "delete", "chat-0", "--tenant", "", "--yes"],
+        ["sessions", "list", "--tenant", ""],
+        ["sessions", "show", "chat-0", "--tenant", ""],
+        ["prune", "--tenant", "", "--older-than", "1s", "--yes"],
+        ["export", "--tenant", ""],
+        ["import", "--tenant", "", "-i", "x.jsonl"],
+        ["copy", "--from", "memory://elsewhere", "--to", "STORE", "--tenant", ""],
+        ["chat", "--tenant", "", "--session", "chat-0"],
+        ["export", "--session", ""],
+        ["sessions", "show", ""],
+    ],
+)
+def test_an_empty_tenant_or_session_id_is_refused_not_taken_for_the_default(
+    cli: CLI, memory_url: str, argv: list[str]
+) -> None:
+    run(seed(memory_url, "default", 1, document=False))
+    before = run(snapshot(memory_url, "default"))
+    code, out, err = cli(
+        *[memory_url if arg == "STORE" else arg for arg in argv],
+        *(["--store", memory_url] if "copy" not in argv else []),
+    )
+    assert (code, out) == (2, "")
+    assert "is empty (an unset shell variable?); give its name" in err
+    assert run(snapshot(memory_url, "default")) == before  # the default tenant was not touched
+
+
 def test_the_store_comes_from_chatkeep_store_when_no_store_is_given(
     cli: CLI, memory_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

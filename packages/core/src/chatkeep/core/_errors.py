@@ -14,6 +14,7 @@ __all__ = [
     "HistoryModeConflictError",
     "IncompatiblePluginError",
     "InvalidArgumentError",
+    "InvalidArgumentTypeError",
     "InvalidSessionKeyError",
     "MessageFormatError",
     "MessageTooLargeError",
@@ -74,6 +75,13 @@ class InvalidSessionKeyError(ChatkeepError, ValueError):
 
 class InvalidArgumentError(ChatkeepError, ValueError):
     """A store call got an argument out of its range (a negative ``last``, a ``limit`` of 0, a bad cursor...)."""
+
+
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """A call got a value of the wrong type (a string where a list of messages belongs, ``None`` for a URL...).
+
+    Both a :class:`ValueError` (as every :class:`InvalidArgumentError`) and a :class:`TypeError`.
+    """
 
 
 class ConcurrencyConflictError(ChatkeepError):

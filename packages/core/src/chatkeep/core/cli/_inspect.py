@@ -9,7 +9,6 @@ import shlex
 import sys
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
 from time import perf_counter
 from typing import Any
 
@@ -32,6 +31,7 @@ from chatkeep.core._messages import (
 )
 from chatkeep.core._session import DEFAULT_TENANT
 from chatkeep.core.backend import HistoryStore, SessionKey, SupportsMigrate, SupportsSchemaRevision
+from chatkeep.core.backend._store import prune_cutoff
 from chatkeep.core.cli._app import store_url
 from chatkeep.core.cli._output import UsageError, emit_json, iso, plural, say, table, when
 from chatkeep.core.plugins import default_registry, installed_backends, open_store, plugin_failures
@@ -40,8 +40,8 @@ __all__ = ["backends", "doctor", "migrate", "prune", "render", "sessions_delete"
 
 
 def tenant_of(args: argparse.Namespace) -> str:
-    """The ``--tenant`` given, else the default tenant."""
-    return str(args.tenant) if args.tenant else DEFAULT_TENANT
+    """The ``--tenant`` given (never empty: the parser refuses that), else the default tenant."""
+    return str(args.tenant) if args.tenant is not None else DEFAULT_TENANT
 
 
 # -- backends ------------------------------------------------------------------------------------
@@ -338,13 +338,13 @@ async def sessions_delete(args: argparse.Namespace) -> int:
 
 async def prune(args: argparse.Namespace) -> int:
     """Delete the sessions of a tenant (or, with ``--all-tenants``, of all) not updated for ``--older-than``."""
-    if args.all_tenants and args.tenant:
+    if args.all_tenants and args.tenant is not None:
         raise UsageError("give --tenant or --all-tenants, not both")
-    if not args.all_tenants and not args.tenant:
+    if not args.all_tenants and args.tenant is None:
         raise UsageError("say which sessions to prune: --tenant TENANT, or --all-tenants for every tenant")
     url = store_url(args)
     tenant = None if args.all_tenants else str(args.tenant)
-    cutoff = datetime.now(timezone.utc) - args.older_than
+    cutoff = prune_cutoff(args.older_than)
     async with open_store(url) as store:
         deleted = await store.prune(older_than=cutoff, tenant=tenant)
     if args.json:
