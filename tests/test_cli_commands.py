@@ -557,19 +557,97 @@ def test_prune_deletes_only_old_sessions_of_the_tenant(cli: CLI, store_url: str)
     run(seed(store_url, "globex", 1, document=False))
     time.sleep(1.2)
     run(seed(store_url, "acme", 1, document=False))  # chat-0 again: touched now
-    report = cli.json("prune", "--store", store_url, "--tenant", "acme", "--older-than", "1s")
+    report = cli.json("prune", "--store", store_url, "--tenant", "acme", "--older-than", "1s", "--yes")
     assert report["deleted"] == 1
     assert report["tenant"] == "acme"
     assert run(count(store_url, SessionKey("acme", "chat-0"))) == 8  # kept: a new conversation was appended
     assert run(count(store_url, SessionKey("acme", "chat-1"))) == 0
     assert run(count(store_url, SessionKey("globex", "chat-0"))) == 4
-    code, out, _ = cli("prune", "--store", store_url, "--all-tenants", "--older-than", "1s")
+    code, out, _ = cli("prune", "--store", store_url, "--all-tenants", "--older-than", "1s", "--yes")
     assert code == 0
     assert out.startswith("pruned 1 session of every tenant")
     assert run(count(store_url, SessionKey("globex", "chat-0"))) == 0
     code, _, err = cli("prune", "--store", store_url, "--all-tenants", "--tenant", "x", "--older-than", "1d")
     assert code == 2
     assert "not both" in err
+
+
+def test_prune_asks_first_and_refuses_without_a_terminal_to_ask_on(cli: CLI, memory_url: str) -> None:
+    keys = run(seed(memory_url, "acme", 2, document=False))
+    time.sleep(1.2)
+    for extra in ([], ["--all-tenants"]):
+        scope = extra or ["--tenant", "acme"]
+        code, out, err = cli("prune", "--store", memory_url, *scope, "--older-than", "1s")
+        assert (code, out) == (2, "")
+        assert "not pruning: stdin is not a terminal to ask on; add --yes to prune without asking" in err
+        assert "--dry-run" in err
+    assert [run(count(memory_url, key)) for key in keys] == [4, 4]  # nothing was deleted
+
+
+def test_prune_dry_run_lists_what_it_would_delete_and_deletes_nothing(cli: CLI, memory_url: str) -> None:
+    run(seed(memory_url, "acme", 2, document=False))
+    time.sleep(1.2)
+    run(seed(memory_url, "acme", 1, document=False))  # chat-0 touched again: not idle
+    common = ("prune", "--store", memory_url, "--tenant", "acme", "--older-than", "1s", "--dry-run")
+    code, out, err = cli(*common)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("would prune 1 session of tenant 'acme' not updated since ")
+    assert lines[0].endswith(" UTC (--dry-run: nothing deleted)")
+    assert lines[1].split() == ["SESSION", "MESSAGES", "UPDATED", "(UTC)"]
+    assert lines[2].split()[:2] == ["chat-1", "4"]
+    assert len(lines) == 3
+    report = cli.json(*common)
+    assert report["dry_run"] is True
+    assert [(s["session_id"], s["message_count"]) for s in report["would_delete"]] == [("chat-1", 4)]
+    assert run(count(memory_url, SessionKey("acme", "chat-1"))) == 4  # still there
+    code, _, err = cli("prune", "--store", memory_url, "--all-tenants", "--older-than", "1s", "--dry-run")
+    assert code == 2
+    assert "--dry-run needs --tenant TENANT" in err
+
+
+def test_prune_with_nothing_idle_does_not_ask(cli: CLI, memory_url: str) -> None:
+    run(seed(memory_url, "acme", 1, document=False))
+    code, out, err = cli("prune", "--store", memory_url, "--tenant", "acme", "--older-than", "1d")
+    assert code == 0, err
+    assert out.startswith("pruned 0 sessions of tenant 'acme'")
+
+
+HOSTILE_ID = "evil\x1b[2J\x1b]0;pwned\x07\nchat-9  99  2026-01-01 00:00:00\r\u202e"
+
+
+async def seed_hostile(url: str) -> SessionKey:
+    key = SessionKey("acme", HOSTILE_ID)
+    text = "line one\x1b[31m red\x9b2J\nline two\rover\u2028"
+    async with open_store(url) as store:
+        await store.append(key, [Message(role="user", text=text, author_name="mal\x1b[0mlory")])
+    return key
+
+
+def test_ids_and_texts_are_printed_with_control_characters_escaped(cli: CLI, memory_url: str) -> None:
+    key = run(seed_hostile(memory_url))
+    common = ("--store", memory_url, "--tenant", "acme")
+    escaped_id = "evil\\x1b[2J\\x1b]0;pwned\\x07\\nchat-9  99  2026-01-01 00:00:00\\r\\u202e"
+    code, listing, err = cli("sessions", "list", *common)
+    assert code == 0, err
+    assert len(listing.splitlines()) == 2  # the header and one row: the id forged no line
+    assert listing.splitlines()[1].startswith(escaped_id)
+    code, shown, err = cli("sessions", "show", HOSTILE_ID, *common)
+    assert code == 0, err
+    header, message, continued = shown.splitlines()
+    assert header == f"session {escaped_id} (tenant acme): 1 message"
+    assert message.endswith("user (mal\\x1b[0mlory): line one\\x1b[31m red\\x9b2J")
+    assert continued == "    line two\\rover\\u2028"  # the text's own line, indented under its message
+    code, deleted, err = cli("sessions", "delete", HOSTILE_ID, *common, "--yes")
+    assert code == 0, err
+    for out in (listing, shown, deleted):
+        assert not any(ch in out for ch in "\x1b\x07\r\x9b\u202e\u2028")
+    assert deleted == f"deleted session {escaped_id} (tenant acme, 1 messages)\n"
+    assert run(count(memory_url, key)) == 0
+    code, out, err = cli("sessions", "show", HOSTILE_ID, *common)
+    assert (code, out) == (1, "")
+    assert "\x1b" not in err
+    assert "\\x1b[2J" in err
 
 
 def test_migrate_json(cli: CLI, tmp_path: Path, memory_url: str) -> None:
@@ -690,6 +768,19 @@ def test_delete_on_a_terminal_asks_first(tmp_path: Path, answer: bytes, status: 
     )
     assert code == status
     assert "Delete session 'chat-0' of tenant 'acme' (4 messages)" in out
+    assert run(count(url, SessionKey("acme", "chat-0"))) == left
+
+
+@pytest.mark.parametrize(("answer", "status", "left"), [(b"y\n", 0, 0), (b"n\n", 1, 4)])
+def test_prune_on_a_terminal_asks_first(tmp_path: Path, answer: bytes, status: int, left: int) -> None:
+    url = f"sqlite:///{tmp_path / 'ask.db'}"
+    run(seed(url, "acme", 1, document=False))
+    time.sleep(1.2)
+    code, out, _ = on_a_terminal(
+        "prune", "--older-than", "1s", "--store", url, "--tenant", "acme", cwd=tmp_path, answer=answer
+    )
+    assert code == status
+    assert "Delete 1 session of tenant 'acme' not updated since " in out
     assert run(count(url, SessionKey("acme", "chat-0"))) == left
 
 

@@ -123,6 +123,10 @@ def _parser() -> argparse.ArgumentParser:
     prune = _command(commands, "prune", "_inspect:prune", "delete sessions not updated for a while", parents=[common])
     prune.add_argument("--older-than", type=duration, required=True, metavar="AGE", help="e.g. 30d, 12h, 90m, 45s")
     prune.add_argument("--all-tenants", action="store_true", help="prune every tenant (instead of --tenant)")
+    prune.add_argument("--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
+    prune.add_argument(
+        "--dry-run", action="store_true", help="list the sessions it would delete, and delete nothing (needs --tenant)"
+    )
 
     _command(
         commands, "migrate", "_inspect:migrate", "create or upgrade a store's schema (SQL databases)", parents=[common]
@@ -207,12 +211,13 @@ def _positive(text: str) -> int:
 
 def _report(exc: BaseException, *, as_json: bool) -> None:
     from chatkeep.core._errors import redact_url
+    from chatkeep.core.cli._output import say
 
     message = redact_url(str(exc))
     if as_json:
         print(json.dumps({"error": {"type": type(exc).__name__, "message": message}}), file=sys.stderr, flush=True)
     else:
-        print(f"chatkeep: {message}", file=sys.stderr, flush=True)
+        say(f"chatkeep: {message}", err=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

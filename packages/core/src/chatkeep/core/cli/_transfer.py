@@ -31,7 +31,7 @@ from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore, SessionKey
 from chatkeep.core.cli._app import store_url
 from chatkeep.core.cli._inspect import tenant_of
-from chatkeep.core.cli._output import Progress, UsageError, emit_json, plural, progress, say
+from chatkeep.core.cli._output import Progress, UsageError, emit_json, plural, printable, progress, say
 from chatkeep.core.plugins import open_store
 
 __all__ = ["ExportFormatError", "copy", "export", "import_", "session_checksum"]
@@ -349,9 +349,9 @@ async def _append_copied(target: HistoryStore, key: SessionKey, batch: list[Mess
             size = record_size(message.to_record())
             if size > limit:
                 raise MessageTooLargeError(
-                    f"copy stopped at session {key.tenant}/{key.session_id}: message {message.message_id} is "
-                    f"{size:,} bytes as stored, over the target's max_message_bytes of {limit:,}. The sessions "
-                    "before it are copied (this one in part). Add "
+                    f"copy stopped at session {printable(key.tenant)}/{printable(key.session_id)}: "
+                    f"message {message.message_id} is {size:,} bytes as stored, over the target's "
+                    f"max_message_bytes of {limit:,}. The sessions before it are copied (this one in part). Add "
                     f"max_message_bytes={size} (or more) to the query of the --to URL and run the same copy "
                     "again: it resumes where it stopped"
                 ) from None
@@ -423,9 +423,9 @@ async def copy(args: argparse.Namespace) -> int:
         say(f"  to   {shown_to}")
         for bad in mismatches:
             say(
-                f"MISMATCH {bad['tenant']}/{bad['session_id']}: source {bad['messages']} messages "
-                f"sha256 {bad['sha256'][:12]}, target {bad['target_messages']} messages "
-                f"sha256 {bad['target_sha256'][:12]}"
+                f"MISMATCH {printable(bad['tenant'])}/{printable(bad['session_id'])}: "
+                f"source {bad['messages']} messages sha256 {bad['sha256'][:12]}, "
+                f"target {bad['target_messages']} messages sha256 {bad['target_sha256'][:12]}"
             )
         if not mismatches:
             say("verified: every session has the same message count and sha256 in both stores")
