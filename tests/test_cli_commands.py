@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,11 @@ from chatkeep.core import (
     SessionKey,
     open_store,
 )
+from chatkeep.core.backend import BackendSpec, SupportsExistenceCheck, hookimpl
 from chatkeep.core.cli import main
 from chatkeep.core.cli._app import duration
+from chatkeep.core.plugins import default_registry, register_plugin
+from chatkeep.memory import MemoryHistoryStore
 from chatkeep.testing.conformance._cli import conversation
 
 
@@ -648,6 +652,83 @@ def test_ids_and_texts_are_printed_with_control_characters_escaped(cli: CLI, mem
     assert (code, out) == (1, "")
     assert "\x1b" not in err
     assert "\\x1b[2J" in err
+
+
+class FileBackedStore(MemoryHistoryStore):
+    """The memory store, declaring a file as its storage, as a SQLite store would (``filecheck:///path``)."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self.path = Path(url.removeprefix("filecheck://"))
+        super().__init__(f"memory://filecheck-{uuid.uuid5(uuid.NAMESPACE_URL, url).hex}", **options)
+
+    async def missing_storage(self) -> str | None:
+        return None if self.path.exists() else f"the file {self.path}"
+
+
+class FileCheckPlugin:
+    @hookimpl
+    def chatkeep_register_backends(self, register: Callable[[BackendSpec], None]) -> None:
+        register(BackendSpec(name="filecheck", schemes=("filecheck",), open=FileBackedStore, extra=None))
+
+
+@pytest.fixture
+def filecheck() -> Iterator[None]:
+    register_plugin(FileCheckPlugin(), name="filecheck-test")
+    try:
+        yield
+    finally:
+        default_registry().unregister_plugin("filecheck-test")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "list"],
+        ["sessions", "show", "chat-0"],
+        ["sessions", "delete", "chat-0", "--yes"],
+        ["export", "-o", "out.jsonl"],
+        ["prune", "--older-than", "1d", "--yes"],
+        ["prune", "--older-than", "1d", "--dry-run"],
+    ],
+)
+def test_read_commands_report_a_store_that_does_not_exist_and_create_nothing(
+    cli: CLI, filecheck: None, tmp_path: Path, argv: list[str]
+) -> None:
+    missing = tmp_path / "no" / "such" / "dir" / "chat.db"
+    url = f"filecheck://{missing}"
+    code, out, err = cli(*argv, "--store", url, "--tenant", "acme")
+    assert (code, out) == (1, "")
+    assert f"chatkeep: the file {missing} does not exist, so {url} holds no sessions and was not created" in err
+    assert "check the path in --store" in err
+    code, out, err = cli("copy", "--from", url, "--to", f"memory://cli-{uuid.uuid4().hex}", "--tenant", "acme")
+    assert code == 1
+    assert f"the file {missing} does not exist" in err
+    assert issubclass(FileBackedStore, SupportsExistenceCheck)  # the capability is what the command asked
+
+
+def test_read_commands_work_once_the_storage_exists(cli: CLI, filecheck: None, tmp_path: Path) -> None:
+    path = tmp_path / "chat.db"
+    path.touch()
+    url = f"filecheck://{path}"
+    run(seed(url, "acme", 1, document=False))
+    code, out, err = cli("sessions", "list", "--store", url, "--tenant", "acme")
+    assert code == 0, err
+    assert out.splitlines()[1].startswith("chat-0")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="chatkeep-sql does not implement SupportsExistenceCheck.missing_storage yet (naming the SQLite file)",
+)
+@pytest.mark.parametrize("where", ["no/such/dir/chat.db", "missing.db"])
+def test_a_misspelled_sqlite_path_in_a_read_command_is_reported_and_not_created(
+    cli: CLI, tmp_path: Path, where: str
+) -> None:
+    missing = tmp_path / where
+    code, out, err = cli("sessions", "list", "--store", f"sqlite:///{missing}", "--tenant", "acme")
+    assert not missing.exists()
+    assert (code, out) == (1, "")
+    assert str(missing) in err
 
 
 def test_migrate_json(cli: CLI, tmp_path: Path, memory_url: str) -> None:

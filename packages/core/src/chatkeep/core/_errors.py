@@ -28,6 +28,7 @@ __all__ = [
     "StoreConfigurationError",
     "StoreFullError",
     "StoreLoopError",
+    "StoreNotFoundError",
     "StoreUnavailableError",
     "SyncCallError",
     "ToolError",
@@ -127,6 +128,10 @@ class StoreFullError(StoreUnavailableError):
 
 class StoreConfigurationError(ChatkeepError, ValueError):
     """A store URL or option is malformed or unknown; the message names the one to fix."""
+
+
+class StoreNotFoundError(StoreConfigurationError):
+    """A command that only reads found no storage at the URL (a misspelled SQLite path); nothing was created."""
 
 
 class StoreClosedError(ChatkeepError, RuntimeError):

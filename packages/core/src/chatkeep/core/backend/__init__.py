@@ -13,6 +13,7 @@ from chatkeep.core._errors import redact_url
 from chatkeep.core._messages import decode_records, encode_records
 from chatkeep.core.backend import hookspecs
 from chatkeep.core.backend._capabilities import (
+    SupportsExistenceCheck,
     SupportsMigrate,
     SupportsNativeTTL,
     SupportsReadProbe,
@@ -70,6 +71,7 @@ __all__ = [
     "StoreOptions",
     "StoreSettings",
     "StoredSession",
+    "SupportsExistenceCheck",
     "SupportsMigrate",
     "SupportsNativeTTL",
     "SupportsReadProbe",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shlex
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from time import perf_counter
 from typing import Any
@@ -17,6 +18,7 @@ from chatkeep.core._errors import (
     ChatkeepError,
     StoreConfigurationError,
     StoreFullError,
+    StoreNotFoundError,
     StoreUnavailableError,
     UnknownBackendError,
     redact_url,
@@ -31,13 +33,50 @@ from chatkeep.core._messages import (
     UsageContent,
 )
 from chatkeep.core._session import DEFAULT_TENANT
-from chatkeep.core.backend import HistoryStore, SessionInfo, SessionKey, SupportsMigrate, SupportsSchemaRevision
+from chatkeep.core.backend import (
+    HistoryStore,
+    SessionInfo,
+    SessionKey,
+    SupportsExistenceCheck,
+    SupportsMigrate,
+    SupportsSchemaRevision,
+)
 from chatkeep.core.backend._store import prune_cutoff
 from chatkeep.core.cli._app import store_url
 from chatkeep.core.cli._output import UsageError, emit_json, iso, plural, printable, printable_lines, say, table, when
 from chatkeep.core.plugins import default_registry, installed_backends, open_store, plugin_failures
 
-__all__ = ["backends", "doctor", "migrate", "prune", "render", "sessions_delete", "sessions_list", "sessions_show"]
+__all__ = [
+    "backends",
+    "doctor",
+    "migrate",
+    "open_existing_store",
+    "prune",
+    "render",
+    "sessions_delete",
+    "sessions_list",
+    "sessions_show",
+]
+
+
+@contextlib.asynccontextmanager
+async def open_existing_store(url: str) -> AsyncIterator[HistoryStore]:
+    """Open the store for a command that only reads or deletes: one whose storage does not exist is an error.
+
+    Opening creates storage on first use (a SQLite file); for a misspelled path, a read command would create
+    an empty store and report no sessions. A store that can tell (:class:`SupportsExistenceCheck`) is asked first.
+
+    Raises:
+        StoreNotFoundError: the store's storage does not exist; nothing was created.
+    """
+    async with open_store(url) as store:
+        missing = await store.missing_storage() if isinstance(store, SupportsExistenceCheck) else None
+        if missing is not None:
+            raise StoreNotFoundError(
+                f"{missing} does not exist, so {redact_url(url)} holds no sessions and was not created; check the "
+                "path in --store (or $CHATKEEP_STORE). Commands that write (import, chat, doctor, migrate) create it"
+            )
+        yield store
 
 
 def tenant_of(args: argparse.Namespace) -> str:
@@ -200,7 +239,7 @@ async def doctor(args: argparse.Namespace) -> int:
 async def sessions_list(args: argparse.Namespace) -> int:
     """One page of a tenant's sessions, newest first, with message counts."""
     url, tenant = store_url(args), tenant_of(args)
-    async with open_store(url) as store:
+    async with open_existing_store(url) as store:
         page = await store.list_sessions(tenant, limit=args.limit, cursor=args.cursor)
     if args.json:
         items = [
@@ -272,7 +311,7 @@ async def sessions_show(args: argparse.Namespace) -> int:
     """Print a session's transcript, streaming it in pages (``--last N``: only the newest N)."""
     url = store_url(args)
     key = SessionKey(tenant_of(args), args.session_id)
-    async with open_store(url) as store:
+    async with open_existing_store(url) as store:
         if await _missing(store, key):
             return _not_found(key, url)
         messages: Any = (
@@ -317,7 +356,7 @@ async def sessions_delete(args: argparse.Namespace) -> int:
     """Delete a session (its history and its document), after asking unless ``--yes``."""
     url = store_url(args)
     key = SessionKey(tenant_of(args), args.session_id)
-    async with open_store(url) as store:
+    async with open_existing_store(url) as store:
         if await _missing(store, key):
             return _not_found(key, url)
         count = await store.count(key)
@@ -368,7 +407,7 @@ async def prune(args: argparse.Namespace) -> int:
     tenant = None if args.all_tenants else str(args.tenant)
     cutoff = prune_cutoff(args.older_than)
     scope = "every tenant" if tenant is None else f"tenant {printable(repr(tenant))}"
-    async with open_store(url) as store:
+    async with open_existing_store(url) as store:
         idle = None if tenant is None else await _idle(store, tenant, cutoff)
         if args.dry_run:
             return _report_dry_run(args, tenant, cutoff, idle or [])

@@ -30,7 +30,7 @@ from chatkeep.core._messages import Message, decode_records, encode_records, rec
 from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore, SessionKey
 from chatkeep.core.cli._app import store_url
-from chatkeep.core.cli._inspect import tenant_of
+from chatkeep.core.cli._inspect import open_existing_store, tenant_of
 from chatkeep.core.cli._output import Progress, UsageError, emit_json, plural, printable, progress, say
 from chatkeep.core.plugins import open_store
 
@@ -99,7 +99,7 @@ def export(args: argparse.Namespace) -> int:
 async def _export(args: argparse.Namespace, out: IO[str]) -> dict[str, Any]:
     url, tenant = store_url(args), tenant_of(args)
     sessions = messages = documents = 0
-    async with open_store(url) as store:
+    async with open_existing_store(url) as store:
         total = None
         if args.session:
             key = SessionKey(tenant, args.session)
@@ -402,7 +402,7 @@ async def copy(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"from": shown_from, "to": shown_to, "tenants": list(args.tenants)}
     sessions = messages = new = 0
     mismatches: list[dict[str, Any]] = []
-    async with open_store(args.source) as source, open_store(args.target) as target:
+    async with open_existing_store(args.source) as source, open_store(args.target) as target:
         with progress("copy") as bar:
             for tenant in args.tenants:
                 async for key in _sessions_of(source, tenant):
