@@ -194,6 +194,18 @@ def test_an_empty_tenant_or_session_id_is_refused_not_taken_for_the_default(
     assert run(snapshot(memory_url, "default")) == before  # the default tenant was not touched
 
 
+@pytest.mark.parametrize("argv", [["sessions", "list"], ["sessions", "delete", "chat-0", "--yes"], ["doctor"]])
+def test_an_empty_store_url_is_refused_not_taken_for_the_default_store(
+    cli: CLI, memory_url: str, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    run(seed(memory_url, "default", 1, document=False))
+    monkeypatch.setenv("CHATKEEP_STORE", memory_url)  # what an empty --store would otherwise fall back to
+    code, out, err = cli(*argv, "--store", "")
+    assert (code, out) == (2, "")
+    assert "the store URL is empty (an unset shell variable?)" in err
+    assert run(count(memory_url, SessionKey("default", "chat-0"))) == 4
+
+
 def test_the_store_comes_from_chatkeep_store_when_no_store_is_given(
     cli: CLI, memory_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -51,7 +51,7 @@ def _common(*, store: bool = True) -> argparse.ArgumentParser:
     """The options every command takes, placed after the command's name."""
     common = argparse.ArgumentParser(add_help=False)
     if store:
-        common.add_argument("--store", metavar="URL", help=STORE_HELP)
+        common.add_argument("--store", type=_store_option, metavar="URL", help=STORE_HELP)
         common.add_argument("--tenant", type=tenant, default=None, help="the tenant to work in (default: default)")
     common.add_argument("--json", action="store_true", help="print stable JSON for scripts instead of text")
     return common
@@ -164,6 +164,15 @@ def _checked_id(text: str, what: str, *, instead: str = "") -> str:
         return validate_id(text, what)
     except InvalidSessionKeyError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _store_option(text: str) -> str:
+    if not text.strip():  # "--store $URL" with URL unset must not fall back to the default store
+        raise argparse.ArgumentTypeError(
+            f"the store URL is empty (an unset shell variable?); give a URL, or leave --store out for ${STORE_ENV} "
+            "or the default SQLite store"
+        )
+    return text
 
 
 def tenant(text: str) -> str:
