@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,11 @@ from chatkeep.core import (
     SessionKey,
     open_store,
 )
+from chatkeep.core.backend import BackendSpec, SupportsExistenceCheck, hookimpl
 from chatkeep.core.cli import main
 from chatkeep.core.cli._app import duration
+from chatkeep.core.plugins import default_registry, register_plugin
+from chatkeep.memory import MemoryHistoryStore
 from chatkeep.testing.conformance._cli import conversation
 
 
@@ -151,6 +155,55 @@ def test_bad_durations_are_refused(text: str) -> None:
 
     with pytest.raises(argparse.ArgumentTypeError, match="30d, 12h, 90m"):
         duration(text)
+
+
+@pytest.mark.parametrize("text", ["99999999999d", "800000d", "99999999999999999999999w"])
+def test_ages_beyond_the_calendar_are_a_usage_error(cli: CLI, memory_url: str, text: str) -> None:
+    code, out, err = cli("prune", "--store", memory_url, "--tenant", "acme", "--older-than", text, "--yes")
+    assert (code, out) == (2, "")
+    assert "reaches before the year 1; give an age of at most a few thousand years" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "delete", "chat-0", "--tenant", "", "--yes"],
+        ["sessions", "list", "--tenant", ""],
+        ["sessions", "show", "chat-0", "--tenant", ""],
+        ["prune", "--tenant", "", "--older-than", "1s", "--yes"],
+        ["export", "--tenant", ""],
+        ["import", "--tenant", "", "-i", "x.jsonl"],
+        ["copy", "--from", "memory://elsewhere", "--to", "STORE", "--tenant", ""],
+        ["chat", "--tenant", "", "--session", "chat-0"],
+        ["export", "--session", ""],
+        ["sessions", "show", ""],
+    ],
+)
+def test_an_empty_tenant_or_session_id_is_refused_not_taken_for_the_default(
+    cli: CLI, memory_url: str, argv: list[str]
+) -> None:
+    run(seed(memory_url, "default", 1, document=False))
+    before = run(snapshot(memory_url, "default"))
+    code, out, err = cli(
+        *[memory_url if arg == "STORE" else arg for arg in argv],
+        *(["--store", memory_url] if "copy" not in argv else []),
+    )
+    assert (code, out) == (2, "")
+    assert "is empty (an unset shell variable?); give its name" in err
+    assert run(snapshot(memory_url, "default")) == before  # the default tenant was not touched
+
+
+@pytest.mark.parametrize("argv", [["sessions", "list"], ["sessions", "delete", "chat-0", "--yes"], ["doctor"]])
+def test_an_empty_store_url_is_refused_not_taken_for_the_default_store(
+    cli: CLI, memory_url: str, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    run(seed(memory_url, "default", 1, document=False))
+    monkeypatch.setenv("CHATKEEP_STORE", memory_url)  # what an empty --store would otherwise fall back to
+    code, out, err = cli(*argv, "--store", "")
+    assert (code, out) == (2, "")
+    assert "the store URL is empty (an unset shell variable?)" in err
+    assert run(count(memory_url, SessionKey("default", "chat-0"))) == 4
 
 
 def test_the_store_comes_from_chatkeep_store_when_no_store_is_given(
@@ -520,19 +573,174 @@ def test_prune_deletes_only_old_sessions_of_the_tenant(cli: CLI, store_url: str)
     run(seed(store_url, "globex", 1, document=False))
     time.sleep(1.2)
     run(seed(store_url, "acme", 1, document=False))  # chat-0 again: touched now
-    report = cli.json("prune", "--store", store_url, "--tenant", "acme", "--older-than", "1s")
+    report = cli.json("prune", "--store", store_url, "--tenant", "acme", "--older-than", "1s", "--yes")
     assert report["deleted"] == 1
     assert report["tenant"] == "acme"
     assert run(count(store_url, SessionKey("acme", "chat-0"))) == 8  # kept: a new conversation was appended
     assert run(count(store_url, SessionKey("acme", "chat-1"))) == 0
     assert run(count(store_url, SessionKey("globex", "chat-0"))) == 4
-    code, out, _ = cli("prune", "--store", store_url, "--all-tenants", "--older-than", "1s")
+    code, out, _ = cli("prune", "--store", store_url, "--all-tenants", "--older-than", "1s", "--yes")
     assert code == 0
     assert out.startswith("pruned 1 session of every tenant")
     assert run(count(store_url, SessionKey("globex", "chat-0"))) == 0
     code, _, err = cli("prune", "--store", store_url, "--all-tenants", "--tenant", "x", "--older-than", "1d")
     assert code == 2
     assert "not both" in err
+
+
+def test_prune_asks_first_and_refuses_without_a_terminal_to_ask_on(cli: CLI, memory_url: str) -> None:
+    keys = run(seed(memory_url, "acme", 2, document=False))
+    time.sleep(1.2)
+    for extra in ([], ["--all-tenants"]):
+        scope = extra or ["--tenant", "acme"]
+        code, out, err = cli("prune", "--store", memory_url, *scope, "--older-than", "1s")
+        assert (code, out) == (2, "")
+        assert "not pruning: stdin is not a terminal to ask on; add --yes to prune without asking" in err
+        assert "--dry-run" in err
+    assert [run(count(memory_url, key)) for key in keys] == [4, 4]  # nothing was deleted
+
+
+def test_prune_dry_run_lists_what_it_would_delete_and_deletes_nothing(cli: CLI, memory_url: str) -> None:
+    run(seed(memory_url, "acme", 2, document=False))
+    time.sleep(1.2)
+    run(seed(memory_url, "acme", 1, document=False))  # chat-0 touched again: not idle
+    common = ("prune", "--store", memory_url, "--tenant", "acme", "--older-than", "1s", "--dry-run")
+    code, out, err = cli(*common)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("would prune 1 session of tenant 'acme' not updated since ")
+    assert lines[0].endswith(" UTC (--dry-run: nothing deleted)")
+    assert lines[1].split() == ["SESSION", "MESSAGES", "UPDATED", "(UTC)"]
+    assert lines[2].split()[:2] == ["chat-1", "4"]
+    assert len(lines) == 3
+    report = cli.json(*common)
+    assert report["dry_run"] is True
+    assert [(s["session_id"], s["message_count"]) for s in report["would_delete"]] == [("chat-1", 4)]
+    assert run(count(memory_url, SessionKey("acme", "chat-1"))) == 4  # still there
+    code, _, err = cli("prune", "--store", memory_url, "--all-tenants", "--older-than", "1s", "--dry-run")
+    assert code == 2
+    assert "--dry-run needs --tenant TENANT" in err
+
+
+def test_prune_with_nothing_idle_does_not_ask(cli: CLI, memory_url: str) -> None:
+    run(seed(memory_url, "acme", 1, document=False))
+    code, out, err = cli("prune", "--store", memory_url, "--tenant", "acme", "--older-than", "1d")
+    assert code == 0, err
+    assert out.startswith("pruned 0 sessions of tenant 'acme'")
+
+
+HOSTILE_ID = "evil\x1b[2J\x1b]0;pwned\x07\nchat-9  99  2026-01-01 00:00:00\r\u202e"
+
+
+async def seed_hostile(url: str) -> SessionKey:
+    key = SessionKey("acme", HOSTILE_ID)
+    text = "line one\x1b[31m red\x9b2J\nline two\rover\u2028"
+    async with open_store(url) as store:
+        await store.append(key, [Message(role="user", text=text, author_name="mal\x1b[0mlory")])
+    return key
+
+
+def test_ids_and_texts_are_printed_with_control_characters_escaped(cli: CLI, memory_url: str) -> None:
+    key = run(seed_hostile(memory_url))
+    common = ("--store", memory_url, "--tenant", "acme")
+    escaped_id = "evil\\x1b[2J\\x1b]0;pwned\\x07\\nchat-9  99  2026-01-01 00:00:00\\r\\u202e"
+    code, listing, err = cli("sessions", "list", *common)
+    assert code == 0, err
+    assert len(listing.splitlines()) == 2  # the header and one row: the id forged no line
+    assert listing.splitlines()[1].startswith(escaped_id)
+    code, shown, err = cli("sessions", "show", HOSTILE_ID, *common)
+    assert code == 0, err
+    header, message, continued = shown.splitlines()
+    assert header == f"session {escaped_id} (tenant acme): 1 message"
+    assert message.endswith("user (mal\\x1b[0mlory): line one\\x1b[31m red\\x9b2J")
+    assert continued == "    line two\\rover\\u2028"  # the text's own line, indented under its message
+    code, deleted, err = cli("sessions", "delete", HOSTILE_ID, *common, "--yes")
+    assert code == 0, err
+    for out in (listing, shown, deleted):
+        assert not any(ch in out for ch in "\x1b\x07\r\x9b\u202e\u2028")
+    assert deleted == f"deleted session {escaped_id} (tenant acme, 1 messages)\n"
+    assert run(count(memory_url, key)) == 0
+    code, out, err = cli("sessions", "show", HOSTILE_ID, *common)
+    assert (code, out) == (1, "")
+    assert "\x1b" not in err
+    assert "\\x1b[2J" in err
+
+
+class FileBackedStore(MemoryHistoryStore):
+    """The memory store, declaring a file as its storage, as a SQLite store would (``filecheck:///path``)."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self.path = Path(url.removeprefix("filecheck://"))
+        super().__init__(f"memory://filecheck-{uuid.uuid5(uuid.NAMESPACE_URL, url).hex}", **options)
+
+    async def missing_storage(self) -> str | None:
+        return None if self.path.exists() else f"the file {self.path}"
+
+
+class FileCheckPlugin:
+    @hookimpl
+    def chatkeep_register_backends(self, register: Callable[[BackendSpec], None]) -> None:
+        register(BackendSpec(name="filecheck", schemes=("filecheck",), open=FileBackedStore, extra=None))
+
+
+@pytest.fixture
+def filecheck() -> Iterator[None]:
+    register_plugin(FileCheckPlugin(), name="filecheck-test")
+    try:
+        yield
+    finally:
+        default_registry().unregister_plugin("filecheck-test")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "list"],
+        ["sessions", "show", "chat-0"],
+        ["sessions", "delete", "chat-0", "--yes"],
+        ["export", "-o", "out.jsonl"],
+        ["prune", "--older-than", "1d", "--yes"],
+        ["prune", "--older-than", "1d", "--dry-run"],
+    ],
+)
+def test_read_commands_report_a_store_that_does_not_exist_and_create_nothing(
+    cli: CLI, filecheck: None, tmp_path: Path, argv: list[str]
+) -> None:
+    missing = tmp_path / "no" / "such" / "dir" / "chat.db"
+    url = f"filecheck://{missing}"
+    code, out, err = cli(*argv, "--store", url, "--tenant", "acme")
+    assert (code, out) == (1, "")
+    assert f"chatkeep: the file {missing} does not exist, so {url} holds no sessions and was not created" in err
+    assert "check the path in --store" in err
+    code, out, err = cli("copy", "--from", url, "--to", f"memory://cli-{uuid.uuid4().hex}", "--tenant", "acme")
+    assert code == 1
+    assert f"the file {missing} does not exist" in err
+    assert issubclass(FileBackedStore, SupportsExistenceCheck)  # the capability is what the command asked
+
+
+def test_read_commands_work_once_the_storage_exists(cli: CLI, filecheck: None, tmp_path: Path) -> None:
+    path = tmp_path / "chat.db"
+    path.touch()
+    url = f"filecheck://{path}"
+    run(seed(url, "acme", 1, document=False))
+    code, out, err = cli("sessions", "list", "--store", url, "--tenant", "acme")
+    assert code == 0, err
+    assert out.splitlines()[1].startswith("chat-0")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="chatkeep-sql does not implement SupportsExistenceCheck.missing_storage yet (naming the SQLite file)",
+)
+@pytest.mark.parametrize("where", ["no/such/dir/chat.db", "missing.db"])
+def test_a_misspelled_sqlite_path_in_a_read_command_is_reported_and_not_created(
+    cli: CLI, tmp_path: Path, where: str
+) -> None:
+    missing = tmp_path / where
+    code, out, err = cli("sessions", "list", "--store", f"sqlite:///{missing}", "--tenant", "acme")
+    assert not missing.exists()
+    assert (code, out) == (1, "")
+    assert str(missing) in err
 
 
 def test_migrate_json(cli: CLI, tmp_path: Path, memory_url: str) -> None:
@@ -653,6 +861,19 @@ def test_delete_on_a_terminal_asks_first(tmp_path: Path, answer: bytes, status: 
     )
     assert code == status
     assert "Delete session 'chat-0' of tenant 'acme' (4 messages)" in out
+    assert run(count(url, SessionKey("acme", "chat-0"))) == left
+
+
+@pytest.mark.parametrize(("answer", "status", "left"), [(b"y\n", 0, 0), (b"n\n", 1, 4)])
+def test_prune_on_a_terminal_asks_first(tmp_path: Path, answer: bytes, status: int, left: int) -> None:
+    url = f"sqlite:///{tmp_path / 'ask.db'}"
+    run(seed(url, "acme", 1, document=False))
+    time.sleep(1.2)
+    code, out, _ = on_a_terminal(
+        "prune", "--older-than", "1s", "--store", url, "--tenant", "acme", cwd=tmp_path, answer=answer
+    )
+    assert code == status
+    assert "Delete 1 session of tenant 'acme' not updated since " in out
     assert run(count(url, SessionKey("acme", "chat-0"))) == left
 
 

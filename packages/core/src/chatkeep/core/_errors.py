@@ -14,6 +14,7 @@ __all__ = [
     "HistoryModeConflictError",
     "IncompatiblePluginError",
     "InvalidArgumentError",
+    "InvalidArgumentTypeError",
     "InvalidSessionKeyError",
     "MessageFormatError",
     "MessageTooLargeError",
@@ -27,6 +28,7 @@ __all__ = [
     "StoreConfigurationError",
     "StoreFullError",
     "StoreLoopError",
+    "StoreNotFoundError",
     "StoreUnavailableError",
     "SyncCallError",
     "ToolError",
@@ -76,6 +78,13 @@ class InvalidArgumentError(ChatkeepError, ValueError):
     """A store call got an argument out of its range (a negative ``last``, a ``limit`` of 0, a bad cursor...)."""
 
 
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """A call got a value of the wrong type (a string where a list of messages belongs, ``None`` for a URL...).
+
+    Both a :class:`ValueError` (as every :class:`InvalidArgumentError`) and a :class:`TypeError`.
+    """
+
+
 class ConcurrencyConflictError(ChatkeepError):
     """A versioned write found a newer version than the one it expected."""
 
@@ -119,6 +128,10 @@ class StoreFullError(StoreUnavailableError):
 
 class StoreConfigurationError(ChatkeepError, ValueError):
     """A store URL or option is malformed or unknown; the message names the one to fix."""
+
+
+class StoreNotFoundError(StoreConfigurationError):
+    """A command that only reads found no storage at the URL (a misspelled SQLite path); nothing was created."""
 
 
 class StoreClosedError(ChatkeepError, RuntimeError):

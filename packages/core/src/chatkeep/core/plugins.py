@@ -27,6 +27,8 @@ from packaging.version import InvalidVersion, Version
 from chatkeep.core._errors import (
     BackendConflictError,
     IncompatiblePluginError,
+    InvalidArgumentTypeError,
+    StoreConfigurationError,
     UnknownBackendError,
     redact_url,
 )
@@ -106,6 +108,18 @@ def _incompatibility(dist: metadata.Distribution | None, core_version: str) -> s
                 f'is installed; run pip install -U "{name}" "chatkeep-core" to get versions that fit'
             )
     return None
+
+
+def _check_url(url_or_name: object) -> None:
+    if not isinstance(url_or_name, str):
+        raise InvalidArgumentTypeError(
+            f"a store is opened by its URL (a str), got {type(url_or_name).__name__}; "
+            "pass a URL such as 'sqlite:///history.db' or 'memory://'"
+        )
+    if not url_or_name.strip():
+        raise StoreConfigurationError(
+            "the store URL is empty (an unset variable?); pass a URL such as 'sqlite:///history.db' or 'memory://'"
+        )
 
 
 class PluginRegistry:
@@ -263,6 +277,7 @@ class PluginRegistry:
             UnknownBackendError: nothing installed handles it; the message says what to install.
             BackendConflictError: two plugins claim it.
         """
+        _check_url(url_or_name)
         self.discover()
         if "://" in url_or_name:
             scheme = url_or_name.split("://", 1)[0].lower()
@@ -356,6 +371,8 @@ def open_store(url: str, **options: Any) -> HistoryStore:
 
     Raises:
         UnknownBackendError: no installed backend handles the scheme; the message names the extra to install.
+        InvalidArgumentTypeError: ``url`` is not a string.
+        StoreConfigurationError: ``url`` is empty, or the backend refuses it or an option.
     """
     return _registry.open_store(url, **options)
 

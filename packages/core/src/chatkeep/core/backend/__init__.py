@@ -16,6 +16,7 @@ from chatkeep.core._messages import decode_records, encode_records
 from chatkeep.core._telemetry import TelemetryTarget, record_retry
 from chatkeep.core.backend import hookspecs
 from chatkeep.core.backend._capabilities import (
+    SupportsExistenceCheck,
     SupportsMigrate,
     SupportsNativeTTL,
     SupportsReadProbe,
@@ -73,6 +74,7 @@ __all__ = [
     "StoreOptions",
     "StoreSettings",
     "StoredSession",
+    "SupportsExistenceCheck",
     "SupportsMigrate",
     "SupportsNativeTTL",
     "SupportsReadProbe",

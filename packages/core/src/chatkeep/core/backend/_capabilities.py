@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-__all__ = ["SupportsMigrate", "SupportsNativeTTL", "SupportsReadProbe", "SupportsSchemaRevision"]
+__all__ = [
+    "SupportsExistenceCheck",
+    "SupportsMigrate",
+    "SupportsNativeTTL",
+    "SupportsReadProbe",
+    "SupportsSchemaRevision",
+]
 
 
 @runtime_checkable
@@ -22,6 +28,22 @@ class SupportsSchemaRevision(Protocol):
 
     async def schema_revision(self) -> str:
         """The schema revision the store is at (checking, as a first call does, that this release can use it)."""
+        ...
+
+
+@runtime_checkable
+class SupportsExistenceCheck(Protocol):
+    """A store that creates its storage on first use (a SQLite file, a container) and can say whether it exists.
+
+    The ``chatkeep`` commands that only read or delete (``sessions``, ``export``, ``prune``, ``copy --from``) ask
+    before their first call, so that a misspelled path is reported instead of created empty and listed as empty.
+    """
+
+    async def missing_storage(self) -> str | None:
+        """Without creating anything: what of this store's storage does not exist, or ``None`` when it all does.
+
+        Name it so a person can find the typo, e.g. ``"the SQLite file /srv/chat.db"``.
+        """
         ...
 
 

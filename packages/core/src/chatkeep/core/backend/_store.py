@@ -12,7 +12,7 @@ import abc
 import asyncio
 import functools
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
@@ -23,6 +23,7 @@ from typing_extensions import ParamSpec, Self
 from chatkeep.core._errors import (
     ConcurrencyConflictError,
     InvalidArgumentError,
+    InvalidArgumentTypeError,
     InvalidSessionKeyError,
     SessionOwnershipError,
     StoreClosedError,
@@ -46,6 +47,7 @@ __all__ = [
     "checked",
     "conflict_error",
     "owner_error",
+    "prune_cutoff",
     "session_document",
 ]
 
@@ -174,11 +176,22 @@ def _check_tenant(tenant: object) -> str:
     return validate_id(tenant, "tenant")
 
 
-def _cutoff(older_than: timedelta | datetime) -> datetime:
+def prune_cutoff(older_than: timedelta | datetime) -> datetime:
+    """The cut-off time (UTC) ``prune(older_than=...)`` means: now minus an age, or an aware datetime as given.
+
+    Raises:
+        InvalidArgumentError: a naive datetime, an age reaching before the year 1, or another type.
+    """
     if isinstance(older_than, timedelta):
-        return datetime.now(timezone.utc) - older_than
+        try:
+            return datetime.now(timezone.utc) - older_than
+        except OverflowError:
+            raise InvalidArgumentError(
+                f"older_than={older_than!r} reaches before the year 1; give an age of at most a few thousand years "
+                "(for example timedelta(days=365 * 100))"
+            ) from None
     if not isinstance(older_than, datetime):
-        raise InvalidArgumentError(
+        raise InvalidArgumentTypeError(
             f"older_than must be a timedelta or an aware datetime, got {type(older_than).__name__}"
         )
     if older_than.tzinfo is None:
@@ -186,6 +199,23 @@ def _cutoff(older_than: timedelta | datetime) -> datetime:
             "older_than must be timezone-aware (for example datetime.now(timezone.utc) - timedelta(days=30))"
         )
     return older_than.astimezone(timezone.utc)
+
+
+def _check_messages(messages: object) -> list[Message]:
+    # A str or a lone Message iterates too (into characters, into fields): refuse them by name, not deep inside.
+    if isinstance(messages, (str, bytes, Message)) or not isinstance(messages, Iterable):
+        raise InvalidArgumentTypeError(
+            f"append takes a list of Message, got {type(messages).__name__}; "
+            'write append(key, [Message(role="user", text="...")])'
+        )
+    listed = list(messages)
+    for n, message in enumerate(listed):
+        if not isinstance(message, Message):
+            raise InvalidArgumentTypeError(
+                f"append takes a list of Message, but item {n} is a {type(message).__name__}; "
+                'wrap each text in a Message(role="user", text="...")'
+            )
+    return listed
 
 
 _S = TypeVar("_S", bound="HistoryStore")
@@ -320,7 +350,7 @@ class HistoryStore(abc.ABC):
         """
         self._check_usable()
         _check_key(key)
-        messages = list(messages)
+        messages = _check_messages(messages)
         records = encode_records(messages, max_bytes=self.max_message_bytes)
         if not records:
             return 0
@@ -466,7 +496,7 @@ class HistoryStore(abc.ABC):
     async def prune(self, *, older_than: timedelta | datetime, tenant: str | None = None) -> int:
         """Delete sessions not updated since ``older_than`` (an age or a cut-off time); returns how many."""
         self._check_usable()
-        cutoff = _cutoff(older_than)
+        cutoff = prune_cutoff(older_than)
         if tenant is not None:
             _check_tenant(tenant)
         return await self._prune(cutoff, tenant)

@@ -19,7 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-__all__ = ["duration", "main", "store_url"]
+__all__ = ["duration", "main", "session_id", "store_url", "tenant"]
 
 STORE_ENV = "CHATKEEP_STORE"
 DEFAULT_STORE = "sqlite://"
@@ -51,8 +51,8 @@ def _common(*, store: bool = True) -> argparse.ArgumentParser:
     """The options every command takes, placed after the command's name."""
     common = argparse.ArgumentParser(add_help=False)
     if store:
-        common.add_argument("--store", metavar="URL", help=STORE_HELP)
-        common.add_argument("--tenant", default=None, help="the tenant to work in (default: default)")
+        common.add_argument("--store", type=_store_option, metavar="URL", help=STORE_HELP)
+        common.add_argument("--tenant", type=tenant, default=None, help="the tenant to work in (default: default)")
     common.add_argument("--json", action="store_true", help="print stable JSON for scripts instead of text")
     return common
 
@@ -89,16 +89,18 @@ def _parser() -> argparse.ArgumentParser:
     show = _command(
         session_commands, "show", "_inspect:sessions_show", "print a session's transcript", parents=[common]
     )
-    show.add_argument("session_id", metavar="ID")
+    show.add_argument("session_id", type=session_id, metavar="ID")
     show.add_argument("--last", type=_positive, default=None, help="only the N newest messages")
     delete = _command(
         session_commands, "delete", "_inspect:sessions_delete", "delete a session and its history", parents=[common]
     )
-    delete.add_argument("session_id", metavar="ID")
+    delete.add_argument("session_id", type=session_id, metavar="ID")
     delete.add_argument("--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
 
     export = _command(commands, "export", "_transfer:export", "write sessions as JSON Lines", parents=[common])
-    export.add_argument("--session", metavar="ID", help="only this session (default: every session of the tenant)")
+    export.add_argument(
+        "--session", type=session_id, metavar="ID", help="only this session (default: every session of the tenant)"
+    )
     export.add_argument("--output", "-o", type=Path, help="the file to write (default: stdout)")
 
     imp = _command(commands, "import", "_transfer:import_", "read sessions from JSON Lines", parents=[common])
@@ -110,12 +112,21 @@ def _parser() -> argparse.ArgumentParser:
     copy.add_argument("--from", dest="source", required=True, metavar="URL", help="the store to copy from")
     copy.add_argument("--to", dest="target", required=True, metavar="URL", help="the store to copy to")
     copy.add_argument(
-        "--tenant", dest="tenants", action="append", required=True, help="a tenant to copy (repeat for several)"
+        "--tenant",
+        dest="tenants",
+        type=tenant,
+        action="append",
+        required=True,
+        help="a tenant to copy (repeat for several)",
     )
 
     prune = _command(commands, "prune", "_inspect:prune", "delete sessions not updated for a while", parents=[common])
     prune.add_argument("--older-than", type=duration, required=True, metavar="AGE", help="e.g. 30d, 12h, 90m, 45s")
     prune.add_argument("--all-tenants", action="store_true", help="prune every tenant (instead of --tenant)")
+    prune.add_argument("--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
+    prune.add_argument(
+        "--dry-run", action="store_true", help="list the sessions it would delete, and delete nothing (needs --tenant)"
+    )
 
     _command(
         commands, "migrate", "_inspect:migrate", "create or upgrade a store's schema (SQL databases)", parents=[common]
@@ -123,7 +134,9 @@ def _parser() -> argparse.ArgumentParser:
 
     chat_help = "chat with the configured model; the history lives in the store"
     chat = _command(commands, "chat", "_chat:chat", chat_help, parents=[common])
-    chat.add_argument("--session", required=True, metavar="ID", help="the conversation to start or resume")
+    chat.add_argument(
+        "--session", type=session_id, required=True, metavar="ID", help="the conversation to start or resume"
+    )
 
     demo = _command(commands, "demo", "_chat:demo", "show a conversation kept across two processes", parents=[])
     demo.add_argument(
@@ -141,6 +154,37 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _checked_id(text: str, what: str, *, instead: str = "") -> str:
+    from chatkeep.core._errors import InvalidSessionKeyError
+    from chatkeep.core._session import validate_id
+
+    if not text:  # never the default in disguise: "--tenant $TENANT" with TENANT unset must not act on 'default'
+        raise argparse.ArgumentTypeError(f"the {what} is empty (an unset shell variable?); give its name{instead}")
+    try:
+        return validate_id(text, what)
+    except InvalidSessionKeyError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _store_option(text: str) -> str:
+    if not text.strip():  # "--store $URL" with URL unset must not fall back to the default store
+        raise argparse.ArgumentTypeError(
+            f"the store URL is empty (an unset shell variable?); give a URL, or leave --store out for ${STORE_ENV} "
+            "or the default SQLite store"
+        )
+    return text
+
+
+def tenant(text: str) -> str:
+    """A ``--tenant`` value (an argparse type): refuses an empty or over-long one instead of meaning ``default``."""
+    return _checked_id(text, "tenant", instead=", or leave --tenant out for the tenant 'default'")
+
+
+def session_id(text: str) -> str:
+    """A session id on the command line (an argparse type): refuses an empty or over-long one."""
+    return _checked_id(text, "session id")
+
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -151,7 +195,17 @@ def duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an age; write a whole number and a unit: 30d, 12h, 90m, 45s or 2w"
         )
-    return timedelta(seconds=int(number) * _UNITS[unit])
+    from chatkeep.core._errors import InvalidArgumentError
+    from chatkeep.core.backend._store import prune_cutoff
+
+    try:
+        age = timedelta(seconds=int(number) * _UNITS[unit])
+        prune_cutoff(age)  # an age must leave a time to compare with: now minus it, after the year 1
+    except (OverflowError, InvalidArgumentError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} reaches before the year 1; give an age of at most a few thousand years, e.g. 36500d"
+        ) from None
+    return age
 
 
 def _positive(text: str) -> int:
@@ -166,12 +220,13 @@ def _positive(text: str) -> int:
 
 def _report(exc: BaseException, *, as_json: bool) -> None:
     from chatkeep.core._errors import redact_url
+    from chatkeep.core.cli._output import say
 
     message = redact_url(str(exc))
     if as_json:
         print(json.dumps({"error": {"type": type(exc).__name__, "message": message}}), file=sys.stderr, flush=True)
     else:
-        print(f"chatkeep: {message}", file=sys.stderr, flush=True)
+        say(f"chatkeep: {message}", err=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import SessionKey
 from chatkeep.core.cli._app import DEFAULT_STORE, store_url
 from chatkeep.core.cli._inspect import tenant_of
-from chatkeep.core.cli._output import emit_json, say
+from chatkeep.core.cli._output import emit_json, printable, printable_lines, say
 from chatkeep.core.plugins import default_registry, open_store
 
 __all__ = ["chat", "demo", "demo_process"]
@@ -150,7 +150,8 @@ async def chat(args: argparse.Namespace) -> int:
             session = agent.create_session(session_id=key.session_id, tenant=key.tenant)
             if not args.json:
                 state = f"resuming, {earlier} stored messages" if earlier else "a new conversation"
-                say(f"chatkeep chat: session {key.session_id} (tenant {key.tenant}) in {redact_url(url)}, {state}")
+                shown = f"session {printable(key.session_id)} (tenant {printable(key.tenant)})"
+                say(f"chatkeep chat: {shown} in {redact_url(url)}, {state}")
                 say(f"  model: {model}")
                 say("  type /quit or end the input (Ctrl-D) to leave; starting again with this --session resumes")
             while True:
@@ -170,9 +171,9 @@ async def chat(args: argparse.Namespace) -> int:
                     continue
                 print("assistant> ", end="", flush=True)
                 async for update in agent.run_stream(prompt, session=session):
-                    print(update.text, end="", flush=True)
+                    print(printable_lines(update.text), end="", flush=True)
                 print(flush=True)
         stored = await store.count(key)
     if not args.json:
-        say(f"{stored} messages stored in session {key.session_id}")
+        say(f"{stored} messages stored in session {printable(key.session_id)}")
     return 0

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shlex
 import sys
 import uuid
-from collections.abc import Callable
-from datetime import datetime, timezone
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from time import perf_counter
 from typing import Any
 
@@ -17,6 +18,7 @@ from chatkeep.core._errors import (
     ChatkeepError,
     StoreConfigurationError,
     StoreFullError,
+    StoreNotFoundError,
     StoreUnavailableError,
     UnknownBackendError,
     redact_url,
@@ -31,17 +33,55 @@ from chatkeep.core._messages import (
     UsageContent,
 )
 from chatkeep.core._session import DEFAULT_TENANT
-from chatkeep.core.backend import HistoryStore, SessionKey, SupportsMigrate, SupportsSchemaRevision
+from chatkeep.core.backend import (
+    HistoryStore,
+    SessionInfo,
+    SessionKey,
+    SupportsExistenceCheck,
+    SupportsMigrate,
+    SupportsSchemaRevision,
+)
+from chatkeep.core.backend._store import prune_cutoff
 from chatkeep.core.cli._app import store_url
-from chatkeep.core.cli._output import UsageError, emit_json, iso, plural, say, table, when
+from chatkeep.core.cli._output import UsageError, emit_json, iso, plural, printable, printable_lines, say, table, when
 from chatkeep.core.plugins import default_registry, installed_backends, open_store, plugin_failures
 
-__all__ = ["backends", "doctor", "migrate", "prune", "render", "sessions_delete", "sessions_list", "sessions_show"]
+__all__ = [
+    "backends",
+    "doctor",
+    "migrate",
+    "open_existing_store",
+    "prune",
+    "render",
+    "sessions_delete",
+    "sessions_list",
+    "sessions_show",
+]
+
+
+@contextlib.asynccontextmanager
+async def open_existing_store(url: str) -> AsyncIterator[HistoryStore]:
+    """Open the store for a command that only reads or deletes: one whose storage does not exist is an error.
+
+    Opening creates storage on first use (a SQLite file); for a misspelled path, a read command would create
+    an empty store and report no sessions. A store that can tell (:class:`SupportsExistenceCheck`) is asked first.
+
+    Raises:
+        StoreNotFoundError: the store's storage does not exist; nothing was created.
+    """
+    async with open_store(url) as store:
+        missing = await store.missing_storage() if isinstance(store, SupportsExistenceCheck) else None
+        if missing is not None:
+            raise StoreNotFoundError(
+                f"{missing} does not exist, so {redact_url(url)} holds no sessions and was not created; check the "
+                "path in --store (or $CHATKEEP_STORE). Commands that write (import, chat, doctor, migrate) create it"
+            )
+        yield store
 
 
 def tenant_of(args: argparse.Namespace) -> str:
-    """The ``--tenant`` given, else the default tenant."""
-    return str(args.tenant) if args.tenant else DEFAULT_TENANT
+    """The ``--tenant`` given (never empty: the parser refuses that), else the default tenant."""
+    return str(args.tenant) if args.tenant is not None else DEFAULT_TENANT
 
 
 # -- backends ------------------------------------------------------------------------------------
@@ -199,7 +239,7 @@ async def doctor(args: argparse.Namespace) -> int:
 async def sessions_list(args: argparse.Namespace) -> int:
     """One page of a tenant's sessions, newest first, with message counts."""
     url, tenant = store_url(args), tenant_of(args)
-    async with open_store(url) as store:
+    async with open_existing_store(url) as store:
         page = await store.list_sessions(tenant, limit=args.limit, cursor=args.cursor)
     if args.json:
         items = [
@@ -249,8 +289,9 @@ def render(message: Message) -> str:
         elif isinstance(content, UsageContent):
             usage = content.usage
             parts.append(f"[usage: {usage.input_tokens} in, {usage.output_tokens} out]")
-    body = "\n".join(parts).replace("\n", "\n    ")
-    return f"[{when(message.created_at)}] {who}: {body}"
+    # A text's own lines stay lines, indented under the message's; every other control character is escaped.
+    body = printable_lines("\n".join(parts)).replace("\n", "\n    ")
+    return f"[{when(message.created_at)}] {printable(who)}: {body}"
 
 
 async def _missing(store: HistoryStore, key: SessionKey) -> bool:
@@ -270,7 +311,7 @@ async def sessions_show(args: argparse.Namespace) -> int:
     """Print a session's transcript, streaming it in pages (``--last N``: only the newest N)."""
     url = store_url(args)
     key = SessionKey(tenant_of(args), args.session_id)
-    async with open_store(url) as store:
+    async with open_existing_store(url) as store:
         if await _missing(store, key):
             return _not_found(key, url)
         messages: Any = (
@@ -287,7 +328,7 @@ async def sessions_show(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             return 0
         count = await store.count(key)
-        say(f"session {key.session_id} (tenant {key.tenant}): {plural(count, 'message')}")
+        say(f"session {printable(key.session_id)} (tenant {printable(key.tenant)}): {plural(count, 'message')}")
         async for message in messages:
             write(render(message) + "\n")
         sys.stdout.flush()
@@ -303,55 +344,107 @@ def _quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+async def _confirm(question: str, *, refused: str, yes_to: str) -> bool:
+    """Ask ``question`` on the terminal; without one, refuse (a usage error) and name the ``--yes`` that skips it."""
+    if not sys.stdin.isatty():
+        raise UsageError(f"{refused}: stdin is not a terminal to ask on; add --yes to {yes_to}")
+    answer = await asyncio.to_thread(input, f"{question} [y/N] ")
+    return answer.strip().lower() in {"y", "yes"}
+
+
 async def sessions_delete(args: argparse.Namespace) -> int:
     """Delete a session (its history and its document), after asking unless ``--yes``."""
     url = store_url(args)
     key = SessionKey(tenant_of(args), args.session_id)
-    async with open_store(url) as store:
+    async with open_existing_store(url) as store:
         if await _missing(store, key):
             return _not_found(key, url)
         count = await store.count(key)
-        if not args.yes:
-            if not sys.stdin.isatty():
-                raise UsageError(
-                    f"not deleting session {key.session_id!r}: stdin is not a terminal to ask on; "
-                    "add --yes to delete without asking"
-                )
-            question = (
-                f"Delete session {key.session_id!r} of tenant {key.tenant!r} ({count} messages) "
-                f"from {redact_url(url)}? [y/N] "
-            )
-            answer = await asyncio.to_thread(input, question)
-            if answer.strip().lower() not in {"y", "yes"}:
-                say("not deleted")
-                return 1
+        question = (
+            f"Delete session {key.session_id!r} of tenant {key.tenant!r} ({count} messages) from {redact_url(url)}?"
+        )
+        if not args.yes and not await _confirm(
+            question, refused=f"not deleting session {key.session_id!r}", yes_to="delete without asking"
+        ):
+            say("not deleted")
+            return 1
         deleted = await store.delete(key)
     if args.json:
         emit_json({"tenant": key.tenant, "session_id": key.session_id, "deleted": deleted, "messages": count})
     else:
-        say(f"deleted session {key.session_id} (tenant {key.tenant}, {count} messages)")
+        say(f"deleted session {printable(key.session_id)} (tenant {printable(key.tenant)}, {count} messages)")
     return 0
 
 
 # -- prune and migrate ---------------------------------------------------------------------------
 
 
+async def _idle(store: HistoryStore, tenant: str, cutoff: datetime) -> list[SessionInfo]:
+    """The tenant's sessions not updated since ``cutoff``: what ``prune`` would delete now."""
+    idle: list[SessionInfo] = []
+    cursor: str | None = None
+    while True:
+        page = await store.list_sessions(tenant, limit=500, cursor=cursor)
+        idle += [info for info in page.items if info.updated_at < cutoff]
+        if page.next_cursor is None:
+            return idle
+        cursor = page.next_cursor
+
+
 async def prune(args: argparse.Namespace) -> int:
-    """Delete the sessions of a tenant (or, with ``--all-tenants``, of all) not updated for ``--older-than``."""
-    if args.all_tenants and args.tenant:
+    """Delete the sessions of a tenant (or, with ``--all-tenants``, of all) not updated for ``--older-than``.
+
+    It asks first unless ``--yes``; ``--dry-run`` lists what it would delete and deletes nothing.
+    """
+    if args.all_tenants and args.tenant is not None:
         raise UsageError("give --tenant or --all-tenants, not both")
-    if not args.all_tenants and not args.tenant:
+    if not args.all_tenants and args.tenant is None:
         raise UsageError("say which sessions to prune: --tenant TENANT, or --all-tenants for every tenant")
+    if args.dry_run and args.all_tenants:
+        # The contract has no public listing of tenants to preview from (chatkeep tenants list is still to come).
+        raise UsageError("--dry-run needs --tenant TENANT: run it for each tenant to see what it would delete")
     url = store_url(args)
     tenant = None if args.all_tenants else str(args.tenant)
-    cutoff = datetime.now(timezone.utc) - args.older_than
-    async with open_store(url) as store:
+    cutoff = prune_cutoff(args.older_than)
+    scope = "every tenant" if tenant is None else f"tenant {printable(repr(tenant))}"
+    async with open_existing_store(url) as store:
+        idle = None if tenant is None else await _idle(store, tenant, cutoff)
+        if args.dry_run:
+            return _report_dry_run(args, tenant, cutoff, idle or [])
+        if not args.yes and idle != []:
+            what = "every session" if idle is None else plural(len(idle), "session")
+            question = f"Delete {what} of {scope} not updated since {when(cutoff)} UTC from {redact_url(url)}?"
+            if not await _confirm(
+                question, refused="not pruning", yes_to="prune without asking (--dry-run lists what it would delete)"
+            ):
+                say("not pruned")
+                return 1
         deleted = await store.prune(older_than=cutoff, tenant=tenant)
     if args.json:
         emit_json({"deleted": deleted, "tenant": tenant, "cutoff": iso(cutoff)})
     else:
-        scope = "every tenant" if tenant is None else f"tenant {tenant!r}"
         say(f"pruned {plural(deleted, 'session')} of {scope} not updated since {when(cutoff)} UTC")
+    return 0
+
+
+def _report_dry_run(args: argparse.Namespace, tenant: str | None, cutoff: datetime, idle: list[SessionInfo]) -> int:
+    if args.json:
+        sessions = [
+            {"session_id": s.session_id, "message_count": s.message_count, "updated_at": iso(s.updated_at)}
+            for s in idle
+        ]
+        emit_json({"dry_run": True, "would_delete": sessions, "tenant": tenant, "cutoff": iso(cutoff)})
+        return 0
+    say(
+        f"would prune {plural(len(idle), 'session')} of tenant {printable(repr(tenant))} not updated since "
+        f"{when(cutoff)} UTC (--dry-run: nothing deleted)"
+    )
+    if idle:
+        table(
+            ("SESSION", "MESSAGES", "UPDATED (UTC)"),
+            [(s.session_id, s.message_count, when(s.updated_at)) for s in idle],
+            right=(1,),
+        )
     return 0
 
 

@@ -3,22 +3,57 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-__all__ = ["Progress", "UsageError", "emit_json", "iso", "plural", "progress", "say", "table", "when"]
+__all__ = [
+    "Progress",
+    "UsageError",
+    "emit_json",
+    "iso",
+    "plural",
+    "printable",
+    "printable_lines",
+    "progress",
+    "say",
+    "table",
+    "when",
+]
+
+# What a stored id or text could drive a terminal with: C0 and C1 controls (escape sequences, carriage returns,
+# newlines that forge a line), DEL, the line and paragraph separators, and the marks that reorder text.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 class UsageError(Exception):
     """The command line itself is wrong (exit status 2), as opposed to the store or the data (status 1)."""
 
 
+def printable(text: str) -> str:
+    """``text`` with each control character written as its escape (``\\x1b``, ``\\n``, ``\\u202e``): safe on a terminal.
+
+    Ids and message texts come from whoever wrote to the store; printed raw, an escape sequence in them would
+    drive the reader's terminal, and a newline would forge a line of output.
+    """
+    return _UNSAFE.sub(lambda match: repr(match[0])[1:-1], text)
+
+
+def printable_lines(text: str) -> str:
+    """``text`` with each control character escaped but the newlines between its lines (see :func:`printable`)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
 def say(text: str = "", *, err: bool = False) -> None:
-    """Print a line for people, on stdout (or stderr), flushed so that it interleaves with a child's output."""
-    print(text, file=sys.stderr if err else sys.stdout, flush=True)
+    """Print lines for people, on stdout (or stderr), flushed so that it interleaves with a child's output.
+
+    Control characters other than the newlines between lines are escaped (see :func:`printable`); an id or a
+    text that may hold a newline must go through :func:`printable` before it is put in ``text``.
+    """
+    print(printable_lines(text), file=sys.stderr if err else sys.stdout, flush=True)
 
 
 def emit_json(value: Any) -> None:
@@ -43,7 +78,7 @@ def when(moment: datetime) -> str:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, right: Sequence[int] = ()) -> None:
     """Print rows under headers in aligned columns (``right``: the indexes of right-aligned, numeric, columns)."""
-    cells = [[str(cell) for cell in row] for row in rows]
+    cells = [[printable(str(cell)) for cell in row] for row in rows]
     widths = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
 
     def line(values: Sequence[str]) -> str:

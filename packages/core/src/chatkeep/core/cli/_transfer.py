@@ -30,8 +30,8 @@ from chatkeep.core._messages import Message, decode_records, encode_records, rec
 from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore, SessionKey
 from chatkeep.core.cli._app import store_url
-from chatkeep.core.cli._inspect import tenant_of
-from chatkeep.core.cli._output import Progress, UsageError, emit_json, plural, progress, say
+from chatkeep.core.cli._inspect import open_existing_store, tenant_of
+from chatkeep.core.cli._output import Progress, UsageError, emit_json, plural, printable, progress, say
 from chatkeep.core.plugins import open_store
 
 __all__ = ["ExportFormatError", "copy", "export", "import_", "session_checksum"]
@@ -99,7 +99,7 @@ def export(args: argparse.Namespace) -> int:
 async def _export(args: argparse.Namespace, out: IO[str]) -> dict[str, Any]:
     url, tenant = store_url(args), tenant_of(args)
     sessions = messages = documents = 0
-    async with open_store(url) as store:
+    async with open_existing_store(url) as store:
         total = None
         if args.session:
             key = SessionKey(tenant, args.session)
@@ -349,9 +349,9 @@ async def _append_copied(target: HistoryStore, key: SessionKey, batch: list[Mess
             size = record_size(message.to_record())
             if size > limit:
                 raise MessageTooLargeError(
-                    f"copy stopped at session {key.tenant}/{key.session_id}: message {message.message_id} is "
-                    f"{size:,} bytes as stored, over the target's max_message_bytes of {limit:,}. The sessions "
-                    "before it are copied (this one in part). Add "
+                    f"copy stopped at session {printable(key.tenant)}/{printable(key.session_id)}: "
+                    f"message {message.message_id} is {size:,} bytes as stored, over the target's "
+                    f"max_message_bytes of {limit:,}. The sessions before it are copied (this one in part). Add "
                     f"max_message_bytes={size} (or more) to the query of the --to URL and run the same copy "
                     "again: it resumes where it stopped"
                 ) from None
@@ -402,7 +402,7 @@ async def copy(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"from": shown_from, "to": shown_to, "tenants": list(args.tenants)}
     sessions = messages = new = 0
     mismatches: list[dict[str, Any]] = []
-    async with open_store(args.source) as source, open_store(args.target) as target:
+    async with open_existing_store(args.source) as source, open_store(args.target) as target:
         with progress("copy") as bar:
             for tenant in args.tenants:
                 async for key in _sessions_of(source, tenant):
@@ -423,9 +423,9 @@ async def copy(args: argparse.Namespace) -> int:
         say(f"  to   {shown_to}")
         for bad in mismatches:
             say(
-                f"MISMATCH {bad['tenant']}/{bad['session_id']}: source {bad['messages']} messages "
-                f"sha256 {bad['sha256'][:12]}, target {bad['target_messages']} messages "
-                f"sha256 {bad['target_sha256'][:12]}"
+                f"MISMATCH {printable(bad['tenant'])}/{printable(bad['session_id'])}: "
+                f"source {bad['messages']} messages sha256 {bad['sha256'][:12]}, "
+                f"target {bad['target_messages']} messages sha256 {bad['target_sha256'][:12]}"
             )
         if not mismatches:
             say("verified: every session has the same message count and sha256 in both stores")

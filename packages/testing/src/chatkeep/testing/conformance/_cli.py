@@ -310,7 +310,7 @@ class CLIConformance(ConformanceBase):
         tenant, other = kit.tenant("prune"), kit.tenant("kept")
         keys = await seed(store, tenant, sessions=2)
         await seed(store, other, sessions=1)
-        common = ("prune", "--store", store_url, "--tenant", tenant)
+        common = ("prune", "--store", store_url, "--tenant", tenant, "--yes")
         assert (await cli(*common, "--older-than", "1d", "--json")).json()["deleted"] == 0
         await asyncio.sleep(3)  # ages, not timings: the sessions must be older than the 2s given below
         await store.append(keys[0], [Message(role="user", text="chat-0 is active again")])

@@ -1,0 +1,76 @@
+"""Wrong values and wrong types handed to the public API answer with a ChatkeepError that says what to do.
+
+Each case here once escaped as a foreign exception (``TypeError``, ``AttributeError`` from deep inside,
+``OverflowError``) instead.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from chatkeep.core import (
+    ChatkeepError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    Message,
+    SessionKey,
+    StoreConfigurationError,
+    open_store,
+)
+
+
+@pytest.mark.parametrize("url", [None, 3, b"memory://", ["memory://"]])
+def test_open_store_with_a_url_that_is_not_a_string(url: Any) -> None:
+    with pytest.raises(InvalidArgumentTypeError, match="pass a URL such as") as caught:
+        open_store(url)
+    assert isinstance(caught.value, TypeError)  # what a wrong type is, for handlers written that way
+
+
+@pytest.mark.parametrize("url", ["", "   "])
+def test_open_store_with_an_empty_url_says_it_is_empty(url: str) -> None:
+    with pytest.raises(StoreConfigurationError, match=r"the store URL is empty \(an unset variable\?\)"):
+        open_store(url)
+
+
+@pytest.mark.parametrize(
+    ("messages", "said"),
+    [
+        ("remember this", "got str"),
+        (Message(role="user", text="hi"), "got Message"),
+        (b"bytes", "got bytes"),
+        (42, "got int"),
+        (["a text"], "item 0 is a str"),
+        ([Message(role="user", text="ok"), {"role": "user"}], "item 1 is a dict"),
+    ],
+)
+async def test_append_takes_a_list_of_messages_and_says_so(messages: Any, said: str) -> None:
+    key = SessionKey("t", f"s-{uuid.uuid4().hex}")
+    async with open_store(f"memory://args-{uuid.uuid4().hex}") as store:
+        with pytest.raises(InvalidArgumentTypeError, match=said) as caught:
+            await store.append(key, messages)
+        assert "Message(role=" in str(caught.value)  # what to write instead
+        assert await store.count(key) == 0  # nothing was stored
+
+
+async def test_append_still_takes_any_iterable_of_messages() -> None:
+    key = SessionKey("t", "s")
+    async with open_store(f"memory://args-{uuid.uuid4().hex}") as store:
+        assert await store.append(key, (Message(role="user", text=str(n)) for n in range(3))) == 3
+
+
+@pytest.mark.parametrize("age", [timedelta(days=999_999_999), timedelta.max, timedelta(days=800_000)])
+async def test_prune_with_an_age_beyond_the_calendar(age: timedelta) -> None:
+    async with open_store(f"memory://args-{uuid.uuid4().hex}") as store:
+        with pytest.raises(InvalidArgumentError, match="reaches before the year 1"):
+            await store.prune(older_than=age)
+
+
+async def test_prune_with_an_older_than_of_the_wrong_type() -> None:
+    async with open_store(f"memory://args-{uuid.uuid4().hex}") as store:
+        with pytest.raises(InvalidArgumentTypeError, match="must be a timedelta or an aware datetime"):
+            await store.prune(older_than=30)  # type: ignore[arg-type]
+    assert issubclass(InvalidArgumentTypeError, ChatkeepError)
