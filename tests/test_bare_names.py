@@ -65,15 +65,20 @@ async def test_history_provider_takes_a_bare_backend_name() -> None:
 
 def test_the_cli_takes_a_bare_backend_name_as_store(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path)}
-    result = subprocess.run(
-        [sys.executable, "-m", "chatkeep.core.cli", "sessions", "list", "--store", "sqlite", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    default_file = tmp_path / "chatkeep" / "history.db"
 
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["sessions"] == []
-    assert (tmp_path / "chatkeep" / "history.db").exists()
+    def chatkeep(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "chatkeep.core.cli", *args, "--store", "sqlite"]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, check=False)
+
+    # A read command names the default file it did not find, and creates nothing.
+    missing = chatkeep("sessions", "list", "--json")
+    assert missing.returncode == 1
+    assert str(default_file) in missing.stderr
+    assert not default_file.exists()
+
+    assert chatkeep("migrate").returncode == 0  # a command that writes creates it
+    listed = chatkeep("sessions", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["sessions"] == []
+    assert default_file.exists()

@@ -728,10 +728,6 @@ def test_read_commands_work_once_the_storage_exists(cli: CLI, filecheck: None, t
     assert out.splitlines()[1].startswith("chat-0")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="chatkeep-sql does not implement SupportsExistenceCheck.missing_storage yet (naming the SQLite file)",
-)
 @pytest.mark.parametrize("where", ["no/such/dir/chat.db", "missing.db"])
 def test_a_misspelled_sqlite_path_in_a_read_command_is_reported_and_not_created(
     cli: CLI, tmp_path: Path, where: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -98,6 +99,17 @@ class SQLHistoryStore(HistoryStore):
     def dialect(self) -> str:
         """The database family: ``sqlite``, ``postgresql``, ``mysql`` or ``mariadb``."""
         return self._sql.family
+
+    async def missing_storage(self) -> str | None:
+        """The SQLite file, when it does not exist (nothing is created); ``None`` for a server or an existing file.
+
+        The read commands of ``chatkeep`` ask first (:class:`~chatkeep.core.backend.SupportsExistenceCheck`), so a
+        misspelled path is reported instead of created empty and listed as holding no sessions.
+        """
+        path = self.config.sqlite_path
+        if path is None or await asyncio.to_thread(os.path.exists, path):
+            return None
+        return f"the SQLite file {os.path.abspath(path)}"  # noqa: ASYNC240 - no I/O: the path as text
 
     def describe(self) -> dict[str, Any]:
         """What this store is, for logs and the CLI (no secrets)."""
