@@ -52,9 +52,10 @@ class SQLHistoryStore(HistoryStore):
         url: a store URL (see :func:`open_store`); ``None`` with no ``client`` opens ``sqlite://``.
         client: an existing SQLAlchemy ``AsyncEngine`` instead of a URL; the store uses its pool and leaves it
             open on close.
-        **options: the URL's options as keywords (``max_message_bytes``, ``schema``, ``busy_timeout``,
-            ``connect_timeout``, ``statement_timeout``, ``pool_size``, ``max_overflow``, ``pool_recycle``,
-            ``pool_pre_ping``, ``transport``).
+        **options: the URL's options as keywords: the fields of :class:`~chatkeep.sql._config.SQLSettings`
+            (``max_message_bytes``, ``schema``, ``busy_timeout``, ``synchronous``, ``connect_timeout``,
+            ``statement_timeout``, ``pool_size``, ``max_overflow``, ``pool_recycle``, ``pool_pre_ping``,
+            ``transport``).
 
     Raises:
         SQLURLError: the URL or an option is malformed or unknown, or both a URL and a client are given.
