@@ -58,9 +58,9 @@ def test_no_backend_source_calls_a_check_by_hand() -> None:
 
 def test_chatkeep_core_exports_only_user_facing_names() -> None:
     plumbing = {"encode_records", "decode_records", "cutoff_time", "ttl_seconds", "validate_id", "redact_url"}
-    plumbing |= {"BackendSpec", "hookimpl", "OptionSet", "StoreOption", "DEFAULT_MAX_MESSAGE_BYTES"}
+    plumbing |= {"BackendSpec", "hookimpl", "StoreSettings", "TTLStoreSettings", "DEFAULT_MAX_MESSAGE_BYTES"}
     assert plumbing.isdisjoint(chatkeep.core.__all__)
-    assert {"encode_records", "decode_records", "BackendSpec", "hookimpl", "OptionSet"} <= set(
+    assert {"encode_records", "decode_records", "BackendSpec", "hookimpl", "StoreSettings"} <= set(
         chatkeep.core.backend.__all__
     )
     for name in chatkeep.core.__all__:

@@ -12,17 +12,12 @@ from pydantic import Field, model_validator
 from chatkeep.core import StoreConfigurationError
 from chatkeep.core.backend import (
     DEFAULT_MAX_MESSAGE_BYTES,
-    MAX_MESSAGE_BYTES,
-    TTL,
     DriverOptions,
     Flag,
     NonEmptyText,
-    OptionSet,
     PositiveInt,
-    StoreOption,
     StoreSettings,
     TTLStoreSettings,
-    boolean,
     converted,
 )
 
@@ -146,39 +141,3 @@ def test_settings_are_frozen() -> None:
     settings = AcmeSettings.parse("", {})
     with pytest.raises(ValueError, match="frozen"):
         settings.pool = 3  # type: ignore[misc]
-
-
-def test_the_untyped_option_set_reports_exactly_as_the_typed_model() -> None:
-    legacy = OptionSet(
-        "Acme",
-        [
-            MAX_MESSAGE_BYTES,
-            TTL,
-            StoreOption("fsync", boolean, True),
-            StoreOption("schema", lambda value: str(value), None),  # a name pydantic keeps for itself
-        ],
-        error=AcmeURLError,
-        driver_option={"ssl"}.__contains__,
-        driver="acme-py",
-    )
-    parsed = legacy.parse("fsync=no&schema=s&ssl=1", {"ttl": 2})
-    assert dict(parsed.values) == {
-        "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
-        "ttl": 2.0,
-        "fsync": False,
-        "schema": "s",
-    }
-    assert parsed["fsync"] is False
-    assert parsed.driver == (("ssl", "1"),)
-    for query, keywords in [("fsync=maybe", {}), ("ttl=0", {}), ("", {"fsync": 3})]:
-        with pytest.raises(AcmeURLError) as typed:
-            AcmeSettings.parse(query, keywords, url=f"acme://h?{query}")
-        with pytest.raises(AcmeURLError) as untyped:
-            legacy.parse(query, keywords, url=f"acme://h?{query}")
-        assert str(untyped.value) == str(typed.value)
-    with pytest.raises(
-        AcmeURLError,
-        match=r"no query option 'sll' in acme://h\?sll=1; the options are "
-        r"max_message_bytes, ttl, fsync, schema, or an option of the acme-py driver$",
-    ):
-        legacy.parse("sll=1", {}, url="acme://h?sll=1")

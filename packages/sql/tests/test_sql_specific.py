@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ def test_urls_pick_an_async_driver(url: str, family: str, driver: str) -> None:
         assert config.url is not None
         assert "charset=utf8mb4" in config.url
     if "schema=" in url:
-        assert config.schema == "s"
+        assert config.settings.schema_ == "s"
         assert config.url is not None
         assert "schema" not in config.url  # chatkeep's options never reach the driver
 
@@ -150,6 +151,30 @@ def test_unknown_options_are_refused_at_open() -> None:
     assert "command_timeout=5" in str(open_store("postgresql+asyncpg://u@127.0.0.1:1/db?command_timeout=5").config.url)
 
 
+def test_options_come_typed_from_the_query_and_keywords_and_the_rest_goes_to_the_driver() -> None:
+    url = "postgresql+asyncpg://u@h/db?schema=app&pool_size=3&command_timeout=5&pool_pre_ping=yes"
+    config = _config.parse_url(url, busy_timeout=timedelta(seconds=2), max_overflow=0, pool_size=None)
+    settings = config.settings
+    assert (settings.schema_, settings.pool_size, settings.max_overflow, settings.pool_pre_ping) == ("app", 3, 0, True)
+    assert (settings.busy_timeout, settings.connect_timeout, settings.transport) == (2.0, 10.0, None)
+    assert settings.driver_query == (("command_timeout", "5"),)
+    assert config.url == "postgresql+asyncpg://u@h/db?command_timeout=5"
+    assert config.transport == "asyncpg"  # settings.transport is what was given; config.transport what runs
+    with pytest.raises(
+        SQLURLError,
+        match=r"the options are max_message_bytes, schema, busy_timeout, synchronous, connect_timeout, "
+        r"statement_timeout, pool_size, max_overflow, pool_recycle, pool_pre_ping, transport$",
+    ):
+        _config.parse_url("sqlite://", scheme="x")
+
+
+def test_the_docs_table_names_every_option() -> None:
+    page = (Path(__file__).resolve().parents[3] / "docs" / "backends" / "sql.md").read_text()
+    first_cells = re.findall(r"^\| ((?:`\w+`(?:, )?)+) \|", page, flags=re.MULTILINE)
+    documented = {name for cell in first_cells for name in re.findall(r"`(\w+)`", cell)}
+    assert documented == set(_config.SQLSettings.option_names())
+
+
 def test_open_store_finds_the_plugin_and_does_no_io() -> None:
     store = chatkeep.core.open_store("postgresql+asyncpg://nobody@127.0.0.1:1/nothing")  # nothing listens there
     assert isinstance(store, SQLHistoryStore)
@@ -230,8 +255,8 @@ async def test_an_existing_engine_is_used_and_left_open(sql_target: Any) -> None
     config = _config.parse_url(sql_target.url)
     url = config.url or f"sqlite+aiosqlite:///{config.sqlite_path}"
     connect_args: dict[str, Any] = {}
-    if config.schema:
-        connect_args["server_settings"] = {"search_path": config.schema}
+    if config.settings.schema_:
+        connect_args["server_settings"] = {"search_path": config.settings.schema_}
     engine = create_async_engine(url, connect_args=connect_args)
     key = SessionKey("engine", "s")
     try:
@@ -418,10 +443,10 @@ def test_transport_defaults_to_the_drivers_own_and_sqlalchemy_runs_on_any_driver
 
 
 def test_statement_timeout_is_for_servers_and_defaults_to_30_seconds() -> None:
-    assert _config.parse_url("postgresql://u@h/db").statement_timeout == 30.0
-    assert _config.parse_url("mysql://root@h/db?statement_timeout=2.5").statement_timeout == 2.5
-    assert _config.parse_url("postgresql://u@h/db", statement_timeout=5).statement_timeout == 5.0
-    assert _config.parse_url("sqlite://").statement_timeout is None
+    assert _config.parse_url("postgresql://u@h/db").settings.statement_timeout == 30.0
+    assert _config.parse_url("mysql://root@h/db?statement_timeout=2.5").settings.statement_timeout == 2.5
+    assert _config.parse_url("postgresql://u@h/db", statement_timeout=5).settings.statement_timeout == 5.0
+    assert _config.parse_url("sqlite://").settings.statement_timeout is None
     with pytest.raises(SQLURLError, match="busy_timeout"):
         _config.parse_url("sqlite:///x.db?statement_timeout=5")
     with pytest.raises(SQLURLError, match="positive"):

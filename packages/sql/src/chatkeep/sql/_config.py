@@ -7,31 +7,31 @@ import importlib.util
 import inspect
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 from urllib.parse import unquote, urlencode, urlsplit
 
 import platformdirs
+from pydantic import Field
 
 from chatkeep.core import MissingExtraError, StoreConfigurationError
 from chatkeep.core.backend import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    MAX_MESSAGE_BYTES,
-    OptionSet,
-    StoreOption,
-    boolean,
-    non_negative_int,
-    positive_int,
-    positive_seconds,
+    DriverOptions,
+    Flag,
+    NonEmptyText,
+    NonNegativeInt,
+    PositiveInt,
+    Seconds,
+    StoreSettings,
+    converted,
     redact_url,
-    text,
 )
 
 __all__ = [
     "DEFAULT_STATEMENT_TIMEOUT",
-    "OPTIONS",
     "TRANSPORTS",
     "SQLConfig",
+    "SQLSettings",
     "SQLURLError",
     "default_sqlite_path",
     "parse_url",
@@ -87,41 +87,42 @@ def _synchronous(value: object) -> str:
 #: never hangs on a lock another transaction keeps, as a SQLite writer waits at most ``busy_timeout``.
 DEFAULT_STATEMENT_TIMEOUT = 30.0
 
-#: chatkeep's own options (URL query or keywords). Server URLs may also carry their driver's connect options.
-OPTIONS = OptionSet(
-    "SQL",
-    [
-        MAX_MESSAGE_BYTES,
-        StoreOption("schema", text, None, "the PostgreSQL schema holding chatkeep's tables"),
-        StoreOption("busy_timeout", positive_seconds, 30.0, "seconds a SQLite writer waits for the write lock"),
-        StoreOption(
-            "synchronous",
-            _synchronous,
-            "normal",
-            "SQLite: normal (a commit survives a crash of the process) or full (also an OS crash or power loss)",
-        ),
-        StoreOption("connect_timeout", positive_seconds, 10.0, "seconds to wait for a server connection"),
-        StoreOption(
-            "statement_timeout",
-            positive_seconds,
-            None,
-            f"servers: seconds a statement may run, lock waits included, before the server cancels it "
-            f"(default {DEFAULT_STATEMENT_TIMEOUT:g})",
-        ),
-        StoreOption("pool_size", positive_int, 5, "connections kept open"),
-        StoreOption("max_overflow", non_negative_int, 10, "connections opened beyond pool_size under load"),
-        StoreOption("pool_recycle", non_negative_int, 1800, "seconds before a pooled connection is replaced"),
-        StoreOption("pool_pre_ping", boolean, False, "test each pooled connection with a round trip before use"),
-        StoreOption(
-            "transport",
-            _transport,
-            None,
-            "what runs the statements: sqlite3, asyncpg or asyncmy (the driver's own API, the default where the "
-            "URL's driver is one of them) or sqlalchemy (any driver, through SQLAlchemy's engine)",
-        ),
-    ],
-    error=SQLURLError,
-)
+
+class SQLSettings(StoreSettings):
+    """The store's options (URL query or keywords); ``max_message_bytes`` comes with the base.
+
+    Server URLs may also carry their driver's connect options: those are in :attr:`driver_query`.
+    """
+
+    store_name = "SQL"
+    store_error = SQLURLError
+
+    schema_: NonEmptyText | None = Field(
+        None, alias="schema", description="the PostgreSQL schema holding chatkeep's tables"
+    )
+    busy_timeout: Seconds = Field(30.0, description="seconds a SQLite writer waits for the write lock")
+    synchronous: Annotated[str, converted(_synchronous)] = Field(
+        "normal",
+        description="SQLite: normal (a commit survives a crash of the process) or full (also an OS crash or power "
+        "loss)",
+    )
+    connect_timeout: Seconds = Field(10.0, description="seconds to wait for a server connection")
+    statement_timeout: Seconds | None = Field(
+        None,
+        description=f"servers: seconds a statement may run, lock waits included, before the server cancels it "
+        f"(default {DEFAULT_STATEMENT_TIMEOUT:g})",
+    )
+    pool_size: PositiveInt = Field(5, description="connections kept open")
+    max_overflow: NonNegativeInt = Field(10, description="connections opened beyond pool_size under load")
+    pool_recycle: NonNegativeInt = Field(1800, description="seconds before a pooled connection is replaced")
+    pool_pre_ping: Flag = Field(False, description="test each pooled connection with a round trip before use")
+    transport: Annotated[str, converted(_transport)] | None = Field(
+        None,
+        description="what runs the statements: sqlite3, asyncpg or asyncmy (the driver's own API, the default "
+        "where the URL's driver is one of them) or sqlalchemy (any driver, through SQLAlchemy's engine)",
+    )
+
+
 # Query parameters SQLAlchemy's dialects read themselves rather than pass to the driver's connect().
 _DIALECT_QUERY = {"asyncmy": {"charset"}, "aiomysql": {"charset"}, "asyncpg": {"prepared_statement_cache_size"}}
 
@@ -133,40 +134,23 @@ class SQLConfig:
     Attributes:
         family: ``sqlite``, ``postgresql``, ``mysql`` or ``mariadb``.
         driver: the SQLAlchemy driver name (``pysqlite`` means the built-in ``sqlite3``).
-        transport: what runs the statements (see ``_transport``): ``sqlite3``, ``asyncpg``, ``asyncmy`` or
-            ``sqlalchemy``.
         url: the SQLAlchemy URL to connect with (chatkeep's options removed), or ``None`` for ``sqlite3``.
+        settings: the store's options (:class:`SQLSettings`). On a server URL, ``statement_timeout`` is never
+            ``None`` (:data:`DEFAULT_STATEMENT_TIMEOUT` when not given); on SQLite it always is, as a SQLite writer
+            waits at most ``busy_timeout``. ``pool_pre_ping`` is off by default: instead of a round trip per call,
+            a pooled connection found dead before the server answered the call's first statement is replaced and
+            the call runs once more.
+        transport: what runs the statements: ``settings.transport`` when given, else the URL's driver's own
+            (``sqlite3``, ``asyncpg``, ``asyncmy``), else ``sqlalchemy``.
         sqlite_path: the database file, for SQLite.
-        schema: the PostgreSQL schema holding chatkeep's tables (``None``: the connection's default).
-        max_message_bytes: the largest message record accepted, in UTF-8 bytes.
-        busy_timeout: seconds a SQLite writer waits for the file's write lock.
-        synchronous: SQLite's ``PRAGMA synchronous`` in WAL mode: ``normal`` (a commit survives a crash of the
-            process, not necessarily of the OS or a power loss) or ``full`` (it survives those too, for an fsync
-            per commit).
-        connect_timeout: seconds to wait for a server connection.
-        statement_timeout: seconds a statement may run on a server, lock waits included, before the server
-            cancels it (``None`` for SQLite, whose writers wait at most ``busy_timeout``).
-        pool_size, max_overflow, pool_recycle, pool_pre_ping: the connection pool's settings. ``pool_pre_ping`` is
-            off by default: instead of a round trip per call, a pooled connection found dead before the server
-            answered the call's first statement is replaced and the call runs once more.
     """
 
     family: str
     driver: str
     url: str | None
+    settings: SQLSettings
+    transport: str
     sqlite_path: str | None = None
-    schema: str | None = None
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    busy_timeout: float = 30.0
-    synchronous: str = "normal"
-    connect_timeout: float = 10.0
-    statement_timeout: float | None = None
-    pool_size: int = 5
-    max_overflow: int = 10
-    pool_recycle: int = 1800
-    pool_pre_ping: bool = False
-    transport: str = "sqlalchemy"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def default_sqlite_path() -> str:
@@ -260,10 +244,10 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
         driver = driver or "pysqlite"
         if driver not in ("pysqlite", "aiosqlite"):
             raise SQLURLError(f"{redact_url(url)!r}: SQLite stores use sqlite:// (built-in) or sqlite+aiosqlite://")
-        values = OPTIONS.parse(parts.query, options, url=url).values
-        if values["schema"] is not None:
+        settings = SQLSettings.parse(parts.query, options, url=url)
+        if settings.schema_ is not None:
             raise SQLURLError("the schema option is for PostgreSQL; a SQLite store is one file: name another file")
-        if values["statement_timeout"] is not None:
+        if settings.statement_timeout is not None:
             raise SQLURLError(
                 "the statement_timeout option is for database servers; a SQLite writer waits at most busy_timeout "
                 "for the file's write lock (busy_timeout=30 by default)"
@@ -281,14 +265,15 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
                 f"{url!r}: an in-memory SQLite database cannot be shared between connections; "
                 "use memory:// for a process-local store, or name a file"
             )
-        values = {**values, "transport": _chosen_transport(url, driver, values["transport"])}
-        transport = values["transport"]
+        transport = _chosen_transport(url, driver, settings.transport)
         if transport == "sqlalchemy":
             driver = "aiosqlite"
         if _module_missing(driver):
             raise _missing(url, family, driver)
         sa_url = None if transport == "sqlite3" else f"sqlite+aiosqlite:///{path}"
-        return SQLConfig(family="sqlite", driver=driver, url=sa_url, sqlite_path=path, **values)
+        return SQLConfig(
+            family="sqlite", driver=driver, url=sa_url, settings=settings, transport=transport, sqlite_path=path
+        )
 
     if driver in _SYNC_ONLY:
         raise SQLURLError(
@@ -305,22 +290,21 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
         driver = next((d for d in candidates if not _module_missing(d)), "")
         if not driver:
             raise _missing(url, family, candidates[0])
-    parsed = OPTIONS.with_driver(driver, _driver_option(driver)).parse(parts.query, options, url=url)
-    values = dict(parsed.values)
-    if values["synchronous"] != "normal":
+    settings = SQLSettings.parse(parts.query, options, url=url, driver=DriverOptions(driver, _driver_option(driver)))
+    if settings.synchronous != "normal":
         raise SQLURLError(
             "the synchronous option is for SQLite; a database server decides its own durability "
             "(PostgreSQL: synchronous_commit; MySQL/MariaDB: innodb_flush_log_at_trx_commit)"
         )
-    if values["statement_timeout"] is None:
-        values["statement_timeout"] = DEFAULT_STATEMENT_TIMEOUT
-    values["transport"] = _chosen_transport(url, driver, values["transport"])
-    if family != "postgresql" and values["schema"] is not None:
+    if family != "postgresql" and settings.schema_ is not None:
         raise SQLURLError("the schema option is for PostgreSQL; on MySQL and MariaDB, name the database in the URL")
-    query = urlencode(parsed.driver)
+    if settings.statement_timeout is None:
+        settings = settings.model_copy(update={"statement_timeout": DEFAULT_STATEMENT_TIMEOUT})
+    transport = _chosen_transport(url, driver, settings.transport)
+    query = urlencode(settings.driver_query)
     sa_scheme = f"{'postgresql' if family == 'postgresql' else family}+{driver}"
     netloc_path = rest.split("?", 1)[0]
     sa_url = f"{sa_scheme}://{netloc_path}" + (f"?{query}" if query else "")
-    if family in ("mysql", "mariadb") and "charset" not in dict(parsed.driver):
+    if family in ("mysql", "mariadb") and "charset" not in dict(settings.driver_query):
         sa_url += ("&" if query else "?") + "charset=utf8mb4"
-    return SQLConfig(family=family, driver=driver, url=sa_url, **values)
+    return SQLConfig(family=family, driver=driver, url=sa_url, settings=settings, transport=transport)

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection as SAConnection
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from chatkeep.sql._config import SQLConfig
+
 __all__ = ["EngineTransport", "Leased", "create_engine", "timeout_statement"]
 
 L = TypeVar("L", bound="Leased")
@@ -248,36 +250,38 @@ def _quote_pg(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def create_engine(config: Any) -> AsyncEngine:
+def create_engine(config: SQLConfig) -> AsyncEngine:
     """A new engine for a parsed URL (``SQLConfig``): chatkeep's pool settings and per-connection setup."""
     from sqlalchemy import event
     from sqlalchemy.ext.asyncio import create_async_engine
 
+    assert config.url is not None  # only the sqlite3 transport has none, and it opens no engine
+    options = config.settings
     connect_args: dict[str, Any] = {}
-    timeout = config.statement_timeout
+    timeout = options.statement_timeout
     if config.driver == "asyncpg":
-        connect_args["timeout"] = config.connect_timeout
+        connect_args["timeout"] = options.connect_timeout
         # Set when asyncpg connects: no extra round trip per connection.
         settings: dict[str, str] = {}
-        if config.schema is not None:
-            settings["search_path"] = _quote_pg(config.schema)
+        if options.schema_ is not None:
+            settings["search_path"] = _quote_pg(options.schema_)
         if timeout is not None:
             settings["statement_timeout"] = str(_milliseconds(timeout))
         if settings:
             connect_args["server_settings"] = settings
     elif config.driver in ("psycopg", "psycopg_async"):
-        connect_args["connect_timeout"] = max(1, round(config.connect_timeout))
+        connect_args["connect_timeout"] = max(1, round(options.connect_timeout))
     elif config.driver in ("asyncmy", "aiomysql"):
-        connect_args["connect_timeout"] = config.connect_timeout
+        connect_args["connect_timeout"] = options.connect_timeout
         # READ COMMITTED: no gap locks, so writers to different sessions never block or deadlock each other.
         connect_args["init_command"] = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
     pool: dict[str, Any] = {}
     if config.family != "sqlite":
         pool = {
-            "pool_size": config.pool_size,
-            "max_overflow": config.max_overflow,
-            "pool_recycle": config.pool_recycle,
-            "pool_pre_ping": config.pool_pre_ping,
+            "pool_size": options.pool_size,
+            "max_overflow": options.max_overflow,
+            "pool_recycle": options.pool_recycle,
+            "pool_pre_ping": options.pool_pre_ping,
         }
     engine = create_async_engine(
         config.url,
@@ -287,8 +291,8 @@ def create_engine(config: Any) -> AsyncEngine:
         connect_args=connect_args,
         **pool,
     )
-    if config.schema is not None and config.driver != "asyncpg":
-        quoted = _quote_pg(config.schema)
+    if options.schema_ is not None and config.driver != "asyncpg":
+        quoted = _quote_pg(options.schema_)
 
         @event.listens_for(engine.sync_engine, "connect")
         def _search_path(dbapi_connection: Any, _record: Any) -> None:
@@ -314,9 +318,9 @@ def create_engine(config: Any) -> AsyncEngine:
         @event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
-            for pragma in ("journal_mode=WAL", f"synchronous={config.synchronous.upper()}", "foreign_keys=ON"):
+            for pragma in ("journal_mode=WAL", f"synchronous={options.synchronous.upper()}", "foreign_keys=ON"):
                 cursor.execute(f"PRAGMA {pragma}")
-            cursor.execute(f"PRAGMA busy_timeout={int(config.busy_timeout * 1000)}")
+            cursor.execute(f"PRAGMA busy_timeout={int(options.busy_timeout * 1000)}")
             cursor.close()
 
     return engine

@@ -53,9 +53,10 @@ class SQLHistoryStore(HistoryStore):
         url: a store URL (see :func:`open_store`); ``None`` with no ``client`` opens ``sqlite://``.
         client: an existing SQLAlchemy ``AsyncEngine`` instead of a URL; the store uses its pool and leaves it
             open on close.
-        **options: the URL's options as keywords (``max_message_bytes``, ``schema``, ``busy_timeout``,
-            ``connect_timeout``, ``statement_timeout``, ``pool_size``, ``max_overflow``, ``pool_recycle``,
-            ``pool_pre_ping``, ``transport``).
+        **options: the URL's options as keywords: the fields of :class:`~chatkeep.sql._config.SQLSettings`
+            (``max_message_bytes``, ``schema``, ``busy_timeout``, ``synchronous``, ``connect_timeout``,
+            ``statement_timeout``, ``pool_size``, ``max_overflow``, ``pool_recycle``, ``pool_pre_ping``,
+            ``transport``).
 
     Raises:
         SQLURLError: the URL or an option is malformed or unknown, or both a URL and a client are given.
@@ -73,7 +74,7 @@ class SQLHistoryStore(HistoryStore):
         else:
             config = parse_url(url or "sqlite://", **options)
             transport = _open_transport(config)
-        super().__init__(max_message_bytes=config.max_message_bytes)
+        super().__init__(max_message_bytes=config.settings.max_message_bytes)
         self.config = config
         self._transport = transport
         self._sql = transport.statements
@@ -318,16 +319,19 @@ def _open_transport(config: SQLConfig) -> Transport[Any]:
         assert config.sqlite_path is not None
         return SQLiteTransport(
             config.sqlite_path,
-            busy_timeout=config.busy_timeout,
-            pool_size=config.pool_size,
-            synchronous=config.synchronous,
+            busy_timeout=config.settings.busy_timeout,
+            pool_size=config.settings.pool_size,
+            synchronous=config.settings.synchronous,
         )
     from chatkeep.sql._engine import EngineTransport, create_engine
     from chatkeep.sql._native import AsyncmyTransport, AsyncpgTransport
 
     natives: dict[str, type[EngineTransport[Any]]] = {"asyncpg": AsyncpgTransport, "asyncmy": AsyncmyTransport}
     kind = natives.get(config.transport, EngineTransport)
-    return kind(create_engine(config), owned=True, schema=config.schema, statement_timeout=config.statement_timeout)
+    settings = config.settings
+    return kind(
+        create_engine(config), owned=True, schema=settings.schema_, statement_timeout=settings.statement_timeout
+    )
 
 
 def open_store(url: str = "sqlite://", **options: Any) -> SQLHistoryStore:

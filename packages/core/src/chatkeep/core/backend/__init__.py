@@ -2,7 +2,7 @@
 
 A backend subclasses :class:`HistoryStore` and implements its protected hooks (``_append``, ``_load``, ...):
 the public methods check arguments and state once, for every backend alike. It declares its options once, as
-the typed fields of a :class:`StoreSettings` model (:class:`OptionSet` is the older, untyped way), registers a
+the typed fields of a :class:`StoreSettings` model, registers a
 :class:`BackendSpec` from a :func:`hookimpl` of ``chatkeep_register_backends``, and proves itself with the
 conformance kit. The rules every backend would otherwise copy are here once: the write stamp
 (:func:`write_stamp`), the ``list_sessions`` cursor (:func:`encode_cursor`), and keys hashed from ids
@@ -36,7 +36,6 @@ from chatkeep.core.backend._converters import (
     text,
 )
 from chatkeep.core.backend._keys import hashed_key, length_prefixed
-from chatkeep.core.backend._options import MAX_MESSAGE_BYTES, TTL, OptionSet, StoreOption, StoreOptions
 from chatkeep.core.backend._paging import decode_cursor, encode_cursor
 from chatkeep.core.backend._settings import DriverOptions, StoreSettings, TTLStoreSettings
 from chatkeep.core.backend._spec import BackendSpec, hookimpl
@@ -56,22 +55,17 @@ from chatkeep.core.backend._store import (
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
-    "MAX_MESSAGE_BYTES",
-    "TTL",
     "BackendSpec",
     "DriverOptions",
     "Flag",
     "HistoryStore",
     "NonEmptyText",
     "NonNegativeInt",
-    "OptionSet",
     "PositiveInt",
     "Seconds",
     "SessionInfo",
     "SessionKey",
     "SessionPage",
-    "StoreOption",
-    "StoreOptions",
     "StoreSettings",
     "StoredSession",
     "SupportsExistenceCheck",

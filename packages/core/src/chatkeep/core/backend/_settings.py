@@ -22,7 +22,7 @@ from chatkeep.core._errors import StoreConfigurationError, redact_url
 from chatkeep.core.backend._converters import PositiveInt, Seconds
 from chatkeep.core.backend._store import DEFAULT_MAX_MESSAGE_BYTES
 
-__all__ = ["NO_TTL_HINT", "DriverOptions", "OptionsModel", "StoreSettings", "TTLStoreSettings"]
+__all__ = ["NO_TTL_HINT", "DriverOptions", "StoreSettings", "TTLStoreSettings"]
 
 NO_TTL_HINT = "it has no native TTL; delete old sessions with store.prune(older_than=...) on a schedule"
 
@@ -40,11 +40,25 @@ class DriverOptions:
     accepts: Callable[[str], bool]
 
 
-class OptionsModel(BaseModel):
-    """The option parser, as a pydantic model whose fields are the options (the base of :class:`StoreSettings`).
+class StoreSettings(BaseModel):
+    """The options of a store, typed: subclass it once per backend and declare each option as a field.
 
-    Each field is an option; its alias, when it has one, is the option's name (for a name pydantic keeps for
-    itself, such as ``schema``). The class variables say how messages name the store.
+    Every store has ``max_message_bytes``; a store whose engine expires sessions itself subclasses
+    :class:`TTLStoreSettings` instead, which adds ``ttl``. A field's type is its converter (``PositiveInt``,
+    ``Seconds``, ``Flag``, ``NonEmptyText``, or ``Annotated[T, converted(your_converter)]``), its default the
+    value when the option is not given, its ``description`` the option's help; its alias, when it has one, is
+    the option's name (for a name pydantic keeps for itself, such as ``schema``). The class variables say how
+    messages name the store::
+
+        class AcmeSettings(StoreSettings):
+            store_name = "Acme"
+            store_error = AcmeURLError
+
+            fsync: Flag = Field(True, description="flush every write to the disk before it is acknowledged")
+
+        settings = AcmeSettings.parse(urlsplit(url).query, keywords, url=url)  # typed: settings.fsync is a bool
+
+    ``settings.model_fields_set`` tells which options were given (to let an option override a part of the URL).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -59,6 +73,10 @@ class OptionsModel(BaseModel):
     option_hints: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     _driver_query: tuple[tuple[str, str], ...] = PrivateAttr(default=())
+
+    max_message_bytes: PositiveInt = Field(
+        DEFAULT_MAX_MESSAGE_BYTES, description="the largest message record accepted, in UTF-8 bytes"
+    )
 
     @classmethod
     def option_names(cls) -> list[str]:
@@ -162,30 +180,6 @@ class OptionsModel(BaseModel):
     @classmethod
     def _listing(cls) -> str:
         return ", ".join(cls.option_names()) or "none"
-
-
-class StoreSettings(OptionsModel):
-    """The options of a store, typed: subclass it once per backend and declare each option as a field.
-
-    Every store has ``max_message_bytes``; a store whose engine expires sessions itself subclasses
-    :class:`TTLStoreSettings` instead, which adds ``ttl``. A field's type is its converter (``PositiveInt``,
-    ``Seconds``, ``Flag``, ``NonEmptyText``, or ``Annotated[T, converted(your_converter)]``), its default the
-    value when the option is not given, its ``description`` the option's help::
-
-        class AcmeSettings(StoreSettings):
-            store_name = "Acme"
-            store_error = AcmeURLError
-
-            fsync: Flag = Field(True, description="flush every write to the disk before it is acknowledged")
-
-        settings = AcmeSettings.parse(urlsplit(url).query, keywords, url=url)  # typed: settings.fsync is a bool
-
-    ``settings.model_fields_set`` tells which options were given (to let an option override a part of the URL).
-    """
-
-    max_message_bytes: PositiveInt = Field(
-        DEFAULT_MAX_MESSAGE_BYTES, description="the largest message record accepted, in UTF-8 bytes"
-    )
 
 
 class TTLStoreSettings(StoreSettings):
