@@ -120,6 +120,8 @@ def test_sqlite_needs_no_driver_package(monkeypatch: pytest.MonkeyPatch) -> None
         "sqlite:///x.db?max_message_bytes=lots",
         "sqlite:///x.db?busy_timeout=-1",
         "sqlite:///x.db#frag",
+        "mariadb://127.0.0.1/\ud800",  # a lone surrogate (found by tests/test_url_properties.py)
+        "postgresql://u@127.0.0.1/db?application_name=\udcff",
     ],
 )
 def test_bad_urls_are_refused_clearly(url: str) -> None:

@@ -239,6 +239,14 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
     parts = urlsplit(url)
     if parts.fragment:
         raise SQLURLError(f"{redact_url(url)!r} has a fragment (#...); remove it")
+    if family != "sqlite":
+        try:
+            url.encode("utf-8")
+        except UnicodeEncodeError as error:  # a lone surrogate: no server can be sent such a name
+            raise SQLURLError(
+                f"{redact_url(url)!r} holds {url[error.start]!r}, which is not valid text; a server URL's names "
+                "must be text (percent-encode bytes as %XX)"
+            ) from None
 
     if family == "sqlite":
         driver = driver or "pysqlite"
