@@ -200,11 +200,14 @@ def test_disabling_autoload_loads_no_plugin(site: Path) -> None:
     assert data["opened"]["fake://"].startswith("UnknownBackendError")
 
 
-def test_discovering_the_plugins_imports_no_driver() -> None:
-    # An agent on memory:// (or any backend) must not pay for importing every installed backend's driver.
+@pytest.mark.parametrize("url", ["memory://x", "sqlite:///{tmp}/x.db"])
+def test_discovering_the_plugins_imports_no_driver(url: str, tmp_path: Path) -> None:
+    # An agent on memory:// or SQLite must not pay for importing every installed backend's driver (the Azure SDK
+    # alone takes about a second): a plugin package's names are imported on first use (lazy_exports).
     probe = (
-        "import sys, chatkeep.core; chatkeep.core.open_store('memory://x'); chatkeep.core.installed_backends(); "
-        "drivers = ('sqlalchemy', 'alembic', 'asyncpg', 'asyncmy', 'redis', 'hiredis'); "
+        f"import sys, chatkeep.core; chatkeep.core.open_store({url.format(tmp=tmp_path)!r}); "
+        "chatkeep.core.installed_backends(); "
+        "drivers = ('sqlalchemy', 'alembic', 'asyncpg', 'asyncmy', 'redis', 'hiredis', 'azure.core', 'azure.storage'); "
         "print(sorted(m for m in drivers if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout

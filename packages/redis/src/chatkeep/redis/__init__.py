@@ -5,8 +5,9 @@ The names are imported on first use, so discovering the plugin (``chatkeep.redis
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from chatkeep.core.backend import lazy_exports
 
 if TYPE_CHECKING:
     from chatkeep.redis._config import RedisURLError
@@ -14,10 +15,12 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisHistoryProvider", "RedisHistoryStore", "RedisURLError", "open_store"]
 
-_MODULES = {"RedisURLError": "_config", "RedisHistoryProvider": "_store", "RedisHistoryStore": "_store"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_MODULES.get(name, '_store')}"), name)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "RedisURLError": "_config",
+        "RedisHistoryProvider": "_store",
+        "RedisHistoryStore": "_store",
+        "open_store": "_store",
+    },
+)

@@ -5,8 +5,9 @@ The names are imported on first use, so discovering the plugin (``chatkeep.sql._
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from chatkeep.core.backend import lazy_exports
 
 if TYPE_CHECKING:
     from chatkeep.sql._config import SQLURLError, default_sqlite_path
@@ -26,16 +27,16 @@ __all__ = [
 ]
 
 # name -> (module, attribute); every other name is the same attribute of _store.
-_MODULES = {
-    "SCHEMA_REVISION": ("_schema", "HEAD"),
-    "SchemaVersionError": ("_schema", "SchemaVersionError"),
-    "SQLURLError": ("_config", "SQLURLError"),
-    "default_sqlite_path": ("_config", "default_sqlite_path"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, attribute = _MODULES.get(name, ("_store", name))
-    return getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "SCHEMA_REVISION": "_schema:HEAD",
+        "SchemaVersionError": "_schema",
+        "SQLURLError": "_config",
+        "default_sqlite_path": "_config",
+        "SQLHistoryProvider": "_store",
+        "SQLHistoryStore": "_store",
+        "migrate": "_store",
+        "open_store": "_store",
+    },
+)

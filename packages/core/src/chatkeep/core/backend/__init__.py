@@ -36,6 +36,7 @@ from chatkeep.core.backend._converters import (
     text,
 )
 from chatkeep.core.backend._keys import hashed_key, length_prefixed
+from chatkeep.core.backend._lazy import lazy_exports
 from chatkeep.core.backend._paging import decode_cursor, encode_cursor
 from chatkeep.core.backend._settings import DriverOptions, StoreSettings, TTLStoreSettings
 from chatkeep.core.backend._spec import BackendSpec, hookimpl
@@ -86,6 +87,7 @@ __all__ = [
     "hashed_key",
     "hookimpl",
     "hookspecs",
+    "lazy_exports",
     "length_prefixed",
     "non_negative_int",
     "owner_error",
