@@ -10,7 +10,7 @@ import pytest
 
 import chatkeep.core
 import chatkeep.core.backend
-from chatkeep.core import ChatkeepError, HistoryStore, Message, SessionKey
+from chatkeep.core import AgentSession, ChatkeepError, HistoryStore, Message, SessionFormatError, SessionKey
 from chatkeep.memory import MemoryHistoryStore, MemoryURLError, open_store
 from chatkeep.memory._config import DEFAULT_NAMESPACE, parse_url
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
@@ -117,6 +117,24 @@ async def test_read_probe_counts_decoded_records() -> None:
     assert store.messages_read == 34
     await store.count(key)
     assert store.messages_read == 34
+
+
+@pytest.mark.parametrize(
+    "damage", ['{"type": "sess', "[1, 2]", '{"type": "session", "v": 99}', "[" * 100_000, "\udcff"]
+)
+async def test_a_damaged_session_document_names_the_session(damage: str) -> None:
+    store = MemoryHistoryStore(namespace=_name())
+    key = SessionKey("t-damaged", "s-damaged")
+    await store.save_session(key, AgentSession(session_id=key.session_id, tenant=key.tenant))
+    stored = store._data.get(key)  # write garbage where the document is kept
+    assert stored is not None
+    stored.document = damage
+    with pytest.raises(SessionFormatError) as caught:
+        await store.load_session(key)
+    assert "session 's-damaged' in tenant 't-damaged' is damaged" in str(caught.value)
+    assert "chatkeep sessions delete s-damaged --tenant t-damaged" in str(caught.value)
+    await store.delete(key)  # the way out the message names works
+    assert await store.load_session(key) is None
 
 
 async def test_argument_checks() -> None:

@@ -18,7 +18,15 @@ from typing import Any
 import pytest
 
 import chatkeep.core
-from chatkeep.core import ChatkeepError, Message, MissingExtraError, SessionKey, StoreUnavailableError
+from chatkeep.core import (
+    AgentSession,
+    ChatkeepError,
+    Message,
+    MissingExtraError,
+    SessionFormatError,
+    SessionKey,
+    StoreUnavailableError,
+)
 from chatkeep.sql import (
     SQLHistoryProvider,
     SQLHistoryStore,
@@ -490,3 +498,26 @@ async def test_a_call_blocked_by_another_transactions_lock_fails_at_the_statemen
         await store.delete(key)
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("damage", ['{"type": "sess', "[1, 2]", b"\xff\xfe"])
+async def test_a_damaged_session_document_names_the_session(
+    tmp_path: Path, damage: str | bytes, sql_target: Any
+) -> None:
+    if sql_target.family != "sqlite":
+        pytest.skip("it damages a SQLite file: it runs in the SQLite session")
+    url = f"sqlite:///{tmp_path / 'damaged.db'}"
+    key = SessionKey("t-damaged", "s-damaged")
+    async with open_store(url) as store:
+        await store.save_session(key, AgentSession(session_id=key.session_id, tenant=key.tenant))
+    conn = sqlite3.connect(tmp_path / "damaged.db")  # write garbage where the document is kept
+    try:
+        with conn:
+            assert conn.execute("UPDATE chatkeep_sessions SET document = ?", (damage,)).rowcount == 1
+    finally:
+        conn.close()
+    async with open_store(url) as store:
+        with pytest.raises(SessionFormatError) as caught:
+            await store.load_session(key)
+        assert "session 's-damaged' in tenant 't-damaged' is damaged" in str(caught.value)
+        assert "chatkeep sessions delete s-damaged --tenant t-damaged" in str(caught.value)

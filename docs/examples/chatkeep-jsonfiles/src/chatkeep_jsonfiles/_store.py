@@ -45,6 +45,7 @@ from chatkeep.core.backend import (
     conflict_error,
     decode_cursor,
     decode_records,
+    decode_session_document,
     encode_cursor,
     hashed_key,
     owner_error,
@@ -423,7 +424,7 @@ class JsonFilesHistoryStore(HistoryStore):
         meta = await self._run(_Meta.read, self._paths(key).meta)
         if meta is None or meta.document is None or meta.version is None:
             return None
-        return StoredSession(AgentSession.from_dict(json.loads(meta.document)), meta.version, meta.owner)
+        return decode_session_document(key, meta.document, meta.version, meta.owner)
 
 
 def _names(folder: str) -> list[str]:

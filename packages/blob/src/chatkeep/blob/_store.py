@@ -51,6 +51,7 @@ from chatkeep.core.backend import (
     conflict_error,
     decode_cursor,
     decode_records,
+    decode_session_document,
     encode_cursor,
     owner_error,
     session_document,
@@ -762,7 +763,7 @@ class BlobHistoryStore(HistoryStore):
         if found is None or found[0].document is None or found[0].version is None:
             return None
         meta = found[0]
-        return StoredSession(AgentSession.from_dict(json.loads(meta.document or "")), meta.version or "", meta.owner)
+        return decode_session_document(key, meta.document or "", meta.version or "", meta.owner)
 
     # -- retention -------------------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ class HistoryModeConflictError(AgentConfigurationError):
 
 
 class SessionFormatError(ChatkeepError, ValueError):
-    """A dict handed to ``AgentSession.from_dict`` is not a serialized session."""
+    """A dict handed to ``AgentSession.from_dict``, or a session document a store holds, is not a serialized session."""
 
 
 class SessionOwnershipError(ChatkeepError, PermissionError):

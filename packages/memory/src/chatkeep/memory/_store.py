@@ -6,7 +6,6 @@ lock (a ``threading.Lock``) also serializes stores used from other threads' even
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -22,6 +21,7 @@ from chatkeep.core.backend import (
     conflict_error,
     decode_cursor,
     decode_records,
+    decode_session_document,
     encode_cursor,
     owner_error,
     session_document,
@@ -267,7 +267,7 @@ class MemoryHistoryStore(HistoryStore):
             if stored is None or stored.document is None or stored.version is None:
                 return None
             document, version, owner = stored.document, stored.version, stored.owner
-        return StoredSession(AgentSession.from_dict(json.loads(document)), version, owner)
+        return decode_session_document(key, document, version, owner)
 
     async def _prune(self, cutoff: datetime, tenant: str | None) -> int:
         removed = 0

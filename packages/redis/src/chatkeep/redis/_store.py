@@ -6,7 +6,6 @@ Where each session's data lives (key names, hash tags, the tenant index) is in :
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -30,6 +29,7 @@ from chatkeep.core.backend import (
     conflict_error,
     decode_cursor,
     decode_records,
+    decode_session_document,
     encode_cursor,
     owner_error,
     redact_url,
@@ -495,7 +495,7 @@ class RedisHistoryStore(HistoryStore):
         if document is None or version is None:
             return None
         owner = None if stored_owner is None else stored_owner.decode()
-        return StoredSession(AgentSession.from_dict(json.loads(document)), version.decode(), owner)
+        return decode_session_document(key, document, version.decode(), owner)
 
     # -- retention -------------------------------------------------------------------------------
 

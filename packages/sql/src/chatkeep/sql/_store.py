@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
@@ -23,6 +22,7 @@ from chatkeep.core.backend import (
     checked,
     decode_cursor,
     decode_records,
+    decode_session_document,
     encode_cursor,
     session_document,
     stamp_time,
@@ -286,9 +286,8 @@ class SQLHistoryStore(HistoryStore):
         if not rows or rows[0][2] is None:
             return None
         row_id, doc_version, document, stored_owner = rows[0]
-        session = AgentSession.from_dict(json.loads(document), tenant=key.tenant)
         owner = None if stored_owner is None else bytes(stored_owner).decode()
-        return StoredSession(session, f"{row_id}.{doc_version}", owner)
+        return decode_session_document(key, document, f"{row_id}.{doc_version}", owner)
 
     # -- retention -----------------------------------------------------------------------------------
 

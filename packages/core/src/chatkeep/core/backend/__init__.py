@@ -50,6 +50,7 @@ from chatkeep.core.backend._store import (
     StoredSession,
     checked,
     conflict_error,
+    decode_session_document,
     owner_error,
     session_document,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "converted",
     "decode_cursor",
     "decode_records",
+    "decode_session_document",
     "encode_cursor",
     "encode_records",
     "hashed_key",

@@ -25,6 +25,7 @@ from chatkeep.core._errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
     InvalidSessionKeyError,
+    SessionFormatError,
     SessionOwnershipError,
     StoreClosedError,
     StoreLoopError,
@@ -46,6 +47,7 @@ __all__ = [
     "StoredSession",
     "checked",
     "conflict_error",
+    "decode_session_document",
     "owner_error",
     "prune_cutoff",
     "session_document",
@@ -114,6 +116,24 @@ class StoredSession:
 def session_document(session: AgentSession) -> str:
     """The JSON text a backend stores for a session document (what ``load_session`` hands back to the base)."""
     return json.dumps(session.to_dict(), ensure_ascii=False)
+
+
+def decode_session_document(key: SessionKey, document: str | bytes, version: str, owner: str | None) -> StoredSession:
+    """What ``_load_session`` returns for the text :func:`session_document` stored under ``key``.
+
+    Raises:
+        SessionFormatError: the stored text is damaged (not JSON, or not a serialized session); the message
+            names the session and says how to recover.
+    """
+    try:
+        session = AgentSession.from_dict(json.loads(document), tenant=key.tenant)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError and SessionFormatError too
+        raise SessionFormatError(
+            f"the stored document of session {key.session_id!r} in tenant {key.tenant!r} is damaged ({exc}); "
+            f"delete the session (chatkeep sessions delete {key.session_id} --tenant {key.tenant}) or restore it "
+            "from an export (chatkeep import)"
+        ) from exc
+    return StoredSession(session, version, owner)
 
 
 def owner_error() -> SessionOwnershipError:
@@ -570,7 +590,10 @@ class HistoryStore(abc.ABC):
 
     @abc.abstractmethod
     async def _load_session(self, key: SessionKey) -> StoredSession | None:
-        """The stored document with its version and owner (``None`` when there is none); the base checks the owner."""
+        """The stored document with its version and owner (``None`` when there is none); the base checks the owner.
+
+        Decode the stored text with :func:`decode_session_document`.
+        """
 
     async def _prune(self, cutoff: datetime, tenant: str | None) -> int:
         """Delete sessions (of ``tenant``, or of every tenant) last updated before ``cutoff`` (UTC); return how many.
