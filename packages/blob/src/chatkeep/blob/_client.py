@@ -60,7 +60,7 @@ class Backoff(_ExponentialRetry):
     async def sleep(self, settings: dict[str, Any], transport: Any) -> None:
         """Wait before the next attempt (the SDK calls it before each retry), and report the retry."""
         record_retry(_retry_reason(settings))
-        await super().sleep(settings, transport)
+        await super().sleep(settings, transport)  # type: ignore[no-untyped-call]
 
 
 def _retry_reason(settings: dict[str, Any]) -> str:
