@@ -7,6 +7,7 @@ import random
 import re
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from azure.core import MatchConditions
@@ -15,6 +16,7 @@ from azure.core.exceptions import HttpResponseError, ResourceExistsError, Resour
 from chatkeep.blob import BlobHistoryStore, BlobURLError, open_store
 from chatkeep.core import Message, MissingExtraError, SessionKey
 from chatkeep.core import open_store as core_open_store
+from chatkeep.testing.telemetry import Telemetry
 
 SECRET_KEY = "c2VjcmV0LWtleS1uZXZlci1zaG93bg=="
 
@@ -24,6 +26,34 @@ def make_messages(n: int, label: str = "m") -> list[Message]:
 
 
 # -- the URL ---------------------------------------------------------------------------------------
+
+
+async def test_spans_name_blob_and_the_account_endpoint(blob_url: str, telemetry: Telemetry) -> None:
+    async with open_store(blob_url) as store:
+        await store.count(SessionKey("telemetry", "s"))
+        endpoint = urlsplit(store.config.credentials.endpoint or "")
+    assert telemetry.span("count").attributes == {
+        "db.system.name": "blob",
+        "db.operation.name": "count",
+        "server.address": endpoint.hostname,
+        "server.port": endpoint.port or 443,
+    }
+
+
+@pytest.mark.parametrize(
+    ("connection_string", "endpoint"),
+    [
+        ("AccountName=acct;AccountKey=a2V5", "https://acct.blob.core.windows.net"),
+        (
+            "DefaultEndpointsProtocol=http;AccountName=acct;AccountKey=a2V5;EndpointSuffix=example.test",
+            "http://acct.blob.example.test",
+        ),
+        ("AccountName=acct;AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:10000/acct", "http://127.0.0.1:10000/acct"),
+    ],
+)
+def test_the_account_endpoint_of_a_connection_string(connection_string: str, endpoint: str) -> None:
+    store = BlobHistoryStore("azblob://container", connection_string=connection_string)
+    assert store.config.credentials.endpoint == endpoint
 
 
 def test_url_forms_and_options() -> None:

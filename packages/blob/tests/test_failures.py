@@ -11,6 +11,7 @@ import pytest
 from chatkeep.blob import open_store
 from chatkeep.core import Message, SessionKey, StoreUnavailableError
 from chatkeep.testing.faults import free_port
+from chatkeep.testing.telemetry import Telemetry
 
 KEY = SessionKey("tenant", "session")
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -77,7 +78,7 @@ async def test_refused_connection_names_the_endpoint_and_hides_the_key() -> None
 @pytest.mark.reliability
 @pytest.mark.parametrize(("status", "reason"), [(503, "Server Busy"), (429, "Too Many Requests")])
 async def test_throttling_is_retried_with_backoff_then_said_plainly(
-    status: int, reason: str, status_server: Any
+    status: int, reason: str, status_server: Any, telemetry: Telemetry
 ) -> None:
     server = await status_server(status, reason)
     options = {**FAST, "retries": 3, "retry_backoff": 0.1}
@@ -93,6 +94,9 @@ async def test_throttling_is_retried_with_backoff_then_said_plainly(
     assert "throttling" in message
     assert f"HTTP {status}" in message
     assert "retries=" in message
+    retried = telemetry.span("load")
+    assert retried.attributes["chatkeep.retries"] == 3
+    assert [event.attributes["chatkeep.retry.reason"] for event in retried.events] == ["throttled"] * 3
 
 
 @pytest.mark.reliability

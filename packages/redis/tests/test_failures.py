@@ -11,6 +11,7 @@ import pytest
 from chatkeep.core import Message, SessionKey, StoreUnavailableError
 from chatkeep.redis import RedisHistoryStore, open_store
 from chatkeep.testing.faults import free_port
+from chatkeep.testing.telemetry import Telemetry
 
 KEY = SessionKey("tenant", "session")
 
@@ -109,7 +110,9 @@ async def test_lost_reply_leaves_the_append_whole_and_a_retry_adds_nothing(
 
 
 @pytest.mark.reliability
-async def test_cut_connections_are_replaced(private_redis: Any, proxy: Any, redis_transport: str) -> None:
+async def test_cut_connections_are_replaced(
+    private_redis: Any, proxy: Any, redis_transport: str, telemetry: Telemetry
+) -> None:
     url = f"redis://127.0.0.1:{proxy.port}/0"
     async with open_store(url, socket_timeout=1, connect_timeout=1, transport=redis_transport) as store:
         await store.append(KEY, [Message(role="user", text="one")])
@@ -117,6 +120,11 @@ async def test_cut_connections_are_replaced(private_redis: Any, proxy: Any, redi
         # The connection is dead; the transport's retry reconnects (an append is safe to retry).
         assert await store.append(KEY, [Message(role="user", text="two")]) == 1
         assert [m.text for m in await store.load(KEY)] == ["one", "two"]
+    retried = telemetry.spans()[1]
+    assert (retried.name, retried.attributes["chatkeep.retries"]) == ("append", 1)
+    assert [(event.name, event.attributes) for event in retried.events] == [
+        ("retry", {"chatkeep.retry.reason": "connection failed", "chatkeep.retry.attempt": 1})
+    ]
 
 
 async def test_a_store_on_a_handed_in_client_leaves_it_open(private_redis: Any) -> None:

@@ -7,6 +7,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from redis.asyncio import Redis
@@ -25,6 +26,7 @@ from chatkeep.core import (
 from chatkeep.redis import RedisHistoryProvider, RedisHistoryStore, RedisURLError, _scripts, open_store
 from chatkeep.redis._config import RedisSettings, parse_url
 from chatkeep.redis._layout import INDEX_GRACE_US, pop_receipt, session_keys
+from chatkeep.testing.telemetry import Telemetry
 
 
 def _msgs(n: int, label: str = "m") -> list[Message]:
@@ -216,6 +218,18 @@ async def test_load_last_reads_only_the_window(redis_url: str) -> None:
         assert [m.text.split("-")[0] for m in window] == ["197", "198", "199"]
         assert reader.messages_read == 3
         assert 30_000 < reader.bytes_read < 31_000
+
+
+async def test_spans_name_redis_and_its_server(redis_target: str, redis_url: str, telemetry: Telemetry) -> None:
+    target = urlsplit(redis_target)
+    async with open_store(redis_url) as store:
+        await store.count(SessionKey("tenant", "telemetry"))
+    assert telemetry.span("count").attributes == {
+        "db.system.name": "redis",
+        "db.operation.name": "count",
+        "server.address": target.hostname,
+        "server.port": target.port,
+    }
 
 
 async def test_oversized_message_writes_no_key(redis_url: str, raw_redis: Any, redis_prefix: str) -> None:

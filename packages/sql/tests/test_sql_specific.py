@@ -37,6 +37,7 @@ from chatkeep.sql import (
     open_store,
 )
 from chatkeep.testing.faults import LoopbackProxy
+from chatkeep.testing.telemetry import Telemetry
 
 
 @pytest.mark.parametrize(
@@ -309,8 +310,22 @@ async def test_cancelled_calls_leak_no_connection(sql_target: Any) -> None:
         await store.close()
 
 
+async def test_spans_name_the_database_family_and_its_server(sql_target: Any, telemetry: Telemetry) -> None:
+    from sqlalchemy.engine import make_url
+
+    async with open_store(sql_target.url) as store:
+        await store.count(SessionKey("telemetry", "s"))
+    server = make_url(sql_target.url) if sql_target.family != "sqlite" else None
+    assert telemetry.span("count").attributes == {
+        "db.system.name": store.dialect,
+        "db.operation.name": "count",
+        **({"server.address": server.host, "server.port": server.port} if server else {}),
+    }
+    assert store.dialect == sql_target.family
+
+
 @pytest.mark.reliability
-async def test_outage_raises_unavailable_and_recovers(sql_target: Any) -> None:
+async def test_outage_raises_unavailable_and_recovers(sql_target: Any, telemetry: Telemetry) -> None:
     if sql_target.family == "sqlite":
         pytest.skip("SQLite has no server connection to lose")
     from sqlalchemy.engine import make_url
@@ -336,6 +351,12 @@ async def test_outage_raises_unavailable_and_recovers(sql_target: Any) -> None:
         # The very next call after the database is back succeeds (old pooled connections are replaced).
         assert await store.append(key, [Message(role="user", text="after")]) == 1
         assert [m.text for m in await store.load(key)] == ["before", "after"]
+        # The first call in the outage found its pooled connection dead and tried once more on a new one.
+        failed = telemetry.spans()[1]
+        assert (failed.attributes["error.type"], failed.attributes["chatkeep.retries"]) == ("StoreUnavailableError", 1)
+        assert [(event.name, event.attributes) for event in failed.events] == [
+            ("retry", {"chatkeep.retry.reason": "connection lost", "chatkeep.retry.attempt": 1})
+        ]
         await store.delete(key)
     finally:
         await store.close()

@@ -20,7 +20,7 @@ from azure.storage.blob.aio import ExponentialRetry as _ExponentialRetry
 
 from chatkeep.blob._config import BlobConfig
 from chatkeep.core import MissingExtraError, StoreUnavailableError
-from chatkeep.core.backend import redact_url
+from chatkeep.core.backend import record_retry, redact_url
 
 __all__ = ["BlobClient", "ThrottledError", "error_code", "unavailable"]
 
@@ -56,6 +56,23 @@ class Backoff(_ExponentialRetry):
     def get_backoff_time(self, settings: dict[str, Any]) -> float:
         backoff = self.initial * 2 ** max(settings["count"] - 1, 0)
         return float(backoff * random.uniform(0.75, 1.25))
+
+    async def sleep(self, settings: dict[str, Any], transport: Any) -> None:
+        """Wait before the next attempt (the SDK calls it before each retry), and report the retry."""
+        record_retry(_retry_reason(settings))
+        await super().sleep(settings, transport)  # type: ignore[no-untyped-call]
+
+
+def _retry_reason(settings: dict[str, Any]) -> str:
+    """Why the SDK retries: what the last attempt (in the retry settings' history) met."""
+    history = settings.get("history") or [None]
+    error = getattr(history[-1], "error", None)
+    status = getattr(getattr(history[-1], "http_response", None), "status_code", None)
+    if isinstance(error, ThrottledError) or status in (429, 503):
+        return "throttled"
+    if status is not None:
+        return "server error"
+    return "connection failed"
 
 
 def error_code(exc: BaseException) -> str:

@@ -156,12 +156,26 @@ class Credentials:
         if self.connection_string is None and self.account_url is None:
             return "the container client handed to the store"
         if self.connection_string is not None:
-            fields = dict(
-                part.split("=", 1) for part in self.connection_string.split(";") if "=" in part and part.strip()
-            )
+            fields = self._connection_fields()
             endpoint = fields.get("BlobEndpoint") or fields.get("AccountName", "?")
             return redact_url(f"the account {endpoint} (connection string)")
         return redact_url(f"the account {self.account_url}")
+
+    @property
+    def endpoint(self) -> str | None:
+        """The account's blob endpoint URL (``None``: a container client was handed in, or it is not named)."""
+        if self.connection_string is None:
+            return self.account_url
+        fields = self._connection_fields()
+        if "BlobEndpoint" in fields:
+            return fields["BlobEndpoint"]
+        if "AccountName" not in fields:
+            return None
+        protocol = fields.get("DefaultEndpointsProtocol", "https")
+        return f"{protocol}://{fields['AccountName']}.blob.{fields.get('EndpointSuffix', 'core.windows.net')}"
+
+    def _connection_fields(self) -> dict[str, str]:
+        return dict(part.strip().split("=", 1) for part in (self.connection_string or "").split(";") if "=" in part)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
@@ -48,6 +49,7 @@ from chatkeep.core import (
 from chatkeep.core.backend import (
     HistoryStore,
     StoredSession,
+    TelemetryTarget,
     conflict_error,
     decode_cursor,
     decode_records,
@@ -170,6 +172,15 @@ class BlobHistoryStore(HistoryStore):
             "account": self.config.credentials.shown,
             "prefix": self.config.settings.prefix,
         }
+
+    def _telemetry_target(self) -> TelemetryTarget:
+        """``blob``, at the account's blob endpoint (host and port; 443 for ``https``, 80 for ``http``)."""
+        handed_in = self._handed_in
+        endpoint = self.config.credentials.endpoint or (handed_in.url if handed_in is not None else None)
+        if not endpoint:
+            return TelemetryTarget("blob")
+        parts = urlsplit(endpoint)
+        return TelemetryTarget("blob", parts.hostname, parts.port or (80 if parts.scheme == "http" else 443))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.config.shown_url}{' closed' if self.closed else ''}>"

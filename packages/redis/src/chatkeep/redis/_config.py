@@ -168,10 +168,18 @@ class RedisConfig:
         """Where the server is (``host:port``, the socket path, or the cluster's startup nodes), for messages."""
         if self.startup_nodes:
             return ", ".join(f"{host}:{port}" for host, port in self.startup_nodes)
+        host, port = self.endpoint
+        return host if port is None else f"{host}:{port}"
+
+    @property
+    def endpoint(self) -> tuple[str, int | None]:
+        """The server's host and port (a cluster's first startup node), or a Unix socket's path and ``None``."""
+        if self.startup_nodes:
+            return self.startup_nodes[0]
         parts = urlsplit(self.url)
         if parts.scheme == "unix":
-            return parts.path
-        return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
+            return parts.path, None
+        return parts.hostname or "localhost", parts.port or 6379
 
 
 def parse_url(url: str, *, handed_in: bool = False, **options: Any) -> RedisConfig:

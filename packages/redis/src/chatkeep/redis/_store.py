@@ -26,6 +26,7 @@ from chatkeep.core import (
 from chatkeep.core.backend import (
     HistoryStore,
     StoredSession,
+    TelemetryTarget,
     conflict_error,
     decode_cursor,
     decode_records,
@@ -108,6 +109,8 @@ class RedisHistoryStore(HistoryStore):
         self._ttl_ms = 0 if self.ttl is None else max(1, math.ceil(self.ttl * 1000))
         self._cap = self.keep_last or 0
         self._owns_client = client is None
+        # A client handed in without a URL connects where it was made to: the default URL would name a guess.
+        self._knows_server = url is not None or client is None
         self._link: RedisTransport | None = None
         self._cluster = config.cluster
         if client is not None:
@@ -132,6 +135,12 @@ class RedisHistoryStore(HistoryStore):
     def transport(self) -> str:
         """The transport that carries the store's commands: ``resp`` or ``redis-py``."""
         return self.config.transport
+
+    def _telemetry_target(self) -> TelemetryTarget:
+        """``redis``, at the URL's server (a cluster's first startup node)."""
+        if not self._knows_server:
+            return TelemetryTarget("redis")
+        return TelemetryTarget("redis", *self.config.endpoint)
 
     def _transport(self) -> RedisTransport:
         link = self._link

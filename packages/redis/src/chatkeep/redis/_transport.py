@@ -18,6 +18,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
+from chatkeep.core.backend import record_retry
 from redis import exceptions as redis_errors
 
 __all__ = ["RETRIES", "TRANSPORTS", "RedisTransport", "TransportName", "backoff", "retrying"]
@@ -93,4 +94,5 @@ async def retrying(send: Callable[[], Awaitable[T]], *, retries: int = RETRIES) 
             failures += 1
             if failures > retries:
                 raise
+            record_retry("connection failed")
             await asyncio.sleep(backoff(failures))

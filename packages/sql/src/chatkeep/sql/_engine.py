@@ -98,6 +98,7 @@ class EngineTransport(Transport[L]):
         self.statement_timeout = statement_timeout
         dialect = engine.dialect
         self.description = redact_url(engine.url.render_as_string(hide_password=True))
+        self.address, self.port = engine.url.host, engine.url.port
         if dialect.name == "sqlite":
             self.hint = SQLITE_FILE_HINT
         self.statements = Statements(

@@ -13,7 +13,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from chatkeep.core.backend import conflict_error, owner_error
+from chatkeep.core.backend import conflict_error, owner_error, record_retry
 from chatkeep.sql._errors import retryable, stale_snapshot
 from chatkeep.sql._sql import Statements
 from chatkeep.sql._transport import Cancelled, Connection
@@ -50,6 +50,7 @@ async def _retried(
         except BaseException as exc:
             if n + 1 == ATTEMPTS or conn.cancelled or not may_retry(exc):
                 raise
+        record_retry("conflict")
         await asyncio.sleep(random.uniform(0.001, 0.01) * (n + 1))
     raise AssertionError("unreachable")
 

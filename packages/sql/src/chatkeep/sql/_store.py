@@ -19,6 +19,7 @@ from chatkeep.core import (
 from chatkeep.core.backend import (
     HistoryStore,
     StoredSession,
+    TelemetryTarget,
     checked,
     decode_cursor,
     decode_records,
@@ -100,6 +101,10 @@ class SQLHistoryStore(HistoryStore):
     def dialect(self) -> str:
         """The database family: ``sqlite``, ``postgresql``, ``mysql`` or ``mariadb``."""
         return self._sql.family
+
+    def _telemetry_target(self) -> TelemetryTarget:
+        """The database family (``postgresql``, ``mysql``, ``mariadb``, ``sqlite``); a server's host and port."""
+        return TelemetryTarget(self.dialect, self._transport.address, self._transport.port)
 
     async def missing_storage(self) -> str | None:
         """The SQLite file, when it does not exist (nothing is created); ``None`` for a server or an existing file.

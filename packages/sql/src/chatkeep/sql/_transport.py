@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from chatkeep.core import ChatkeepError, StoreUnavailableError
+from chatkeep.core.backend import record_retry
 from chatkeep.sql._errors import SERVER_HINT, unavailable
 from chatkeep.sql._sql import Statements
 
@@ -81,6 +82,9 @@ class Transport(abc.ABC, Generic[C]):
 
     statements: Statements
     description: str
+    #: The database server's host and port, as the URL names them (``None``: a file, or not named).
+    address: str | None = None
+    port: int | None = None
     hint: str = SERVER_HINT
     #: The statement timeout its connections were opened with (``None``: not chatkeep's to say).
     statement_timeout: float | None = None
@@ -119,6 +123,7 @@ class Transport(abc.ABC, Generic[C]):
                     stale = isinstance(exc, Exception) and self._stale(conn, exc)
                     await self._discard(conn, exc, stale=stale)
                     if stale and conn.reused and not conn.answered and attempt == 0:
+                        record_retry("connection lost")
                         continue  # the server never saw the call take effect: run it again on a new connection
                     raise
                 await self._checkin(conn)
