@@ -5,6 +5,9 @@ Only ``_engine`` uses a private name: ``Pool._invalidate(connection, exception)`
 the pool replaces them on checkout instead of handing the next calls connections that died with the same
 server restart. Each call has one retry on a stale connection: without this, a pool of five dead
 connections would fail four calls after a restart.
+
+``create_engine`` also passes the async dialects' ``async_creator_fn`` connect argument (what
+``create_async_engine(async_creator=...)`` sets): the driver's connect, bounded as a whole by ``connect_timeout``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import inspect
 import sqlite3
 from typing import Any
 
+import pytest
 from sqlalchemy.pool import Pool, QueuePool
 
 
@@ -57,3 +61,29 @@ def test_pooled_connection_exposes_the_driver_objects_the_transports_use() -> No
     assert fairy.driver_connection is opened[0]
     fairy.close()
     pool.dispose()
+
+
+class _Sentinel(Exception):
+    pass
+
+
+@pytest.mark.parametrize("driver", ["postgresql+asyncpg", "mysql+asyncmy", "mysql+aiomysql", "postgresql+psycopg"])
+async def test_async_dialects_open_connections_through_async_creator_fn(driver: str) -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    seen: list[dict[str, Any]] = []
+
+    async def creator(*_args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs)
+        raise _Sentinel
+
+    engine = create_async_engine(
+        f"{driver}://u@127.0.0.1:1/db", connect_args={"async_creator_fn": creator, "marker": 1}
+    )
+    try:
+        with pytest.raises(_Sentinel):
+            await engine.connect()
+    finally:
+        await engine.dispose()
+    assert len(seen) == 1, f"SQLAlchemy no longer calls async_creator_fn on {driver}: update chatkeep/sql/_engine.py"
+    assert seen[0]["marker"] == 1, "async_creator_fn no longer gets the connect arguments"

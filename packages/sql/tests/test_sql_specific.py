@@ -167,7 +167,7 @@ def test_options_come_typed_from_the_query_and_keywords_and_the_rest_goes_to_the
     config = _config.parse_url(url, busy_timeout=timedelta(seconds=2), max_overflow=0, pool_size=None)
     settings = config.settings
     assert (settings.schema_, settings.pool_size, settings.max_overflow, settings.pool_pre_ping) == ("app", 3, 0, True)
-    assert (settings.busy_timeout, settings.connect_timeout, settings.transport) == (2.0, 10.0, None)
+    assert (settings.busy_timeout, settings.connect_timeout, settings.transport) == (2.0, 5.0, None)
     assert settings.driver_query == (("command_timeout", "5"),)
     assert config.url == "postgresql+asyncpg://u@h/db?command_timeout=5"
     assert config.transport == "asyncpg"  # settings.transport is what was given; config.transport what runs

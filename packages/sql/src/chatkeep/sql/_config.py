@@ -106,7 +106,7 @@ class SQLSettings(StoreSettings):
         description="SQLite: normal (a commit survives a crash of the process) or full (also an OS crash or power "
         "loss)",
     )
-    connect_timeout: Seconds = Field(10.0, description="seconds to wait for a server connection")
+    connect_timeout: Seconds = Field(5.0, description="seconds a server connection may take to open, greet and log in")
     statement_timeout: Seconds | None = Field(
         None,
         description=f"servers: seconds a statement may run, lock waits included, before the server cancels it "

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatkeep.core import ChatkeepError
 from chatkeep.core.backend import redact_url
-from chatkeep.sql._errors import SQLITE_FILE_HINT
+from chatkeep.sql._errors import SQLITE_FILE_HINT, connect_timed_out
 from chatkeep.sql._schema import ensure_schema
 from chatkeep.sql._sql import Statements
 from chatkeep.sql._transport import Connection, Transport
@@ -251,6 +251,54 @@ def _quote_pg(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _driver_connect(driver: str) -> Callable[..., Awaitable[Any]] | None:
+    """The driver's own ``connect`` coroutine function, which SQLAlchemy calls to open a connection."""
+    if driver == "asyncpg":
+        import asyncpg  # type: ignore[import-untyped]
+
+        return asyncpg.connect  # type: ignore[no-any-return]
+    if driver == "asyncmy":
+        import asyncmy
+
+        return asyncmy.connect
+    if driver == "aiomysql":
+        import aiomysql  # type: ignore[import-untyped]
+
+        return aiomysql.connect  # type: ignore[no-any-return]
+    if driver in ("psycopg", "psycopg_async"):
+        import psycopg
+
+        return psycopg.AsyncConnection.connect
+    return None
+
+
+def _bounded_connect(config: SQLConfig) -> Callable[..., Awaitable[Any]] | None:
+    """The driver's ``connect``, bounded as a whole (TCP, greeting, TLS, login) by ``connect_timeout``.
+
+    The drivers' own timeouts leave parts out: asyncmy and aiomysql bound only the TCP connect, so a peer that
+    accepts and never sends the server's greeting would hang the call forever; asyncpg's raises a bare
+    ``TimeoutError``. SQLAlchemy's async dialects call ``async_creator_fn`` (what ``create_async_engine``'s
+    ``async_creator`` sets; ``tests/test_driver_contracts.py`` fails when a release changes it) with the
+    URL's connect arguments in place of the driver's ``connect``.
+    """
+    from sqlalchemy.engine import make_url
+
+    connect = _driver_connect(config.driver)
+    if connect is None or config.url is None:
+        return None
+    url = make_url(config.url)
+    address = f"{url.host or 'localhost'}:{url.port or (5432 if config.family == 'postgresql' else 3306)}"
+    seconds = config.settings.connect_timeout
+
+    async def bounded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await asyncio.wait_for(connect(*args, **kwargs), seconds)
+        except asyncio.TimeoutError as exc:  # the bound's, or the driver's own (asyncpg's has no message)
+            raise connect_timed_out(address, seconds) from exc
+
+    return bounded
+
+
 def create_engine(config: SQLConfig) -> AsyncEngine:
     """A new engine for a parsed URL (``SQLConfig``): chatkeep's pool settings and per-connection setup."""
     from sqlalchemy import event
@@ -276,6 +324,9 @@ def create_engine(config: SQLConfig) -> AsyncEngine:
         connect_args["connect_timeout"] = options.connect_timeout
         # READ COMMITTED: no gap locks, so writers to different sessions never block or deadlock each other.
         connect_args["init_command"] = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+    bounded = _bounded_connect(config)
+    if bounded is not None:
+        connect_args["async_creator_fn"] = bounded
     pool: dict[str, Any] = {}
     if config.family != "sqlite":
         pool = {

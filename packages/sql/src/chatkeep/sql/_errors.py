@@ -12,6 +12,7 @@ from chatkeep.core.backend import redact_url
 __all__ = [
     "SERVER_HINT",
     "SQLITE_FILE_HINT",
+    "connect_timed_out",
     "disk_full",
     "retryable",
     "stale_snapshot",
@@ -127,3 +128,14 @@ def unavailable(
             "without a restart"
         )
     return StoreUnavailableError(f"the database at {description} failed or could not be reached ({detail}); {hint}")
+
+
+def connect_timed_out(address: str, connect_timeout: float) -> StoreUnavailableError:
+    """A server connection that was not ready (connected, greeted, logged in) within ``connect_timeout``."""
+    return StoreUnavailableError(
+        f"the database server at {address} did not complete a connection within connect_timeout={connect_timeout:g} "
+        "s: nothing answers there, or something that is not the database (or a stuck server or proxy) accepts the "
+        "connection and never greets. Check the URL's host and port and that the database is running there, then "
+        "retry; on a slow network raise the bound in the URL (e.g. ?connect_timeout=30) or the connect_timeout "
+        "option"
+    )
