@@ -1,6 +1,6 @@
 """OpenTelemetry read back in memory, for tests of what chatkeep's spans and metrics carry.
 
-It installs OpenTelemetry SDK providers (``opentelemetry-sdk``, in chatkeep's dev dependencies) as the process's
+It installs OpenTelemetry SDK providers (``pip install "chatkeep-testing[telemetry]"``) as the process's
 global ones on first use; they sample only inside :func:`recording`, so the other tests of the process run with
 tracing off. Nothing here imports pytest.
 """
