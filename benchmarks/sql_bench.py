@@ -9,7 +9,8 @@ A turn is what an agent does per user message: ``load(last=20)`` then ``append``
   round trips we know: on PostgreSQL chatkeep's one autocommitted statement (data-modifying CTEs: the upsert
   of the session row reserving the sequence range under its lock, ``INSERT ... ON CONFLICT DO NOTHING``); on
   SQLite and MariaDB a transaction (``BEGIN [IMMEDIATE]``, the upsert ``RETURNING`` the range, the idempotent
-  insert, ``COMMIT``).
+  insert, ``COMMIT``). It reads the newest 20 with chatkeep's own statement (the session found by its key's
+  hash), where ``raw sync`` reads by a row id it keeps.
 * ``SQLAlchemy Core sync`` and ``SQLAlchemy async``: the two plain statements through SQLAlchemy's engines.
 * ``chatkeep``: ``SQLHistoryStore.load(key, last=20)`` then ``append`` (pydantic messages in and out).
 
@@ -228,7 +229,8 @@ def _raw_turn(conn: Any, db: _Database, ref: int, seq: list[int], lap: Callable[
 
 def _guarded_turn(conn: Any, db: _Database, key: SessionKey, lap: Callable[[str], None]) -> None:
     cur = conn.cursor()
-    cur.execute(db.select_last(), (_ref_cache[key],))
+    # chatkeep's own read: by the key's hash (a cached row id would go stale when a session is re-created).
+    cur.execute(_STATEMENTS[db.family].load_last, (key_hash(key.tenant, key.session_id), 20))
     [json.loads(row[0]) for row in cur.fetchall()]
     lap(_PART_NAMES[0])
     (h1, r1), (h2, r2) = _raw_records()
@@ -255,7 +257,12 @@ def _guarded_append(cur: Any, db: _Database, key: SessionKey, *records: tuple[by
 
 
 _ref_cache: dict[SessionKey, int] = {}
-_PG_APPEND = Statements("postgresql", "format").append_one
+_STATEMENTS = {
+    "sqlite": Statements("sqlite", "qmark"),
+    "postgresql": Statements("postgresql", "format"),
+    "mysql": Statements("mysql", "format"),
+}
+_PG_APPEND = _STATEMENTS["postgresql"].append_one
 
 
 async def _interleaved(

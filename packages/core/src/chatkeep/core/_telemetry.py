@@ -212,6 +212,19 @@ def operation(
     ) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, _T]]:
         async def call(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
             current = _Operation(self, name, args, kwargs)
+            if not current.span.get_span_context().is_valid:
+                # No tracer provider (the common case, on every call): nothing to attach or annotate; the
+                # duration metric and the retry counter still count, as a meter provider may be set alone.
+                token = _current.set(current)
+                try:
+                    value = await method(self, *args, **kwargs)
+                except BaseException as exc:
+                    _current.reset(token)
+                    current.end(error=exc)
+                    raise
+                _current.reset(token)
+                _duration.record(time.perf_counter() - current.start, current.attributes)
+                return value
             tokens = current.enter()
             try:
                 value = await method(self, *args, **kwargs)

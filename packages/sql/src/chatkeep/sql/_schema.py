@@ -14,6 +14,7 @@ Alembic history in the same database is left alone).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -54,6 +55,7 @@ class SchemaVersionError(StoreConfigurationError):
     """The database's chatkeep schema is not the one this release uses (newer, or older and not migrated)."""
 
 
+@functools.lru_cache(maxsize=4096)  # every call of a turn hashes its key: a busy process asks for few keys often
 def key_hash(tenant: str, session_id: str) -> bytes:
     """The 32-byte key of a session: SHA-256 of the length-prefixed tenant, then the session id (UTF-8).
 
@@ -63,6 +65,7 @@ def key_hash(tenant: str, session_id: str) -> bytes:
     return hashlib.sha256(length_prefixed(tenant) + session_id.encode()).digest()
 
 
+@functools.lru_cache(maxsize=1024)
 def tenant_hash(tenant: str) -> bytes:
     """The 32-byte key of a tenant (SHA-256 of its UTF-8 bytes)."""
     return hashlib.sha256(tenant.encode()).digest()
