@@ -158,28 +158,10 @@ class _Database:
     def q(self, sql: str) -> str:
         return sql if self.family == "sqlite" else sql.replace("?", "%s")
 
-    def upsert(self) -> str:
-        cols = "key_hash, tenant_hash, tenant, session_id, created_at, updated_at, next_seq, message_count"
-        if self.family == "mysql":
-            return self.q(
-                f"INSERT INTO chatkeep_sessions ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE "
-                "next_seq = next_seq + VALUES(next_seq), message_count = message_count + VALUES(message_count), "
-                "updated_at = GREATEST(updated_at, VALUES(updated_at)) RETURNING id, next_seq"
-            )
-        greatest = "max" if self.family == "sqlite" else "GREATEST"
+    def insert(self) -> str:
+        """The raw path's plain two-row INSERT (no idempotency)."""
         return self.q(
-            f"INSERT INTO chatkeep_sessions ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key_hash) DO UPDATE "
-            "SET next_seq = chatkeep_sessions.next_seq + excluded.next_seq, "
-            "message_count = chatkeep_sessions.message_count + excluded.message_count, "
-            f"updated_at = {greatest}(chatkeep_sessions.updated_at, excluded.updated_at) RETURNING id, next_seq"
-        )
-
-    def insert(self, guarded: bool) -> str:
-        head = "INSERT IGNORE INTO" if guarded and self.family == "mysql" else "INSERT INTO"
-        tail = " ON CONFLICT (session_ref, message_hash) DO NOTHING" if guarded and self.family != "mysql" else ""
-        return self.q(
-            f"{head} chatkeep_messages (session_ref, seq, message_hash, record) VALUES (?, ?, ?, ?), (?, ?, ?, ?)"
-            + tail
+            "INSERT INTO chatkeep_messages (session_ref, seq, message_hash, record) VALUES (?, ?, ?, ?), (?, ?, ?, ?)"
         )
 
     def select_last(self) -> str:
@@ -222,7 +204,7 @@ def _raw_turn(conn: Any, db: _Database, ref: int, seq: list[int], lap: Callable[
     lap(_PART_NAMES[0])
     (h1, r1), (h2, r2) = _raw_records()
     lap(_PART_NAMES[1])
-    cur.execute(db.insert(False), (ref, seq[0], h1, r1, ref, seq[0] + 1, h2, r2))
+    cur.execute(db.insert(), (ref, seq[0], h1, r1, ref, seq[0] + 1, h2, r2))
     seq[0] += 2
     lap(_PART_NAMES[2])
 
@@ -249,10 +231,11 @@ def _guarded_append(cur: Any, db: _Database, key: SessionKey, *records: tuple[by
         cur.execute(_PG_APPEND, (hashes, [r1, r2], head[0], hashes, *head, now, now))
         cur.fetchall()
         return
-    cur.execute("BEGIN IMMEDIATE" if db.family == "sqlite" else "BEGIN")
-    cur.execute(db.upsert(), (*head, now, now, 2, 2))
+    sql = _STATEMENTS[db.family]
+    cur.execute(sql.begin)
+    cur.execute(sql.upsert, (*head, now, now, 2, 2))
     ref, next_seq = cur.fetchall()[0]
-    cur.execute(db.insert(True), (ref, next_seq - 2, h1, r1, ref, next_seq - 1, h2, r2))
+    cur.execute(sql.insert_messages(2), (ref, next_seq - 2, h1, r1, ref, next_seq - 1, h2, r2))
     cur.execute("COMMIT")
 
 
@@ -260,7 +243,8 @@ _ref_cache: dict[SessionKey, int] = {}
 _STATEMENTS = {
     "sqlite": Statements("sqlite", "qmark"),
     "postgresql": Statements("postgresql", "format"),
-    "mysql": Statements("mysql", "format"),
+    # The bench's MySQL server is MariaDB (the upsert returns the range); pymysql connects without FOUND_ROWS.
+    "mysql": Statements("mysql", "format", is_mariadb=True, found_rows=False),
 }
 _PG_APPEND = _STATEMENTS["postgresql"].append_one
 

@@ -17,7 +17,7 @@ import pytest
 
 from chatkeep.core import Message, SessionKey, StoreFullError, StoreUnavailableError
 from chatkeep.sql import SQLHistoryStore
-from chatkeep.sql._errors import disk_full, unavailable
+from chatkeep.sql._errors import disk_full, translate
 from chatkeep.testing.services import missing_service
 
 FS_BYTES = 3 * 1024 * 1024
@@ -122,6 +122,6 @@ _DRIVER_ERRORS = list(_driver_errors())
 @pytest.mark.parametrize(("label", "error", "full"), _DRIVER_ERRORS, ids=[label for label, _, _ in _DRIVER_ERRORS])
 def test_disk_full_errors_of_every_driver_become_store_full(label: str, error: BaseException, full: bool) -> None:
     assert disk_full(error) is full, label
-    translated = unavailable(error, description="sqlite:///x.db", hint="retry", statement_timeout=None)
+    translated = translate(error, description="sqlite:///x.db", hint="retry", statement_timeout=None)
     assert isinstance(translated, StoreFullError) is full
     assert ("has no room left" in str(translated)) is full

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import re
 import signal
@@ -11,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from chatkeep.core import (
     MissingExtraError,
     SessionFormatError,
     SessionKey,
+    StoreConfigurationError,
     StoreUnavailableError,
 )
 from chatkeep.sql import (
@@ -542,3 +545,98 @@ async def test_a_damaged_session_document_names_the_session(
             await store.load_session(key)
         assert "session 's-damaged' in tenant 't-damaged' is damaged" in str(caught.value)
         assert "chatkeep sessions delete s-damaged --tenant t-damaged" in str(caught.value)
+
+
+@pytest.mark.parametrize("transport", ["asyncmy", "sqlalchemy"])
+async def test_a_repeated_append_on_mysql_is_silent_and_counted_exactly(
+    sql_target: Any, transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # INSERT IGNORE made the server raise a warning per skipped message, which asyncmy fetched with SHOW WARNINGS
+    # (a round trip) and logged: a resumed copy printed a "Duplicate entry" line per message.
+    if sql_target.family != "mysql":
+        pytest.skip("MySQL/MariaDB only")
+    key = SessionKey("repeat", f"s-{random.getrandbits(48):x}")
+    batch = [Message(role="user", text=str(n)) for n in range(5)]
+    async with SQLHistoryStore(sql_target.url, transport=transport) as store:
+        assert await store.append(key, batch[:3]) == 3
+        with caplog.at_level(logging.DEBUG), warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert await store.append(key, batch) == 2  # 3 stored already: skipped silently
+            assert await store.append(key, batch) == 0
+        assert [r.getMessage() for r in caplog.records if r.name.startswith(("asyncmy", "aiomysql"))] == []
+        assert await store.count(key) == 5
+        assert [m.text for m in await store.load(key)] == [str(n) for n in range(5)]
+        (info,) = [i for i in (await store.list_sessions("repeat", limit=1000)).items if i.session_id == key.session_id]
+        assert info.message_count == 5
+        await store.delete(key)
+
+
+async def test_an_engine_of_your_own_on_mysql_still_counts_repeated_appends_exactly(sql_target: Any) -> None:
+    # SQLAlchemy's MySQL dialects always connect with CLIENT_FOUND_ROWS: appends then keep INSERT IGNORE.
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    if sql_target.family != "mysql":
+        pytest.skip("MySQL/MariaDB only")
+    config = _config.parse_url(sql_target.url)
+    assert config.url is not None
+    engine = create_async_engine(config.url)
+    key = SessionKey("repeat-engine", f"s-{random.getrandbits(48):x}")
+    batch = [Message(role="user", text=str(n)) for n in range(4)]
+    try:
+        async with SQLHistoryStore(client=engine) as store:
+            assert await store.append(key, batch[:1]) == 1
+            assert await store.append(key, batch) == 3
+            assert await store.append(key, batch) == 0
+            assert await store.count(key) == 4
+            await store.delete(key)
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("wrong", ["database", "user"])
+async def test_a_database_or_user_that_does_not_exist_is_a_configuration_error(
+    sql_target: Any, wrong: str, tmp_path: Path
+) -> None:
+    # It was reported as the server being unavailable ("check that it is running"): no retry fixes a wrong name.
+    from sqlalchemy.engine import make_url
+
+    if sql_target.family == "sqlite":
+        if wrong == "user":
+            pytest.skip("SQLite files have no users")
+        path = tmp_path / "notes.db"
+        path.write_bytes(b"these are my notes, not a database" * 200)
+        url = f"sqlite:///{path}"
+        expected = "not a SQLite database"
+    else:
+        server = make_url(sql_target.server_url)
+        if wrong == "database":
+            server = server.set(database="chatkeep_no_such_database")
+            expected = "does not exist there"
+        else:
+            server = server.set(username="chatkeep_no_such_user")
+            expected = "refused the URL's user or password"
+        url = server.render_as_string(hide_password=False)
+    store = open_store(url)
+    try:
+        with pytest.raises(StoreConfigurationError, match=expected) as caught:
+            await store.count(SessionKey("wrong", "s"))
+        assert "check that it is running" not in str(caught.value)
+    finally:
+        await store.close()
+    if sql_target.family == "sqlite":
+        assert path.read_bytes().startswith(b"these are my notes")  # left as it was
+
+
+async def test_an_engine_of_your_own_refuses_options_only_a_url_can_apply() -> None:
+    # They were parsed as SQLite options and ignored: statement_timeout was refused as "not for SQLite URLs", and
+    # pool_size or busy_timeout silently did nothing on a PostgreSQL engine.
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine("postgresql+asyncpg://u@127.0.0.1:1/db")  # never connected
+    try:
+        for option in ({"pool_size": 3}, {"busy_timeout": 1.0}, {"statement_timeout": 2.0}, {"schema": "app"}):
+            with pytest.raises(SQLURLError, match=f"with client=.*{next(iter(option))} would be ignored"):
+                SQLHistoryStore(client=engine, **option)
+        assert SQLHistoryStore(client=engine, max_message_bytes=1000).max_message_bytes == 1000
+    finally:
+        await engine.dispose()

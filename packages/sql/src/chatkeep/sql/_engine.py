@@ -102,7 +102,11 @@ class EngineTransport(Transport[L]):
         if dialect.name == "sqlite":
             self.hint = SQLITE_FILE_HINT
         self.statements = Statements(
-            dialect.name, dialect.paramstyle, is_mariadb=bool(getattr(dialect, "is_mariadb", False))
+            dialect.name,
+            dialect.paramstyle,
+            is_mariadb=bool(getattr(dialect, "is_mariadb", False)),
+            # The engines chatkeep makes connect without CLIENT_FOUND_ROWS (see _bounded_connect).
+            found_rows=not (owned and dialect.driver in _MYSQL_DRIVERS),
         )
         # A QueuePool closes a connection returned beyond its size: that close needs SQLAlchemy's greenlet.
         self._queue_pool = isinstance(self.engine.sync_engine.pool, QueuePool)
@@ -200,7 +204,7 @@ class EngineTransport(Transport[L]):
         except ChatkeepError:
             raise
         except self.errors as exc:
-            raise self.unavailable(exc) from exc
+            raise self.translate(exc) from exc
 
     async def release(self) -> None:
         """Close the pooled connections of an engine the store made (it stays usable and opens new ones)."""
@@ -251,6 +255,11 @@ def _quote_pg(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+#: The MySQL drivers SQLAlchemy's async dialects use, and the protocol's CLIENT_FOUND_ROWS capability flag.
+_MYSQL_DRIVERS = ("asyncmy", "aiomysql")
+_CLIENT_FOUND_ROWS = 2
+
+
 def _driver_connect(driver: str) -> Callable[..., Awaitable[Any]] | None:
     """The driver's own ``connect`` coroutine function, which SQLAlchemy calls to open a connection."""
     if driver == "asyncpg":
@@ -280,6 +289,10 @@ def _bounded_connect(config: SQLConfig) -> Callable[..., Awaitable[Any]] | None:
     ``TimeoutError``. SQLAlchemy's async dialects call ``async_creator_fn`` (what ``create_async_engine``'s
     ``async_creator`` sets; ``tests/test_driver_contracts.py`` fails when a release changes it) with the
     URL's connect arguments in place of the driver's ``connect``.
+
+    MySQL connections also drop the ``CLIENT_FOUND_ROWS`` flag SQLAlchemy adds: chatkeep counts rows an
+    ``INSERT ... ON DUPLICATE KEY UPDATE`` changed (see ``Statements``), and no chatkeep statement reads the
+    rows an ``UPDATE`` matched.
     """
     from sqlalchemy.engine import make_url
 
@@ -291,6 +304,8 @@ def _bounded_connect(config: SQLConfig) -> Callable[..., Awaitable[Any]] | None:
     seconds = config.settings.connect_timeout
 
     async def bounded(*args: Any, **kwargs: Any) -> Any:
+        if config.driver in _MYSQL_DRIVERS:  # rows changed, not matched: exact append counts with no warnings
+            kwargs["client_flag"] = kwargs.get("client_flag", 0) & ~_CLIENT_FOUND_ROWS
         try:
             return await asyncio.wait_for(connect(*args, **kwargs), seconds)
         except asyncio.TimeoutError as exc:  # the bound's, or the driver's own (asyncpg's has no message)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Iterator
 
-from chatkeep.core import StoreFullError, StoreUnavailableError
+from chatkeep.core import ChatkeepError, StoreConfigurationError, StoreFullError, StoreUnavailableError
 from chatkeep.core.backend import redact_url
 
 __all__ = [
@@ -17,7 +17,7 @@ __all__ = [
     "retryable",
     "stale_snapshot",
     "timed_out",
-    "unavailable",
+    "translate",
 ]
 
 #: What to check when a call fails: a server's reachability, or (for a SQLite file) its folder.
@@ -36,6 +36,21 @@ _MYSQL_TIMED_OUT = (1969, 3024, 1205)
 #: Serialization failure, deadlock, lock not available (PostgreSQL); deadlock and lock wait timeout (MySQL).
 _PG_RETRYABLE = ("40001", "40P01", "55P03")
 _MYSQL_RETRYABLE = (1213, 1205)
+#: Errors no retry can fix, by what the URL names wrongly: PostgreSQL's invalid_catalog_name,
+#: invalid_authorization_specification and invalid_password; MySQL/MariaDB's ER_BAD_DB_ERROR,
+#: ER_DBACCESS_DENIED_ERROR and ER_ACCESS_DENIED_ERROR; SQLite's SQLITE_NOTADB (not a database file).
+_PG_REFUSED: dict[str, str] = {"3D000": "database", "28000": "login", "28P01": "login"}
+_MYSQL_REFUSED: dict[int, str] = {1049: "database", 1044: "login", 1045: "login"}
+_SQLITE_NOTADB = 26
+_SQLITE_CORRUPT = 11
+_REFUSED_HINTS = {
+    "database": "the database the URL names does not exist there: fix the name in the URL, or create it "
+    "(PostgreSQL: createdb NAME; MySQL/MariaDB: CREATE DATABASE NAME); chatkeep creates its tables, not databases",
+    "login": "the server refused the URL's user or password (or that user may not use the database): fix them in "
+    "the URL, or grant the user access",
+    "file": "the file is not a SQLite database: check that the URL's path names chatkeep's database file and not "
+    "another file",
+}
 #: PostgreSQL's ``division_by_zero``, which the one-statement append raises on purpose (see ``_sql``).
 _PG_STALE_SNAPSHOT = "22012"
 
@@ -106,11 +121,40 @@ def stale_snapshot(exc: BaseException) -> bool:
     return _sqlstate(exc) == _PG_STALE_SNAPSHOT
 
 
-def unavailable(
-    exc: BaseException, *, description: str, hint: str, statement_timeout: float | None
-) -> StoreUnavailableError:
-    """The one translation of a driver error: :class:`StoreFullError` for a full disk, else unavailable."""
+def refused(exc: BaseException) -> str | None:
+    """What the URL names wrongly when the server refused it for good (``"database"``, ``"login"``, ``"file"``)."""
+    for error in _errors_within(exc):
+        mysql_code = _mysql_code(error)
+        kind = _PG_REFUSED.get(str(_sqlstate(error)))
+        if kind is None and isinstance(mysql_code, int):
+            kind = _MYSQL_REFUSED.get(mysql_code)
+        if kind is not None:
+            return kind
+        code = getattr(error, "sqlite_errorcode", None)
+        if isinstance(code, int) and code & 0xFF == _SQLITE_NOTADB:
+            return "file"
+    return None
+
+
+def _damaged_sqlite_file(exc: BaseException) -> bool:
+    return any(
+        isinstance(code := getattr(error, "sqlite_errorcode", None), int) and code & 0xFF == _SQLITE_CORRUPT
+        for error in _errors_within(exc)
+    )
+
+
+def translate(exc: BaseException, *, description: str, hint: str, statement_timeout: float | None) -> ChatkeepError:
+    """The one translation of a driver error: what the caller can do about it decides the class.
+
+    :class:`StoreConfigurationError` for a database, login or file the URL names wrongly (no retry fixes it),
+    :class:`StoreFullError` for a full disk, else :class:`StoreUnavailableError` with ``hint``.
+    """
     detail = f"{type(exc).__name__}: {redact_url(str(exc)).strip()[:500]}"
+    kind = refused(exc)
+    if kind is not None:
+        return StoreConfigurationError(
+            f"the database at {description} refused this store ({detail}): {_REFUSED_HINTS[kind]}"
+        )
     if timed_out(exc):
         limit = f" of {statement_timeout:g} s" if statement_timeout is not None else ""
         return StoreUnavailableError(
@@ -126,6 +170,11 @@ def unavailable(
             f"full ({detail}); nothing of this call was stored and what was stored before is intact. Free "
             "space where the database keeps its files (or raise its quota), then retry: the store works again "
             "without a restart"
+        )
+    if _damaged_sqlite_file(exc):
+        return StoreUnavailableError(
+            f"the SQLite file at {description} is damaged ({detail}): restore it from a backup, or check it with "
+            "sqlite3 FILE 'PRAGMA integrity_check' and recover what it can with sqlite3 FILE .recover"
         )
     return StoreUnavailableError(f"the database at {description} failed or could not be reached ({detail}); {hint}")
 

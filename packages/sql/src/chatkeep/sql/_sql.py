@@ -64,7 +64,12 @@ def _convert(sql: str, paramstyle: str) -> str:
 class Statements:
     """The SQL of every call for one database family and driver parameter style."""
 
-    def __init__(self, family: str, paramstyle: str, *, is_mariadb: bool = False) -> None:
+    def __init__(self, family: str, paramstyle: str, *, is_mariadb: bool = False, found_rows: bool = True) -> None:
+        """``found_rows``: MySQL/MariaDB connections report rows matched, not changed (``CLIENT_FOUND_ROWS``, which
+        SQLAlchemy's dialects always set): an append then skips stored messages with ``INSERT IGNORE``, whose
+        count does not depend on it, but which makes the server raise one warning per skipped message (the
+        drivers fetch them with ``SHOW WARNINGS`` and log each). Without the flag (the engines chatkeep makes),
+        ``ON DUPLICATE KEY UPDATE`` with a no-op counts exactly and raises no warning."""
         self.family = family
         self.mysql = family in ("mysql", "mariadb")
         self.sqlite = family == "sqlite"
@@ -86,8 +91,8 @@ class Statements:
             self.append_returns = is_mariadb
             self.upsert = c(upsert + (" RETURNING id, next_seq" if is_mariadb else ""))
             self.session_after_upsert = c(f"SELECT id, next_seq FROM {SESSIONS} WHERE key_hash = ?{lock}")
-            self.insert_ignore = "INSERT IGNORE INTO"
-            self.conflict_nothing = ""
+            self.insert_ignore = "INSERT IGNORE INTO" if found_rows else "INSERT INTO"
+            self.conflict_nothing = "" if found_rows else " ON DUPLICATE KEY UPDATE message_hash = message_hash"
             self.create_session = c(
                 f"INSERT INTO {SESSIONS} ({columns}) VALUES (?, ?, ?, ?, ?, ?, 0, 0) "
                 "ON DUPLICATE KEY UPDATE doc_version = doc_version"  # an exclusive lock on an existing row at once

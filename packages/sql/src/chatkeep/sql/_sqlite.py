@@ -189,7 +189,7 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
         except ChatkeepError:
             raise
         except (sqlite3.Error, OSError, SQLAlchemyError) as exc:
-            raise self.unavailable(exc) from exc
+            raise self.translate(exc) from exc
 
     async def aclose(self) -> None:
         self._closed = True

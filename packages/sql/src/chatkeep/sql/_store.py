@@ -57,10 +57,11 @@ class SQLHistoryStore(HistoryStore):
         **options: the URL's options as keywords: the fields of :class:`~chatkeep.sql._config.SQLSettings`
             (``max_message_bytes``, ``schema``, ``busy_timeout``, ``synchronous``, ``connect_timeout``,
             ``statement_timeout``, ``pool_size``, ``max_overflow``, ``pool_recycle``, ``pool_pre_ping``,
-            ``transport``).
+            ``transport``). With ``client``, only ``max_message_bytes``: the engine keeps its own settings.
 
     Raises:
-        SQLURLError: the URL or an option is malformed or unknown, or both a URL and a client are given.
+        SQLURLError: the URL or an option is malformed or unknown, or both a URL and a client are given, or a
+            ``client`` comes with an option its engine sets itself.
         MissingExtraError: the URL's driver is not installed.
     """
 
@@ -70,7 +71,14 @@ class SQLHistoryStore(HistoryStore):
         if client is not None:
             from chatkeep.sql._engine import EngineTransport
 
-            config = parse_url("sqlite://", **options)  # only the options matter here
+            engine_options = sorted(set(options) - {"max_message_bytes"})
+            if engine_options:  # the engine's own pool, timeouts and schema apply: nothing would read these
+                raise SQLURLError(
+                    f"with client=, the engine you pass keeps its own settings: {', '.join(engine_options)} "
+                    "would be ignored. Set them on the engine (create_async_engine(url, pool_size=..., "
+                    "connect_args=...)) or pass a URL instead; only max_message_bytes is the store's own option"
+                )
+            config = parse_url("sqlite://", **options)  # only max_message_bytes is read from it
             transport: Transport[Any] = EngineTransport(client, owned=False)
         else:
             config = parse_url(url or "sqlite://", **options)

@@ -4,7 +4,7 @@ The operations are written once against :class:`Connection` (``fetch`` and ``exe
 the driver's parameter style, autocommit unless the operation says ``BEGIN``). A :class:`Transport` lends a
 connection for one store call: it checks one out of its pool, runs the call, and returns it; a pooled
 connection found dead before the server answered any statement of the call is replaced and the call runs
-once more; a driver error becomes :class:`StoreUnavailableError`. Transports: ``sqlite3`` (``_sqlite``),
+once more; a driver error becomes a chatkeep error (``_errors.translate``). Transports: ``sqlite3`` (``_sqlite``),
 ``asyncpg`` and ``asyncmy`` (``_native``), and ``sqlalchemy``, any SQLAlchemy ``AsyncEngine`` (``_engine``).
 """
 
@@ -16,9 +16,9 @@ import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-from chatkeep.core import ChatkeepError, StoreUnavailableError
+from chatkeep.core import ChatkeepError
 from chatkeep.core.backend import record_retry
-from chatkeep.sql._errors import SERVER_HINT, unavailable
+from chatkeep.sql._errors import SERVER_HINT, translate
 from chatkeep.sql._sql import Statements
 
 __all__ = ["Cancelled", "Connection", "Flag", "Transport"]
@@ -88,11 +88,11 @@ class Transport(abc.ABC, Generic[C]):
     hint: str = SERVER_HINT
     #: The statement timeout its connections were opened with (``None``: not chatkeep's to say).
     statement_timeout: float | None = None
-    #: The driver's exceptions, translated into :class:`StoreUnavailableError`.
+    #: The driver's exceptions, translated into chatkeep's (:func:`chatkeep.sql._errors.translate`).
     errors: tuple[type[BaseException], ...] = (OSError,)
 
     async def run(self, op: Callable[[C], Awaitable[T]], *, write: bool = False) -> T:
-        """Run ``op`` on a lent connection; a driver error raises :class:`StoreUnavailableError`.
+        """Run ``op`` on a lent connection; a driver error raises its translation (see :meth:`translate`).
 
         A ``write`` whose caller is cancelled rolls back unless it had already committed, and the outcome is
         final (the connection back in the pool) when the cancellation reaches the caller.
@@ -132,11 +132,11 @@ class Transport(abc.ABC, Generic[C]):
         except ChatkeepError:
             raise  # some are OSErrors (SessionOwnershipError is a PermissionError): not the database's failure
         except self.errors as exc:
-            raise self.unavailable(exc) from exc
+            raise self.translate(exc) from exc
 
-    def unavailable(self, exc: BaseException) -> StoreUnavailableError:
+    def translate(self, exc: BaseException) -> ChatkeepError:
         """The error a caller sees for a driver error of this transport."""
-        return unavailable(exc, description=self.description, hint=self.hint, statement_timeout=self.statement_timeout)
+        return translate(exc, description=self.description, hint=self.hint, statement_timeout=self.statement_timeout)
 
     @abc.abstractmethod
     async def _checkout(self) -> C:

@@ -200,9 +200,14 @@ def prune_cutoff(older_than: timedelta | datetime) -> datetime:
     """The cut-off time (UTC) ``prune(older_than=...)`` means: now minus an age, or an aware datetime as given.
 
     Raises:
-        InvalidArgumentError: a naive datetime, an age reaching before the year 1, or another type.
+        InvalidArgumentError: a naive datetime, a negative age, an age reaching before the year 1, or another type.
     """
     if isinstance(older_than, timedelta):
+        if older_than < timedelta(0):  # a cut-off in the future: every session would count as idle
+            raise InvalidArgumentError(
+                f"older_than={older_than!r} is a negative age, which would prune every session; give how long a "
+                "session must have been idle, for example timedelta(days=30)"
+            )
         try:
             return datetime.now(timezone.utc) - older_than
         except OverflowError:
@@ -505,6 +510,8 @@ class HistoryStore(abc.ABC):
         """
         self._check_usable()
         _check_key(key)
+        if owner is not None:
+            validate_id(owner, "owner")
         found = await self._load_session(key)
         if found is None:
             return None

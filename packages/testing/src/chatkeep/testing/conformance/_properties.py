@@ -184,6 +184,15 @@ class PropertyConformance(ConformanceBase):
         states = st.tuples(st.dictionaries(_text, _json, max_size=4), st.none() | _text)
         await for_all(states, partial(_check_state, property_target))
 
+    async def test_any_wrong_argument_is_refused_with_a_chatkeep_error(self, property_target: _Target) -> None:
+        """Every public call, given a wrong type or a value out of range, raises a ChatkeepError and changes nothing."""
+        key = SessionKey(property_target.tenant, f"s-{uuid.uuid4().hex}")
+        assert await property_target.store.append(key, [Message(role="user", text="kept")]) == 1
+        calls = st.sampled_from(sorted(_WRONG_CALLS))
+        # Many examples: most are refused before any I/O, and there are many calls and kinds of values to pair.
+        config = settings(PROPERTY_SETTINGS, max_examples=300)
+        await for_all(st.tuples(calls, _wrong), partial(_check_wrong_argument, property_target, key), config=config)
+
 
 async def _check_messages(property_target: _Target, batch: list[Message]) -> None:
     store, key = property_target.store, SessionKey(property_target.tenant, f"s-{uuid.uuid4().hex}")
@@ -263,3 +272,95 @@ def _encodable(document: object) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+#: Values of every kind: each call below is given those its parameter does not take (the others are skipped).
+_wrong: st.SearchStrategy[Any] = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=6),
+    st.binary(max_size=6),
+    st.lists(st.integers() | st.text(max_size=3), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.tuples(st.text(max_size=3), st.text(max_size=3)),
+    st.datetimes(),
+    st.timedeltas(max_value=-timedelta(microseconds=1)),  # a negative age would prune every session
+    st.just(Message(role="user", text="a lone message")),
+    st.builds(object),
+)
+_Call = Callable[[HistoryStore, SessionKey, Any], Coroutine[Any, Any, Any]]
+
+
+def _is_count(value: Any, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _is_messages(value: Any) -> bool:
+    if isinstance(value, (str, bytes, Message)) or not hasattr(value, "__iter__"):
+        return False
+    items = list(value)
+    return bool(items) and all(isinstance(item, Message) for item in items)  # [] and {} are valid: nothing to store
+
+
+async def _drain(store: HistoryStore, key: SessionKey, batch: Any) -> None:
+    async for _ in store.iter_messages(key, batch=batch):
+        pass
+
+
+_KEPT = [Message(role="user", text="appended by a wrong call")]
+_LONG_AGO = timedelta(days=36500)
+#: name -> (the call with the wrong value in one place, whether that value is in fact valid there).
+_WRONG_CALLS: dict[str, tuple[_Call, Callable[[Any], bool]]] = {
+    "append(key=)": (lambda s, k, w: s.append(w, _KEPT), lambda w: False),
+    "append(messages=)": (lambda s, k, w: s.append(k, w), lambda w: _is_messages(w) or w in ([], {}, (), "")),
+    "load(key=)": (lambda s, k, w: s.load(w), lambda w: False),
+    "load(last=)": (lambda s, k, w: s.load(k, last=w), lambda w: w is None or _is_count(w, 0)),
+    "iter_messages(batch=)": (lambda s, k, w: _drain(s, k, w), lambda w: _is_count(w, 1)),
+    "count(key=)": (lambda s, k, w: s.count(w), lambda w: False),
+    "delete(key=)": (lambda s, k, w: s.delete(w), lambda w: False),
+    "pop(key=)": (lambda s, k, w: s.pop(w), lambda w: False),
+    "trim(keep_last=)": (lambda s, k, w: s.trim(k, w), lambda w: _is_count(w, 0)),
+    "list_sessions(tenant=)": (lambda s, k, w: s.list_sessions(w), lambda w: isinstance(w, str) and _valid_id(w)),
+    "list_sessions(limit=)": (lambda s, k, w: s.list_sessions(k.tenant, limit=w), lambda w: _is_count(w, 1)),
+    "list_sessions(cursor=)": (lambda s, k, w: s.list_sessions(k.tenant, cursor=w), lambda w: w is None),
+    "prune(older_than=)": (lambda s, k, w: s.prune(older_than=w, tenant=k.tenant), lambda w: False),
+    "prune(tenant=)": (
+        lambda s, k, w: s.prune(older_than=_LONG_AGO, tenant=w),
+        lambda w: w is None or (isinstance(w, str) and _valid_id(w)),
+    ),
+    "delete_tenant(tenant=)": (lambda s, k, w: s.delete_tenant(w), lambda w: isinstance(w, str) and _valid_id(w)),
+    "save_session(key=)": (lambda s, k, w: s.save_session(w, AgentSession(tenant=k.tenant)), lambda w: False),
+    "save_session(session=)": (lambda s, k, w: s.save_session(k, w), lambda w: False),
+    "save_session(expected_version=)": (
+        lambda s, k, w: s.save_session(k, AgentSession(tenant=k.tenant), expected_version=w),
+        lambda w: False,  # None would write: never drawn as wrong below
+    ),
+    "save_session(owner=)": (
+        lambda s, k, w: s.save_session(k, AgentSession(tenant=k.tenant), owner=w),
+        lambda w: w is None or (isinstance(w, str) and _valid_id(w)),
+    ),
+    "load_session(key=)": (lambda s, k, w: s.load_session(w), lambda w: False),
+    "load_session(owner=)": (
+        lambda s, k, w: s.load_session(k, owner=w),
+        lambda w: w is None or (isinstance(w, str) and _valid_id(w)),
+    ),
+}
+
+
+async def _check_wrong_argument(property_target: _Target, key: SessionKey, drawn: tuple[str, Any]) -> None:
+    name, wrong = drawn
+    call, valid = _WRONG_CALLS[name]
+    if valid(wrong) or (name == "save_session(expected_version=)" and (wrong is None or isinstance(wrong, str))):
+        return  # not a wrong value for this parameter (a string version is checked against the stored one)
+    store = property_target.store
+    try:
+        await call(store, key, wrong)
+    except ChatkeepError:
+        pass
+    else:
+        raise AssertionError(f"{name} accepted {wrong!r}: it must raise a ChatkeepError naming what to pass")
+    assert [m.text for m in await store.load(key)] == ["kept"], f"{name} with {wrong!r} changed the session"
+    assert await store.load_session(key) is None, f"{name} with {wrong!r} stored a session document"
