@@ -7,7 +7,7 @@ The example plugin (docs/examples/chatkeep-jsonfiles) runs the whole kit on the 
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -59,7 +59,7 @@ async def test_the_defaults_page_through_more_sessions_than_one_listing_page() -
         await store.append(key, [Message(role="user", text="hi")])
     await store.append(SessionKey("other", "kept"), [Message(role="user", text="hi")])
     assert await store.prune(older_than=timedelta(hours=1), tenant="t") == 0
-    assert await store.prune(older_than=timedelta(0) - timedelta(seconds=1), tenant="t") == 1_203
+    assert await store.prune(older_than=datetime.now(timezone.utc) + timedelta(seconds=1), tenant="t") == 1_203
     assert (await store.list_sessions("t")).items == []
     for key in keys[:3]:
         await store.append(key, [Message(role="user", text="again")])
@@ -74,4 +74,4 @@ async def test_prune_of_every_tenant_needs_a_tenant_listing_and_says_so() -> Non
     with pytest.raises(UnsupportedOperationError, match=r"_NoTenantListing cannot list its tenants, so prune\(\)"):
         await store.prune(older_than=timedelta(0))
     assert await store.count(key) == 1
-    assert await store.prune(older_than=timedelta(0) - timedelta(seconds=1), tenant="t") == 1
+    assert await store.prune(older_than=datetime.now(timezone.utc) + timedelta(seconds=1), tenant="t") == 1

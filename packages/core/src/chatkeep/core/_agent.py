@@ -13,7 +13,13 @@ from typing_extensions import Self
 
 from chatkeep.core import _telemetry
 from chatkeep.core._chat import ChatClient, ChatOptions, ChatResponse
-from chatkeep.core._errors import AgentConfigurationError, HistoryModeConflictError, ModelError, ToolError
+from chatkeep.core._errors import (
+    AgentConfigurationError,
+    HistoryModeConflictError,
+    InvalidArgumentTypeError,
+    ModelError,
+    ToolError,
+)
 from chatkeep.core._loop_thread import LoopThread
 from chatkeep.core._messages import FunctionCallContent, FunctionResultContent, Message, Usage
 from chatkeep.core._providers import (
@@ -92,7 +98,9 @@ def _to_messages(value: AgentInput) -> list[Message]:
         elif isinstance(item, Message):
             result.append(item)
         else:
-            raise TypeError(f"run() takes text, a Message or a list of them; got a {type(item).__name__} in the list")
+            raise InvalidArgumentTypeError(
+                f"run() takes text, a Message or a list of them; got a {type(item).__name__} in the list"
+            )
     return result
 
 
@@ -156,7 +164,7 @@ class Agent:
             provider = history_provider(history)
             self._owned.append(provider)
             return provider
-        raise TypeError(
+        raise InvalidArgumentTypeError(
             f"history= takes a backend URL, a HistoryStore or a HistoryProvider, not {type(history).__name__}"
         )
 

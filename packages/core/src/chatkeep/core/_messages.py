@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, Valid
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticSerializationError
 
-from chatkeep.core._errors import MessageFormatError, MessageTooLargeError
+from chatkeep.core._errors import InvalidArgumentError, MessageFormatError, MessageTooLargeError
 
 __all__ = [
     "RECORD_VERSION",
@@ -192,11 +192,17 @@ class Message(BaseModel):
     additional_properties: dict[str, JsonValue] = Field(default_factory=dict)
 
     def __init__(self, text: str | None = None, **data: Any) -> None:
-        if text is not None:
-            if data.get("contents"):
-                raise ValueError("give either text= or contents=, not both")
-            data["contents"] = [TextContent(text=text)]
-        super().__init__(**data)
+        try:
+            if text is not None:
+                if data.get("contents"):
+                    raise InvalidArgumentError("give Message either text= or contents=, not both")
+                data["contents"] = [TextContent(text=text)]
+            super().__init__(**data)
+        except ValidationError as exc:  # a ChatkeepError, as every refusal of the public API; pydantic's is the cause
+            raise InvalidArgumentError(
+                f"Message got a value it cannot hold: {exc}. Pass role= one of system, user, assistant or tool, "
+                "text= a string or contents= a list of contents (TextContent(text=...), ...)"
+            ) from exc
 
     # Validation (decode_records) builds messages without calling __init__: it adds nothing to stored data,
     # and pydantic would otherwise call it for every message of a batch decode, about twice as slow.

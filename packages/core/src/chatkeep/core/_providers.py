@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from chatkeep.core._errors import AgentConfigurationError
+from chatkeep.core._errors import AgentConfigurationError, InvalidArgumentError
 from chatkeep.core._messages import Message, decode_records
 from chatkeep.core._reducers import MessageCountingReducer, Reducer, drop_orphan_tool_results
 from chatkeep.core._session import AgentSession
@@ -89,7 +89,7 @@ class ContextProvider:
 
     def __init__(self, source_id: str) -> None:
         if not source_id:
-            raise ValueError("a provider needs a non-empty source_id")
+            raise InvalidArgumentError("a provider needs a non-empty source_id")
         self.source_id = source_id
 
     def __repr__(self) -> str:
@@ -229,7 +229,7 @@ class InMemoryHistoryProvider(HistoryProvider):
     ) -> None:
         """Append to the messages kept in the session state."""
         if state is None:
-            raise ValueError("InMemoryHistoryProvider needs the session state to store messages")
+            raise InvalidArgumentError("InMemoryHistoryProvider needs the session state to store messages")
         state.setdefault("messages", []).extend(m.to_record() for m in messages)
 
     def messages(self, session: AgentSession) -> list[Message]:
@@ -264,7 +264,7 @@ class StoreHistoryProvider(HistoryProvider):
         if isinstance(self.reducer, MessageCountingReducer):
             max_messages = self.reducer.n
         if max_messages is not None and max_messages < 1:
-            raise ValueError(f"max_messages must be at least 1 (or None for everything), got {max_messages}")
+            raise InvalidArgumentError(f"max_messages must be at least 1 (or None for everything), got {max_messages}")
         self.store = store
         self.max_messages = max_messages
         self.owns_store = owns_store

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from chatkeep.core._chat import ChatClient, ChatOptions
+from chatkeep.core._errors import InvalidArgumentError
 from chatkeep.core._messages import Message
 
 __all__ = [
@@ -97,7 +98,7 @@ class MessageCountingReducer:
 
     def __init__(self, n: int) -> None:
         if n < 1:
-            raise ValueError(f"MessageCountingReducer needs n >= 1, got {n}")
+            raise InvalidArgumentError(f"MessageCountingReducer needs n >= 1, got {n}")
         self.n = n
 
     def __repr__(self) -> str:
@@ -153,7 +154,7 @@ class TokenBudgetReducer:
         self, max_tokens: int, *, tokenizer: Callable[[str], int] | None = None, per_message_overhead: int = 4
     ) -> None:
         if max_tokens < 1:
-            raise ValueError(f"TokenBudgetReducer needs max_tokens >= 1, got {max_tokens}")
+            raise InvalidArgumentError(f"TokenBudgetReducer needs max_tokens >= 1, got {max_tokens}")
         self.max_tokens = max_tokens
         self.tokenizer = tokenizer or approximate_token_count
         self.per_message_overhead = per_message_overhead
@@ -200,12 +201,12 @@ class SummarizingReducer:
         self, client: ChatClient, *, keep_last: int = 20, summarize_after: int | None = None, cache_size: int = 256
     ) -> None:
         if keep_last < 1:
-            raise ValueError(f"SummarizingReducer needs keep_last >= 1, got {keep_last}")
+            raise InvalidArgumentError(f"SummarizingReducer needs keep_last >= 1, got {keep_last}")
         self.client = client
         self.keep_last = keep_last
         self.summarize_after = summarize_after if summarize_after is not None else 2 * keep_last
         if self.summarize_after < keep_last:
-            raise ValueError("summarize_after must be at least keep_last")
+            raise InvalidArgumentError("summarize_after must be at least keep_last")
         self._cache: OrderedDict[str, str] = OrderedDict()
         self._cache_size = cache_size
 

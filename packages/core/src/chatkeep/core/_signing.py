@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from chatkeep.core._errors import SessionIntegrityError
+from chatkeep.core._errors import InvalidArgumentError, SessionIntegrityError
 
 __all__ = ["SIGNATURE_FIELD", "SessionSigner"]
 
@@ -46,19 +46,19 @@ class SessionSigner:
 
     def __init__(self, keys: Mapping[str, bytes | str], *, current: str | None = None) -> None:
         if not keys:
-            raise ValueError("SessionSigner needs at least one key")
+            raise InvalidArgumentError("SessionSigner needs at least one key")
         self._keys: dict[str, bytes] = {}
         for key_id, secret in keys.items():
             raw = secret.encode() if isinstance(secret, str) else bytes(secret)
             if len(raw) < _MIN_KEY_BYTES:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"signing key {key_id!r} is {len(raw)} bytes; use at least {_MIN_KEY_BYTES} random bytes "
                     "(for example secrets.token_bytes(32))"
                 )
             self._keys[key_id] = raw
         self.current = current if current is not None else next(iter(self._keys))
         if self.current not in self._keys:
-            raise ValueError(f"current key {self.current!r} is not among the keys {sorted(self._keys)!r}")
+            raise InvalidArgumentError(f"current key {self.current!r} is not among the keys {sorted(self._keys)!r}")
 
     def sign(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """Return a copy of ``data`` with a signature field added (replacing any earlier one)."""

@@ -8,6 +8,8 @@ from typing import Any, get_type_hints
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError, create_model
 
+from chatkeep.core._errors import InvalidArgumentError
+
 __all__ = ["FunctionTool", "tool"]
 
 
@@ -104,7 +106,7 @@ def as_tools(tools: list[Any] | tuple[Any, ...] | None) -> list[FunctionTool]:
     for item in tools or ():
         t = item if isinstance(item, FunctionTool) else FunctionTool(item)
         if t.name in seen:
-            raise ValueError(f"two tools are named {t.name!r}; give one a different name with tool(name=...)")
+            raise InvalidArgumentError(f"two tools are named {t.name!r}; give one a different name with tool(name=...)")
         seen.add(t.name)
         result.append(t)
     return result

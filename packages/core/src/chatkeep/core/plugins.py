@@ -237,7 +237,7 @@ class PluginRegistry:
 
     def _add(self, spec: BackendSpec, distribution: str, version: str) -> None:
         if not isinstance(spec, BackendSpec):
-            raise TypeError(f"register() takes a BackendSpec, got {type(spec).__name__}")
+            raise InvalidArgumentTypeError(f"register() takes a BackendSpec, got {type(spec).__name__}")
         label = f"{distribution} {version}".strip()
         existing = self._backends.get(spec.name)
         if existing is not None and existing.distribution != distribution:

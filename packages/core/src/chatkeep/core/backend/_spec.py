@@ -10,6 +10,7 @@ from typing import Any
 
 import pluggy
 
+from chatkeep.core._errors import InvalidArgumentError
 from chatkeep.core.backend._store import HistoryStore
 
 __all__ = ["PROJECT", "BackendSpec", "hookimpl"]
@@ -48,7 +49,7 @@ class BackendSpec:
         if not self.default_url:
             object.__setattr__(self, "default_url", f"{self.schemes[0]}://" if self.schemes else "")
         if isinstance(self.open, str) and (self.open.count(":") != 1 or not all(self.open.split(":"))):
-            raise ValueError(f"BackendSpec.open takes a callable or 'module:attr', not {self.open!r}")
+            raise InvalidArgumentError(f"BackendSpec.open takes a callable or 'module:attr', not {self.open!r}")
 
     def url_for(self, url_or_name: str) -> str:
         """The URL a bare word that names this backend or one of its schemes stands for (a URL stays as it is)."""

@@ -15,7 +15,7 @@ from typing import Any, Concatenate, TypeVar
 
 from typing_extensions import ParamSpec, Self
 
-from chatkeep.core._errors import StoreClosedError
+from chatkeep.core._errors import InvalidArgumentTypeError, StoreClosedError
 from chatkeep.core._loop_thread import LoopThread
 from chatkeep.core._messages import Message
 from chatkeep.core.backend import HistoryStore, SessionKey
@@ -81,7 +81,7 @@ class SyncHistoryStore:
 
     def __init__(self, store: HistoryStore) -> None:
         if not isinstance(store, HistoryStore):
-            raise TypeError(
+            raise InvalidArgumentTypeError(
                 f"SyncHistoryStore wraps a HistoryStore (such as open_store(url)), not a {type(store).__name__}"
             )
         self._store = store
