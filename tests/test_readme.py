@@ -63,3 +63,23 @@ def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
         ("assistant", "Noted: you like Italian food."),
         ("user", "What food do I like?"),
     ]
+
+
+def test_the_readme_example_runs_offline_with_the_swap_the_readme_describes(tmp_path: Path) -> None:
+    text = readme()
+    assert "`OfflineChatClient().as_agent(`" in text
+    assert "from chatkeep.core.offline import OfflineChatClient" in text
+    offline = example().replace(
+        "from chatkeep.core.openai import OpenAIChatClient", "from chatkeep.core.offline import OfflineChatClient"
+    )
+    offline = re.sub(r"OpenAIChatClient\(\)\.as_agent\(", "OfflineChatClient().as_agent(", offline)
+    assert "OpenAIChatClient" not in offline, "the example's client line changed: update the README's offline note"
+    (tmp_path / "example.py").write_text(offline, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CHATKEEP_"))}
+    env["OPENAI_BASE_URL"] = "http://127.0.0.1:9"  # nothing listens: any attempt to reach a model would fail
+    done = subprocess.run(
+        [sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    # The second run was sent the first one's turn: it came back from the store.
+    assert "Earlier you told me: \u201cRemember that I like Italian food.\u201d" in done.stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -139,3 +140,39 @@ async def test_a_store_on_a_handed_in_client_leaves_it_open(private_redis: Any) 
         await asyncio.sleep(0)
     finally:
         await client.aclose()
+
+
+@pytest.mark.reliability
+async def test_a_cluster_connection_closed_under_a_call_is_a_lost_connection_retried(
+    redis_target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A soak's failover raised AttributeError: 'NoneType' object has no attribute 'writelines' from redis-py: a
+    # topology refresh by another task closed the connection a call held, between its checks and its write.
+    # Here the close is made to land in that window, once per call, on the real cluster.
+    if not redis_target.startswith("redis+cluster://"):
+        pytest.skip("a cluster client's topology refresh closes connections under calls")
+    from redis.asyncio.connection import Connection
+
+    health_check = Connection.check_health
+    closing = {"left": 0}
+
+    async def closed_by_a_refresh(self: Connection) -> None:
+        await health_check(self)
+        if closing["left"]:
+            closing["left"] -= 1
+            await self.disconnect()  # what the refresh does to the node's connections
+
+    key = SessionKey(f"closed-{uuid.uuid4().hex[:8]}", "s")
+    async with open_store(redis_target, transport="redis-py") as store:
+        await store.append(key, [Message(role="user", text="one")])
+        monkeypatch.setattr(Connection, "check_health", closed_by_a_refresh)
+        for call in (lambda: store.load(key), lambda: store.count(key), lambda: store.load_session(key)):
+            closing["left"] = 1
+            await call()  # once more on a new connection, not AttributeError
+            assert closing["left"] == 0, "the fault was not injected: the test proves nothing"
+        closing["left"] = 2  # closed under the retry too: a lost connection, in chatkeep's words
+        with pytest.raises(StoreUnavailableError):
+            await store.load(key)
+        monkeypatch.undo()
+        assert [m.text for m in await store.load(key)] == ["one"]
+        await store.delete(key)

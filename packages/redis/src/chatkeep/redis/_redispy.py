@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from chatkeep.core import StoreConfigurationError
+from chatkeep.core.backend import record_retry
 from chatkeep.redis._config import RedisConfig
 from chatkeep.redis._resp import release_socket
 from chatkeep.redis._transport import TransportName, backoff, retrying
@@ -34,6 +35,7 @@ from redis.backoff import NoBackoff
 __all__ = ["PRIVATE_ATTRIBUTES", "RedisClient", "RedisPyTransport", "decodes_responses"]
 
 RedisClient = Redis | RedisCluster
+T = TypeVar("T")
 
 #: redis-py's private attributes this module uses: (where, attribute) for the driver-internals test.
 PRIVATE_ATTRIBUTES = (
@@ -104,7 +106,7 @@ class RedisPyTransport:
         """Run one command (a cluster client routes it by its key); a server error reply raises it."""
         client = self.client
         if self.cluster:
-            return await client.execute_command(*args)
+            return await _once_more_if_closed_under(lambda: client.execute_command(*args))
         return await retrying(lambda: client.execute_command(*args))
 
     async def pipeline(self, commands: Sequence[Sequence[Any]], *, key: str | None = None) -> list[Any]:
@@ -123,7 +125,7 @@ class RedisPyTransport:
                 pipe.execute_command(*command)
             return list(await pipe.execute(raise_on_error=False))
 
-        return await (send() if self.cluster else retrying(send))
+        return await (_once_more_if_closed_under(send) if self.cluster else retrying(send))
 
     async def aclose(self) -> None:
         """Close the client when the store made it."""
@@ -151,6 +153,40 @@ class RedisPyTransport:
                 continue
             release_socket(writer.transport)
             connection._writer = connection._reader = None
+
+
+def _lost_if_closed_under(exc: AttributeError) -> BaseException:
+    """The connection error an ``AttributeError`` from redis-py's connection code means, or ``exc`` itself.
+
+    redis-py closes a cluster node's connections when another task refreshes the topology (a failover); a call
+    that already holds one of them then finds its writer or reader gone (``None``) before it sent anything:
+    ``'NoneType' object has no attribute 'writelines'``. That is a lost connection, not a bug.
+    """
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    module = str(frame.tb_frame.f_globals.get("__name__", "")) if frame is not None else ""
+    if module.startswith("redis.") and "'NoneType' object" in str(exc):
+        return redis_errors.ConnectionError("a connection was closed under this call by a topology refresh")
+    return exc
+
+
+async def _once_more_if_closed_under(send: Callable[[], Awaitable[T]]) -> T:
+    """``send()``, once more when redis-py closed its connection under it (see :func:`_lost_if_closed_under`).
+
+    Other failures of a cluster call are redis-py's to retry (it refreshes the topology and tries again).
+    """
+    for attempt in (0, 1):
+        try:
+            return await send()
+        except AttributeError as exc:
+            lost = _lost_if_closed_under(exc)
+            if lost is exc:
+                raise  # a bug, not a closed connection
+            if attempt == 1:
+                raise lost from exc
+            record_retry("connection lost")
+    raise AssertionError("unreachable")
 
 
 async def _on_slot_owner(client: RedisCluster, key: str, commands: Sequence[Sequence[Any]]) -> list[Any]:
@@ -182,9 +218,10 @@ async def _on_slot_owner(client: RedisCluster, key: str, commands: Sequence[Sequ
             try:
                 await node.execute_pipeline(batch)
             except AttributeError as exc:
-                # redis-py closes a node's connections when another task refreshes the topology; a command then
-                # finds its connection's writer gone (None) before anything was sent: a lost connection.
-                raise redis_errors.ConnectionError(f"the connection to {node.name} was closed under this call") from exc
+                lost = _lost_if_closed_under(exc)
+                if lost is exc:
+                    raise
+                raise lost from exc
             replies = [command.result for command in batch if command.position >= 0]
             first = replies[0]
             if isinstance(first, _TOPOLOGY_ERRORS):

@@ -132,7 +132,7 @@ def _hint(exc: BaseException, shown: str) -> str:
     if isinstance(exc, StoreUnavailableError):
         return (
             "start the server or fix the host, port and credentials in the URL; for a slow network, raise the "
-            "connect timeout (e.g. ?connect_timeout=30 for SQL databases)"
+            "store's connect timeout (e.g. ?connect_timeout=30: the SQL, Redis and Blob backends all take it)"
         )
     if type(exc).__name__ == "SchemaVersionError":
         return (

@@ -342,6 +342,7 @@ class CLIConformance(ConformanceBase):
         report = json.loads(doctor.out)
         assert (report["ok"], report["error"]["type"]) == (False, "StoreUnavailableError"), report
         assert report["fix"].startswith("start the server")
+        assert "SQL databases" not in report["fix"], "the hint named another backend's option"
         listing = await cli("sessions", "list", "--store", unreachable_url, "--tenant", "t")
         tenant = kit.tenant("unreachable")
         await seed(store, tenant, sessions=1)
