@@ -1,0 +1,121 @@
+"""A damaged metadata blob or data block is reported, naming the session, and never makes a session vanish."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chatkeep.blob import open_store
+from chatkeep.core import AgentSession, Message, MessageFormatError, SessionFormatError, SessionKey
+
+KEY = SessionKey("t-damaged", "s-damaged")
+
+
+def _messages(n: int, label: str = "m") -> list[Message]:
+    return [Message(role="user", text=f"{label}-{i}") for i in range(n)]
+
+
+async def _blob_names(service: Any, container: str, folder: str) -> list[str]:
+    client = service.get_container_client(container)
+    return [blob.name async for blob in client.list_blobs(name_starts_with=f"chatkeep/{folder}/")]
+
+
+async def _overwrite(service: Any, container: str, name: str, data: bytes) -> None:
+    """What a tool writing over the blob does: new content, and the blob's own metadata gone with the old one."""
+    await service.get_container_client(container).get_blob_client(name).upload_blob(data, overwrite=True)
+
+
+async def _seed(blob_url: str) -> None:
+    async with open_store(blob_url) as store:
+        await store.append(SessionKey(KEY.tenant, "s-good"), _messages(2, "good"))
+        await store.append(KEY, _messages(3))
+        await store.save_session(KEY, AgentSession(session_id=KEY.session_id, tenant=KEY.tenant))
+
+
+def _says_which(error: BaseException) -> None:
+    text = str(error)
+    assert "session 's-damaged' in tenant 't-damaged'" in text, text
+    assert "chatkeep sessions delete s-damaged --tenant t-damaged" in text, text
+
+
+async def test_a_damaged_metadata_blob_is_listed_and_every_call_names_it(
+    blob_url: str, service: Any, container: str
+) -> None:
+    await _seed(blob_url)
+    async with open_store(blob_url) as store:
+        meta = store.layout.meta(KEY.tenant, KEY.session_id)
+    raw = await (await service.get_container_client(container).get_blob_client(meta).download_blob()).readall()
+    await _overwrite(service, container, meta, raw[: len(raw) // 2])  # cut in the middle: no longer JSON
+    async with open_store(blob_url) as store:
+        page = await store.list_sessions(KEY.tenant)
+        assert sorted(info.session_id for info in page.items) == ["s-damaged", "s-good"], "the session vanished"
+        for call in (
+            store.count(KEY),
+            store.load(KEY),
+            store.load(KEY, last=1),
+            store.load_session(KEY),
+            store.append(KEY, _messages(1, "more")),
+            store.trim(KEY, 1),
+            store.pop(KEY),
+        ):
+            with pytest.raises(SessionFormatError) as caught:
+                await call
+            _says_which(caught.value)
+            assert "metadata" in str(caught.value)
+        with pytest.raises(SessionFormatError):
+            [m async for m in store.iter_messages(KEY)]
+        assert [m.text for m in await store.load(SessionKey(KEY.tenant, "s-good"))] == ["good-0", "good-1"]
+        assert await store.delete(KEY)  # the way out the message names works
+        assert await store.count(KEY) == 0
+
+
+async def test_a_metadata_blob_that_no_longer_names_its_session_is_an_error_naming_the_blob(
+    blob_url: str, service: Any, container: str
+) -> None:
+    await _seed(blob_url)
+    async with open_store(blob_url) as store:
+        meta = store.layout.meta(KEY.tenant, KEY.session_id)
+    await _overwrite(service, container, meta, b"\x00garbage")
+    async with open_store(blob_url) as store:
+        with pytest.raises(SessionFormatError) as caught:
+            await store.list_sessions(KEY.tenant)
+        assert meta in str(caught.value) and "tenant 't-damaged'" in str(caught.value)
+        assert "delete it and the folder" in str(caught.value)
+        assert [info.session_id for info in (await store.list_sessions("another")).items] == []
+
+
+async def test_a_metadata_blob_without_its_listing_fields_is_still_listed(
+    blob_url: str, service: Any, container: str
+) -> None:
+    await _seed(blob_url)
+    async with open_store(blob_url) as store:
+        meta = store.layout.meta(KEY.tenant, KEY.session_id)
+    blob = service.get_container_client(container).get_blob_client(meta)
+    await blob.set_blob_metadata({})  # intact content, listing fields gone
+    async with open_store(blob_url) as store:
+        listed = {info.session_id: info.message_count for info in (await store.list_sessions(KEY.tenant)).items}
+        assert listed == {"s-damaged": 3, "s-good": 2}
+        assert [m.text for m in await store.load(KEY)] == ["m-0", "m-1", "m-2"]
+
+
+async def test_a_damaged_data_block_names_the_session(blob_url: str, service: Any, container: str) -> None:
+    await _seed(blob_url)
+    segments = await _blob_names(service, container, "d")
+    async with open_store(blob_url) as store:
+        folder = store.layout.data(KEY.tenant, KEY.session_id)
+    (segment,) = [name for name in segments if name.startswith(folder)]
+    data = service.get_container_client(container).get_blob_client(segment)
+    # A block past what the metadata covers (as an append whose writer died before committing): every reader
+    # and the next writer take it in, and find a record that is not JSON.
+    await data.append_block(b"~0123456789abcdef\n{not json at all\n")
+    async with open_store(blob_url) as store:
+        for call in (store.count(KEY), store.load(KEY), store.append(KEY, _messages(1, "more"))):
+            with pytest.raises(MessageFormatError) as caught:
+                await call
+            _says_which(caught.value)
+            assert "not valid JSON" in str(caught.value)
+        with pytest.raises(MessageFormatError) as caught:
+            [m async for m in store.iter_messages(KEY)]
+        _says_which(caught.value)
+        assert await store.count(SessionKey(KEY.tenant, "s-good")) == 2
