@@ -291,7 +291,8 @@ def test_sessions_list_pages_newest_first_with_counts(cli: CLI, store_url: str) 
     first = cli.json("sessions", "list", "--store", store_url, "--tenant", "acme", "--limit", "2")
     assert [s["session_id"] for s in first["sessions"]] == ["chat-2", "chat-1"]
     assert {s["message_count"] for s in first["sessions"]} == {4}
-    assert set(first["sessions"][0]) == {"session_id", "tenant", "message_count", "created_at", "updated_at"}
+    assert set(first["sessions"][0]) == {"session_id", "tenant", "message_count", "created_at", "updated_at", "damaged"}
+    assert first["sessions"][0]["damaged"] is None
     assert first["sessions"][0]["updated_at"].endswith("+00:00")
     second = cli.json("sessions", "list", "--store", store_url, "--tenant", "acme", "--cursor", first["next_cursor"])
     assert [s["session_id"] for s in second["sessions"]] == ["chat-0"]
@@ -356,15 +357,25 @@ def test_export_import_round_trip_is_exact_and_idempotent(cli: CLI, store_url: s
         "messages": 12,
         "session_documents": 1,
         "output": str(exported),
+        "skipped": [],
     }
     lines = [json.loads(line) for line in exported.read_text(encoding="utf-8").splitlines()]
-    assert {line["type"] for line in lines} == {"message", "session"}
+    assert {line["type"] for line in lines[:-1]} == {"message", "session"}
+    end = {"type": "end", "format": "chatkeep-export", "version": 1, "sessions": 3, "messages": 12, "damaged": 0}
+    assert lines[-1] == end
     assert all(line["record"]["v"] == 1 for line in lines if line["type"] == "message")
     assert not (tmp_path / "acme.jsonl.partial").exists()
 
     target = f"sqlite:///{tmp_path / 'target.db'}"
     counts = cli.json("import", "--store", target, "--input", str(exported))
-    assert counts == {"sessions": 3, "messages": 12, "new_messages": 12, "session_documents": 1}
+    assert counts == {
+        "sessions": 3,
+        "messages": 12,
+        "new_messages": 12,
+        "session_documents": 1,
+        "complete": True,
+        "damaged_in_export": [],
+    }
     assert run(snapshot(target, "acme")) == run(snapshot(store_url, "acme"))
     again = cli.json("import", "--store", target, "--input", str(exported))
     assert again["new_messages"] == 0
@@ -375,7 +386,9 @@ def test_export_of_one_session_and_import_into_another_tenant(cli: CLI, memory_u
     run(seed(memory_url))
     exported = tmp_path / "one.jsonl"
     cli.json("export", "--store", memory_url, "--tenant", "acme", "--session", "chat-1", "-o", str(exported))
-    assert {json.loads(line)["session_id"] for line in exported.read_text(encoding="utf-8").splitlines()} == {"chat-1"}
+    assert {json.loads(line)["session_id"] for line in exported.read_text(encoding="utf-8").splitlines()[:-1]} == {
+        "chat-1"
+    }
     cli.json("import", "--store", memory_url, "--tenant", "other", "-i", str(exported))
     moved = run(snapshot(memory_url, "other"))
     original = run(snapshot(memory_url, "acme"))["chat-1"]
@@ -392,7 +405,7 @@ def test_export_to_stdout_puts_the_summary_on_stderr(cli: CLI, memory_url: str) 
     run(seed(memory_url, sessions=1, document=False))
     code, out, err = cli("export", "--store", memory_url, "--tenant", "acme")
     assert code == 0
-    assert len(out.splitlines()) == 4
+    assert len(out.splitlines()) == 5  # four messages and the trailer
     assert err.strip() == "exported 1 session (4 messages) of tenant 'acme'"
 
 
@@ -435,7 +448,8 @@ def test_import_from_stdin_validates_before_writing(cli: CLI, memory_url: str, m
     assert code == 1
     assert "line 2 of stdin" in err
     assert run(count(memory_url, SessionKey("acme", "s"))) == 0
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((good + "}\n").encode())))
+    end = '{"type":"end","format":"chatkeep-export","version":1,"sessions":1,"messages":1,"damaged":0}\n'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((good + "}\n" + end).encode())))
     assert cli.json("import", "--store", memory_url)["new_messages"] == 1
 
 
