@@ -74,6 +74,13 @@ class TestEncryptedMemoryConformance(HistoryStoreConformance):
         assert isinstance(store.inner, MemoryHistoryStore)
         return store.inner.messages_read
 
+    async def damage_session_document(self, store: HistoryStore, key: SessionKey) -> None:
+        assert isinstance(store, EncryptedStore)
+        assert isinstance(store.inner, MemoryHistoryStore)
+        stored = store.inner._data.get(key)  # where the namespace keeps the (sealed) document
+        assert stored is not None
+        stored.document = '{"type": "sess'
+
 
 @pytest.fixture
 def backing() -> Backing:

@@ -80,7 +80,8 @@ async def test_a_metadata_blob_that_no_longer_names_its_session_is_an_error_nami
     async with open_store(blob_url) as store:
         with pytest.raises(SessionFormatError) as caught:
             await store.list_sessions(KEY.tenant)
-        assert meta in str(caught.value) and "tenant 't-damaged'" in str(caught.value)
+        assert meta in str(caught.value)
+        assert "tenant 't-damaged'" in str(caught.value)
         assert "delete it and the folder" in str(caught.value)
         assert [info.session_id for info in (await store.list_sessions("another")).items] == []
 

@@ -35,9 +35,9 @@ from chatkeep.core.backend._converters import (
     positive_seconds,
     text,
 )
+from chatkeep.core.backend._damage import damaged_record_error, damaged_session_error
 from chatkeep.core.backend._keys import hashed_key, length_prefixed
 from chatkeep.core.backend._lazy import lazy_exports
-from chatkeep.core.backend._damage import damaged_record_error, damaged_session_error
 from chatkeep.core.backend._paging import decode_cursor, encode_cursor
 from chatkeep.core.backend._settings import DriverOptions, StoreSettings, TTLStoreSettings
 from chatkeep.core.backend._spec import BackendSpec, hookimpl

@@ -118,7 +118,10 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     copy = _command(
-        commands, "copy", "_transfer:copy", "copy a tenant's sessions between two stores, then verify (run it again to resume an interrupted copy)",
+        commands,
+        "copy",
+        "_transfer:copy",
+        "copy a tenant's sessions between two stores, then verify (run it again to resume an interrupted copy)",
         parents=[bare],
     )
     copy.add_argument("--from", dest="source", required=True, metavar="URL", help="the store to copy from")

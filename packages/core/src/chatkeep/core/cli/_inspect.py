@@ -259,7 +259,7 @@ async def sessions_list(args: argparse.Namespace) -> int:
             if info.session_id in damaged:
                 damage.found(SessionKey(tenant, info.session_id), SessionFormatError(damaged[info.session_id]))
     shown = [s for s in page.items if not (damage.skip and s.session_id in damaged)]
-    status = damage.exit_status(1 if damaged else 0)
+    status = damage.exit_status(1 if damaged and not damage.skip else 0)
     if args.json:
         items = [
             {
@@ -290,11 +290,16 @@ async def sessions_list(args: argparse.Namespace) -> int:
             say(damage.summary(), err=True)
         return status
     for session_id, why in damaged.items():
-        say(f"chatkeep: session {printable(repr(session_id))} of tenant {printable(repr(tenant))} is damaged: {why}",
-            err=True)
+        say(
+            f"chatkeep: session {printable(repr(session_id))} of tenant {printable(repr(tenant))} is damaged: {why}",
+            err=True,
+        )
     if damaged:
-        say(f"chatkeep: {plural(len(damaged), 'damaged session')} listed (marked DAMAGED); --skip-damaged leaves "
-            "them out", err=True)
+        say(
+            f"chatkeep: {plural(len(damaged), 'damaged session')} listed (marked DAMAGED); --skip-damaged leaves "
+            "them out",
+            err=True,
+        )
     return status
 
 

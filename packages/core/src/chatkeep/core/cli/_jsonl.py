@@ -59,7 +59,7 @@ def prefix(kind: str, key: SessionKey) -> str:
 
 def damaged(key: SessionKey, error: BaseException) -> str:
     """The line saying that ``key`` was damaged and skipped: import leaves the session out."""
-    return f"{prefix('damaged', key)}\"error\":{json.dumps(str(error), ensure_ascii=False)}}}\n"
+    return f'{prefix("damaged", key)}"error":{json.dumps(str(error), ensure_ascii=False)}}}\n'
 
 
 def trailer(sessions: int, messages: int, damaged: int) -> str:

@@ -287,17 +287,25 @@ def import_(args: argparse.Namespace) -> int:
         f"{plural(counts['sessions'], 'session')} and {plural(counts['session_documents'], 'session document')} "
         f"from {name}"
     )
-    left_out = [{"tenant": key.tenant, "session_id": key.session_id, "error": why} for key, why in tally.damaged.items()]
+    left_out = [
+        {"tenant": key.tenant, "session_id": key.session_id, "error": why} for key, why in tally.damaged.items()
+    ]
     if args.json:
         emit_json({**counts, "complete": tally.problem is None, "damaged_in_export": left_out})
         return 0
     say(text)
     if tally.problem is not None:
-        say(f"chatkeep: --allow-partial: {name} is not a complete export ({tally.problem}); the store may hold "
-            "more than this file brought", err=True)
+        say(
+            f"chatkeep: --allow-partial: {name} is not a complete export ({tally.problem}); the store may hold "
+            "more than this file brought",
+            err=True,
+        )
     for skipped in left_out:
-        say(f"chatkeep: left out session {printable(repr(skipped['session_id']))} of tenant "
-            f"{printable(repr(skipped['tenant']))}: the export found it damaged ({skipped['error']})", err=True)
+        say(
+            f"chatkeep: left out session {printable(repr(skipped['session_id']))} of tenant "
+            f"{printable(repr(skipped['tenant']))}: the export found it damaged ({skipped['error']})",
+            err=True,
+        )
     return 0
 
 
@@ -378,9 +386,7 @@ async def copy(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"from": shown_from, "to": shown_to, "tenants": list(args.tenants)}
     sessions = messages = new = 0
     mismatches: list[dict[str, Any]] = []
-    damage = DamagedSessions(
-        args, "copy", after=f"The sessions copied before it are verified in the target; {RESUME}"
-    )
+    damage = DamagedSessions(args, "copy", after=f"The sessions copied before it are verified in the target; {RESUME}")
     try:
         async with open_existing_store(args.source) as source, open_store(args.target) as target:
             with progress("copy") as bar:
