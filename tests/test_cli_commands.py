@@ -1025,7 +1025,7 @@ def test_a_damaged_record_stops_copy_naming_it_and_the_rerun_with_skip_damaged_c
     code, out, err = cli("copy", "--from", store_url, "--to", target, "--tenant", "acme")
     assert (code, out) == (1, "")
     assert "copy stopped at session 'chat-1' of tenant 'acme', which is damaged" in err
-    assert "The sessions copied before it are verified in the target; run the same copy again" in err
+    assert "The sessions before it are copied and verified, and a rerun resumes where it stopped" in err
     assert run(count(target, keys[2])) == 4  # newest first: chat-2 was copied before it
     code, out, err = cli("copy", "--from", store_url, "--to", target, "--tenant", "acme", "--skip-damaged")
     assert code == 3

@@ -26,7 +26,7 @@ from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore, SessionKey
 from chatkeep.core.cli import _jsonl
 from chatkeep.core.cli._app import store_url
-from chatkeep.core.cli._damaged import DAMAGE, DamagedSessions
+from chatkeep.core.cli._damaged import DAMAGE, DamagedSessionError, DamagedSessions
 from chatkeep.core.cli._inspect import open_existing_store, tenant_of
 from chatkeep.core.cli._jsonl import NOTHING, ExportFormatError, Line, Tally, Trailer
 from chatkeep.core.cli._output import Progress, UsageError, emit_json, plural, printable, progress, say
@@ -68,7 +68,7 @@ def export(args: argparse.Namespace) -> int:
     ``--skip-damaged`` is marked in the file and named on stderr, and the exit status is 3.
     """
     output: Path | None = args.output
-    damage = DamagedSessions(args, "export", after="Nothing was written to the output file" if output else "")
+    damage = DamagedSessions(args, "export", after="No output file was written")
     if output is None:
         damage.after = "What was written to stdout ends without the trailer, so import refuses it"
         summary = asyncio.run(_export(args, sys.stdout, damage))
@@ -386,7 +386,9 @@ async def copy(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"from": shown_from, "to": shown_to, "tenants": list(args.tenants)}
     sessions = messages = new = 0
     mismatches: list[dict[str, Any]] = []
-    damage = DamagedSessions(args, "copy", after=f"The sessions copied before it are verified in the target; {RESUME}")
+    damage = DamagedSessions(
+        args, "copy", after="The sessions before it are copied and verified, and a rerun resumes where it stopped"
+    )
     try:
         async with open_existing_store(args.source) as source, open_store(args.target) as target:
             with progress("copy") as bar:
@@ -396,7 +398,10 @@ async def copy(args: argparse.Namespace) -> int:
                             result = await _copy_session(source, target, key, bar)
                         except DAMAGE as exc:
                             # Only the source's records are decoded as damaged (the target's are written by us).
-                            damage.found(key, exc, note=" (the target may hold the part read before the damage)")
+                            part = " (the target may hold the part read before it)" * isinstance(
+                                exc, MessageFormatError
+                            )
+                            damage.found(key, exc, note=part)
                             continue
                         sessions += 1
                         messages += result["messages"]
@@ -404,7 +409,7 @@ async def copy(args: argparse.Namespace) -> int:
                         if not result["verified"]:
                             mismatches.append(result)
     except (ChatkeepError, OSError, KeyboardInterrupt, asyncio.CancelledError) as exc:
-        if RESUME not in str(exc) and "run the same copy again" not in str(exc):
+        if not isinstance(exc, DamagedSessionError) and "run the same copy again" not in str(exc):
             say(f"chatkeep: copy stopped after {plural(sessions, 'session')}; {RESUME}", err=True)
         raise
     report.update(sessions=sessions, messages=messages, new_messages=new, mismatches=mismatches)

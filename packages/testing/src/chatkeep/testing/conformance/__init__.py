@@ -46,6 +46,8 @@ The subclass contract:
   the store's ``messages_read`` property (``chatkeep.core.backend.SupportsReadProbe``), or else an
   override of ``messages_read(store)``. Windowed reads (``load(last=20)`` on 100,000 messages, one page of
   ``iter_messages``) and cheap appends are proven with it, never with timings.
+* ``damage_session_document(store, key)``: an async method that writes text that is not JSON where the
+  backend keeps ``key``'s session document, behind the store (the damaged-document tests use it).
 * ``native_ttl`` and ``multi_process``: the only capability flags. With ``multi_process`` set,
   ``store_url`` (a class attribute or a fixture) is a URL that ``chatkeep.core.open_store`` opens
   in a child process on the same data.

@@ -289,7 +289,7 @@ class CLIConformance(ConformanceBase):
         halted = await cli(*copy)
         assert halted.code == 1
         assert f"copy stopped at session 'chat-1' of tenant '{tenant}', which is damaged" in halted.err
-        assert "run the same copy again" in halted.err
+        assert "a rerun resumes where it stopped" in halted.err
         report = await cli(*copy, "--skip-damaged", "--json")
         assert report.code == 3, report.err
         result = json.loads(report.out)
