@@ -372,14 +372,8 @@ def test_export_import_round_trip_is_exact_and_idempotent(cli: CLI, store_url: s
 
     target = f"sqlite:///{tmp_path / 'target.db'}"
     counts = cli.json("import", "--store", target, "--input", str(exported))
-    assert counts == {
-        "sessions": 3,
-        "messages": 12,
-        "new_messages": 12,
-        "session_documents": 1,
-        "complete": True,
-        "damaged_in_export": [],
-    }
+    assert [counts[name] for name in ("sessions", "messages", "new_messages", "session_documents")] == [3, 12, 12, 1]
+    assert (counts["complete"], counts["damaged_in_export"]) == (True, [])
     assert run(snapshot(target, "acme")) == run(snapshot(store_url, "acme"))
     again = cli.json("import", "--store", target, "--input", str(exported))
     assert again["new_messages"] == 0

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from chatkeep.blob import BlobHistoryStore
-from chatkeep.core import HistoryStore, SessionKey
 from chatkeep.testing import CLIConformance
 from chatkeep.testing.faults import free_port
 
@@ -25,11 +21,3 @@ class TestBlobCommandLine(CLIConformance):
         # environment), so store_url keeps reaching Azurite through the connection string.
         monkeypatch.setenv("AZURE_STORAGE_SAS_TOKEN", "sv=2022-11-02&sig=unused")
         return f"azblob://{container}?account_url=http://127.0.0.1:{free_port()}/devstoreaccount1&retries=0"
-
-    async def damage_session_document(self, store: HistoryStore, key: SessionKey) -> None:
-        assert isinstance(store, BlobHistoryStore)
-        blob = store._container().get_blob_client(store.layout.meta(key.tenant, key.session_id))
-        meta = json.loads(await (await blob.download_blob()).readall())
-        meta["doc"] = '{"type": "sess'  # the session document, inside otherwise intact metadata
-        listing = (await blob.get_blob_properties()).metadata
-        await blob.upload_blob(json.dumps(meta).encode(), overwrite=True, metadata=listing)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from chatkeep.blob import BlobHistoryStore, open_store
-from chatkeep.core import HistoryStore, SessionKey
+from chatkeep.blob import open_store
+from chatkeep.core import HistoryStore
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 
@@ -26,14 +25,6 @@ class TestBlobConformance(HistoryStoreConformance):
             return open_store(store_url, **options)
 
         return make
-
-    async def damage_session_document(self, store: HistoryStore, key: SessionKey) -> None:
-        assert isinstance(store, BlobHistoryStore)
-        blob = store._container().get_blob_client(store.layout.meta(key.tenant, key.session_id))
-        meta = json.loads(await (await blob.download_blob()).readall())
-        meta["doc"] = '{"type": "sess'  # the session document, inside otherwise intact metadata
-        listing = (await blob.get_blob_properties()).metadata
-        await blob.upload_blob(json.dumps(meta).encode(), overwrite=True, metadata=listing)
 
 
 class TestBlobConformanceSmallSegments(TestBlobConformance):

@@ -26,11 +26,14 @@ async def _overwrite(service: Any, container: str, name: str, data: bytes) -> No
     await service.get_container_client(container).get_blob_client(name).upload_blob(data, overwrite=True)
 
 
-async def _seed(blob_url: str) -> None:
+@pytest.fixture
+async def meta(blob_url: str) -> str:
+    """Two sessions of one tenant stored; the name of the metadata blob of KEY, the one the tests damage."""
     async with open_store(blob_url) as store:
         await store.append(SessionKey(KEY.tenant, "s-good"), _messages(2, "good"))
         await store.append(KEY, _messages(3))
         await store.save_session(KEY, AgentSession(session_id=KEY.session_id, tenant=KEY.tenant))
+        return store.layout.meta(KEY.tenant, KEY.session_id)
 
 
 def _says_which(error: BaseException) -> None:
@@ -40,11 +43,8 @@ def _says_which(error: BaseException) -> None:
 
 
 async def test_a_damaged_metadata_blob_is_listed_and_every_call_names_it(
-    blob_url: str, service: Any, container: str
+    blob_url: str, service: Any, container: str, meta: str
 ) -> None:
-    await _seed(blob_url)
-    async with open_store(blob_url) as store:
-        meta = store.layout.meta(KEY.tenant, KEY.session_id)
     raw = await (await service.get_container_client(container).get_blob_client(meta).download_blob()).readall()
     await _overwrite(service, container, meta, raw[: len(raw) // 2])  # cut in the middle: no longer JSON
     async with open_store(blob_url) as store:
@@ -71,11 +71,8 @@ async def test_a_damaged_metadata_blob_is_listed_and_every_call_names_it(
 
 
 async def test_a_metadata_blob_that_no_longer_names_its_session_is_an_error_naming_the_blob(
-    blob_url: str, service: Any, container: str
+    blob_url: str, service: Any, container: str, meta: str
 ) -> None:
-    await _seed(blob_url)
-    async with open_store(blob_url) as store:
-        meta = store.layout.meta(KEY.tenant, KEY.session_id)
     await _overwrite(service, container, meta, b"\x00garbage")
     async with open_store(blob_url) as store:
         with pytest.raises(SessionFormatError) as caught:
@@ -87,11 +84,8 @@ async def test_a_metadata_blob_that_no_longer_names_its_session_is_an_error_nami
 
 
 async def test_a_metadata_blob_without_its_listing_fields_is_still_listed(
-    blob_url: str, service: Any, container: str
+    blob_url: str, service: Any, container: str, meta: str
 ) -> None:
-    await _seed(blob_url)
-    async with open_store(blob_url) as store:
-        meta = store.layout.meta(KEY.tenant, KEY.session_id)
     blob = service.get_container_client(container).get_blob_client(meta)
     await blob.set_blob_metadata({})  # intact content, listing fields gone
     async with open_store(blob_url) as store:
@@ -100,8 +94,7 @@ async def test_a_metadata_blob_without_its_listing_fields_is_still_listed(
         assert [m.text for m in await store.load(KEY)] == ["m-0", "m-1", "m-2"]
 
 
-async def test_a_damaged_data_block_names_the_session(blob_url: str, service: Any, container: str) -> None:
-    await _seed(blob_url)
+async def test_a_damaged_data_block_names_the_session(blob_url: str, service: Any, container: str, meta: str) -> None:
     segments = await _blob_names(service, container, "d")
     async with open_store(blob_url) as store:
         folder = store.layout.data(KEY.tenant, KEY.session_id)

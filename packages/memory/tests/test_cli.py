@@ -6,8 +6,6 @@ import uuid
 
 import pytest
 
-from chatkeep.core import HistoryStore, SessionKey
-from chatkeep.memory import MemoryHistoryStore
 from chatkeep.testing import CLIConformance
 
 
@@ -17,9 +15,3 @@ class TestMemoryCommandLine(CLIConformance):
     @pytest.fixture
     def store_url(self) -> str:
         return f"memory://cli-kit-{uuid.uuid4().hex}"
-
-    async def damage_session_document(self, store: HistoryStore, key: SessionKey) -> None:
-        assert isinstance(store, MemoryHistoryStore)
-        stored = store._data.get(key)  # where the namespace keeps the document
-        assert stored is not None
-        stored.document = '{"type": "sess'

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from chatkeep.core import HistoryStore, SessionKey
+from chatkeep.core import HistoryStore
 from chatkeep.memory import MemoryHistoryStore
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
@@ -24,9 +24,3 @@ class TestMemoryConformance(HistoryStoreConformance):
             return MemoryHistoryStore(namespace=namespace, **options)
 
         return make
-
-    async def damage_session_document(self, store: HistoryStore, key: SessionKey) -> None:
-        assert isinstance(store, MemoryHistoryStore)
-        stored = store._data.get(key)  # where the namespace keeps the document
-        assert stored is not None
-        stored.document = '{"type": "sess'

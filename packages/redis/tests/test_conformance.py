@@ -6,10 +6,8 @@ from typing import Any
 
 import pytest
 
-from chatkeep.core import HistoryStore, SessionKey
-from chatkeep.core.encryption import EncryptedStore
+from chatkeep.core import HistoryStore
 from chatkeep.redis import RedisHistoryStore, open_store
-from chatkeep.redis._layout import session_keys
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 
@@ -32,9 +30,3 @@ class TestRedisConformance(HistoryStoreConformance):
             return store
 
         return make
-
-    async def damage_session_document(self, store: HistoryStore, key: SessionKey) -> None:
-        inner = store.inner if isinstance(store, EncryptedStore) else store
-        assert isinstance(inner, RedisHistoryStore)
-        session_hash = session_keys(inner.prefix, key.tenant, key.session_id)[0]
-        assert await inner._call("HSET", session_hash, "doc", '{"type": "sess') == 0  # overwrites the document

@@ -10,7 +10,6 @@ import pytest
 from chatkeep.core import AgentSession, HistoryStore, Message, SessionKey
 from chatkeep.core.encryption import EncryptedStore
 from chatkeep.redis import RedisHistoryStore, open_store
-from chatkeep.redis._layout import session_keys
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 MASTER = {"k1": os.urandom(32)}
@@ -39,12 +38,6 @@ class TestEncryptedRedisConformance(HistoryStoreConformance):
         assert isinstance(store, EncryptedStore)
         assert isinstance(store.inner, RedisHistoryStore)
         return store.inner.messages_read
-
-    async def damage_session_document(self, store: HistoryStore, key: SessionKey) -> None:
-        inner = store.inner if isinstance(store, EncryptedStore) else store
-        assert isinstance(inner, RedisHistoryStore)
-        session_hash = session_keys(inner.prefix, key.tenant, key.session_id)[0]
-        assert await inner._call("HSET", session_hash, "doc", '{"type": "sess') == 0  # overwrites the document
 
 
 async def test_plaintext_canary_is_in_no_key(redis_url: str, redis_prefix: str, raw_redis: Any) -> None:

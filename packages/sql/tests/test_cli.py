@@ -7,8 +7,6 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
-from chatkeep.core import HistoryStore, SessionKey
-from chatkeep.sql._schema import key_hash
 from chatkeep.testing import CLIConformance
 from chatkeep.testing.faults import free_port
 
@@ -18,7 +16,6 @@ class TestSQLCommandLine(CLIConformance):
 
     @pytest.fixture
     def store_url(self, sql_target: Any) -> str:
-        self.sql_target = sql_target  # for damage_session_document
         return str(sql_target.url)
 
     @pytest.fixture
@@ -28,17 +25,3 @@ class TestSQLCommandLine(CLIConformance):
         # The same database URL on a port where nothing listens.
         url = make_url(sql_target.server_url).set(port=free_port())
         return url.render_as_string(hide_password=False) + "?connect_timeout=5"
-
-    async def damage_session_document(self, store: HistoryStore, key: SessionKey) -> None:
-        target = self.sql_target
-        rows = target.execute_in(
-            target.name,
-            [
-                (
-                    "UPDATE chatkeep_sessions SET document = ? WHERE key_hash = ?",
-                    ('{"type": "sess', key_hash(key.tenant, key.session_id)),
-                ),
-                ("SELECT document FROM chatkeep_sessions WHERE key_hash = ?", (key_hash(key.tenant, key.session_id),)),
-            ],
-        )
-        assert rows == [('{"type": "sess',)]

@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 
-from chatkeep.core import HistoryStore, SessionKey
+from chatkeep.core import HistoryStore
 from chatkeep.sql import SQLHistoryStore
-from chatkeep.sql._schema import key_hash
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 #: Each database's transports: the driver's own (the default) and SQLAlchemy's engine.
@@ -33,29 +32,13 @@ class TestSQLConformance(HistoryStoreConformance):
         return url + ("&" if "?" in url else "?") + f"transport={transport}"
 
     @pytest.fixture
-    def make_store(self, store_url: str, transport: str, sql_target: Any) -> StoreFactory:
-        self.sql_target = sql_target  # for damage_session_document
-
+    def make_store(self, store_url: str, transport: str) -> StoreFactory:
         def make(**options: Any) -> HistoryStore:
             store = SQLHistoryStore(store_url, **options)
             assert store.transport == transport
             return store
 
         return make
-
-    async def damage_session_document(self, store: HistoryStore, key: SessionKey) -> None:
-        target = self.sql_target
-        rows = target.execute_in(
-            target.name,
-            [
-                (
-                    "UPDATE chatkeep_sessions SET document = ? WHERE key_hash = ?",
-                    ('{"type": "sess', key_hash(key.tenant, key.session_id)),
-                ),
-                ("SELECT document FROM chatkeep_sessions WHERE key_hash = ?", (key_hash(key.tenant, key.session_id),)),
-            ],
-        )
-        assert rows == [('{"type": "sess',)]
 
     async def messages_read(self, store: HistoryStore) -> int:
         assert isinstance(store, SQLHistoryStore)

@@ -12,7 +12,6 @@ import pytest
 from chatkeep.core import AgentSession, HistoryStore, Message, SessionKey
 from chatkeep.core.encryption import EncryptedStore
 from chatkeep.sql import SQLHistoryStore
-from chatkeep.sql._schema import key_hash
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 MASTER = {"k1": os.urandom(32)}
@@ -39,8 +38,6 @@ class TestEncryptedSQLConformance(HistoryStoreConformance):
 
     @pytest.fixture
     def make_store(self, sql_target: Any, key_store_url: str) -> StoreFactory:
-        self.sql_target = sql_target  # for damage_session_document
-
         def make(**options: Any) -> HistoryStore:
             return encrypted(sql_target.url, key_store_url, **options)
 
@@ -50,20 +47,6 @@ class TestEncryptedSQLConformance(HistoryStoreConformance):
         assert isinstance(store, EncryptedStore)
         assert isinstance(store.inner, SQLHistoryStore)
         return store.inner.messages_read
-
-    async def damage_session_document(self, store: HistoryStore, key: SessionKey) -> None:
-        target = self.sql_target
-        rows = target.execute_in(
-            target.name,
-            [
-                (
-                    "UPDATE chatkeep_sessions SET document = ? WHERE key_hash = ?",
-                    ('{"type": "sess', key_hash(key.tenant, key.session_id)),
-                ),
-                ("SELECT document FROM chatkeep_sessions WHERE key_hash = ?", (key_hash(key.tenant, key.session_id),)),
-            ],
-        )
-        assert rows == [('{"type": "sess',)]
 
 
 async def test_plaintext_canary_is_not_in_any_table(fresh_backing: Any, key_store_url: str, tmp_path: Path) -> None:

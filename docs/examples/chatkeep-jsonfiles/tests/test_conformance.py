@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 import pathlib
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
-from chatkeep.core import HistoryStore, SessionKey
+from chatkeep.core import HistoryStore
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
 from chatkeep_jsonfiles import JsonFilesHistoryStore
 
@@ -30,15 +28,4 @@ class TestJsonFilesConformance(HistoryStoreConformance):
 
         return make
 
-    async def damage_session_document(self, store: HistoryStore, key: SessionKey) -> None:
-        assert isinstance(store, JsonFilesHistoryStore)
-        meta = pathlib.Path(store._paths(key).meta)  # the session's metadata file, which holds its document
-        await asyncio.to_thread(_damage_document, meta)
-
     # The read probe is the store's messages_read property (SupportsReadProbe): nothing to override.
-
-
-def _damage_document(meta: pathlib.Path) -> None:
-    data = json.loads(meta.read_text(encoding="utf-8"))
-    data["document"] = '{"type": "sess'
-    meta.write_text(json.dumps(data), encoding="utf-8")

@@ -19,6 +19,7 @@ from chatkeep.core.backend import HistoryStore, SessionKey, SupportsReadProbe
 __all__ = [
     "WINDOW_SLACK",
     "ConformanceBase",
+    "DocumentDamager",
     "StoreFactory",
     "StoreKit",
     "TTLTimeline",
@@ -85,6 +86,13 @@ class TTLTimeline:
                     ) from failure
             else:
                 return
+
+
+#: What the ``damage_session_document`` fixture returns: ``await damage(store, key)`` writes text that is not JSON
+#: where the backend keeps the session document of ``key`` (which exists), behind the store's back (a file edit,
+#: a SQL ``UPDATE``, a Redis ``HSET``), as a disk fault or a bad restore would. The damaged-session tests of
+#: :class:`HistoryStoreConformance` and :class:`CLIConformance` use it; ``store`` is open on the test's backing.
+DocumentDamager = Callable[[HistoryStore, SessionKey], Awaitable[None]]
 
 
 class StoreFactory(Protocol):
@@ -184,7 +192,7 @@ class ConformanceBase:
     * the read probe: a store with a ``messages_read`` property (:class:`~chatkeep.core.backend.SupportsReadProbe`)
       needs nothing more; otherwise override :meth:`messages_read`;
     * ``store_url`` (a class attribute or a fixture) when ``multi_process`` is true;
-    * :meth:`damage_session_document`, which damages a stored document behind the store's back;
+    * the ``damage_session_document`` fixture (see :data:`DocumentDamager`), in the class or a ``conftest.py``;
     * the capability flags ``native_ttl`` and ``multi_process``.
 
     Anything else a backend cannot do is declared by overriding that one test with
@@ -266,19 +274,6 @@ class ConformanceBase:
         raise NotImplementedError(
             f"{type(self).__name__} must override the make_store fixture: return a callable that, given options "
             "such as ttl= and max_message_bytes=, opens a new store instance on the same backing data"
-        )
-
-    async def damage_session_document(self, store: HistoryStore, key: SessionKey) -> None:
-        """Override: overwrite the stored session document of ``key`` with text that is not JSON, behind the store.
-
-        The kit checks with it that a damaged document (a disk fault, a hand edit, a bad restore) is reported,
-        naming its session, by ``load_session`` and by the ``chatkeep`` commands, and that the rest of the tenant
-        stays usable. Write into the backing data directly (a SQL ``UPDATE``, a Redis ``HSET``, a file edit);
-        ``store`` is an open store on the test's backing, whose document at ``key`` exists.
-        """
-        raise NotImplementedError(
-            f"{type(self).__name__} must override damage_session_document(store, key): write text that is not JSON "
-            "where the backend keeps the session document of key, outside the store's API"
         )
 
     async def messages_read(self, store: HistoryStore) -> int:

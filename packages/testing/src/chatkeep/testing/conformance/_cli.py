@@ -23,7 +23,7 @@ from chatkeep.core import AgentSession, FunctionCallContent, FunctionResultConte
 from chatkeep.core.backend import HistoryStore, SessionKey, SupportsMigrate, SupportsSchemaRevision
 from chatkeep.core.cli import main
 from chatkeep.core.plugins import default_registry
-from chatkeep.testing.conformance._base import ConformanceBase, StoreFactory, StoreKit
+from chatkeep.testing.conformance._base import ConformanceBase, DocumentDamager, StoreFactory, StoreKit
 
 __all__ = ["CLIConformance", "CLIResult"]
 
@@ -231,14 +231,9 @@ class CLIConformance(ConformanceBase):
         assert (summary["sessions"], summary["messages"], summary["session_documents"]) == (3, 12, 1)
         args = ("import", "--store", store_url, "--tenant", target, "-i", str(exported), "--json")
         counts = (await cli(*args)).json()
-        assert counts == {
-            "sessions": 3,
-            "messages": 12,
-            "new_messages": 12,
-            "session_documents": 1,
-            "complete": True,
-            "damaged_in_export": [],
-        }
+        written = ("sessions", "messages", "new_messages", "session_documents")
+        assert [counts[name] for name in written] == [3, 12, 12, 1]
+        assert (counts["complete"], counts["damaged_in_export"]) == (True, [])
         original, moved = await snapshot(store, source), await snapshot(store, target)
         assert {sid: records for sid, (records, _) in moved.items()} == {
             sid: records for sid, (records, _) in original.items()
@@ -249,11 +244,17 @@ class CLIConformance(ConformanceBase):
         assert await snapshot(store, target) == moved
 
     async def test_a_damaged_session_is_named_and_skipped_only_when_told(
-        self, cli: _Runner, store_url: str, kit: StoreKit, store: HistoryStore, tmp_path: Path
+        self,
+        cli: _Runner,
+        store_url: str,
+        kit: StoreKit,
+        store: HistoryStore,
+        tmp_path: Path,
+        damage_session_document: DocumentDamager,
     ) -> None:
         tenant, moved = kit.tenant("damaged"), kit.tenant("moved")
         keys = await seed(store, tenant)
-        await self.damage_session_document(store, keys[1])  # chat-1 has the document
+        await damage_session_document(store, keys[1])  # chat-1 has the document
         common = ("--store", store_url, "--tenant", tenant)
 
         listed = await cli("sessions", "list", *common)

@@ -9,7 +9,7 @@ import pytest
 
 from chatkeep.core import AgentSession, ConcurrencyConflictError, SessionFormatError, SessionOwnershipError
 from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession
-from chatkeep.testing.conformance._base import ConformanceBase, StoreKit, make_messages
+from chatkeep.testing.conformance._base import ConformanceBase, DocumentDamager, StoreKit, make_messages
 
 __all__ = ["ListingConformance", "SessionDocumentConformance"]
 
@@ -43,13 +43,15 @@ class SessionDocumentConformance(ConformanceBase):
             assert isinstance(stored.session, AgentSession)
         assert await store.load_session(kit.key(tenant=key.tenant)) is None
 
-    async def test_a_damaged_document_is_reported_naming_its_session(self, kit: StoreKit, store: HistoryStore) -> None:
+    async def test_a_damaged_document_is_reported_naming_its_session(
+        self, kit: StoreKit, store: HistoryStore, damage_session_document: DocumentDamager
+    ) -> None:
         key, neighbour = kit.key("s-damaged"), kit.key()
         key = SessionKey(neighbour.tenant, key.session_id)
         for each in (key, neighbour):
             await store.save_session(each, _session(each, n=1))
             await store.append(each, make_messages(2))
-        await self.damage_session_document(store, key)
+        await damage_session_document(store, key)
         for reader in (store, await kit.open()):
             with pytest.raises(SessionFormatError) as caught:
                 await reader.load_session(key)
