@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from chatkeep.blob import open_store
 from chatkeep.core import AgentSession, Message, MessageFormatError, SessionFormatError, SessionKey
+from chatkeep.core.cli import main
 
 KEY = SessionKey("t-damaged", "s-damaged")
 
@@ -113,3 +115,37 @@ async def test_a_damaged_data_block_names_the_session(blob_url: str, service: An
             [m async for m in store.iter_messages(KEY)]
         _says_which(caught.value)
         assert await store.count(SessionKey(KEY.tenant, "s-good")) == 2
+
+
+async def test_the_commands_name_a_session_with_damaged_metadata_instead_of_passing_over_it(
+    blob_url: str, service: Any, container: str, meta: str, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    raw = await (await service.get_container_client(container).get_blob_client(meta).download_blob()).readall()
+    await _overwrite(service, container, meta, raw[: len(raw) // 2])
+
+    async def chatkeep(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    common = ("--store", blob_url, "--tenant", KEY.tenant)
+    code, out, err = await chatkeep("sessions", "list", *common)
+    assert code == 1
+    assert "s-damaged" in out
+    assert "DAMAGED" in out
+    assert "the stored metadata of session 's-damaged' in tenant 't-damaged' is damaged" in err
+    code, out, err = await chatkeep("export", *common, "-o", str(tmp_path / "out.jsonl"))
+    assert code == 1
+    assert "export stopped at session 's-damaged' of tenant 't-damaged', which is damaged" in err
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    code, out, err = await chatkeep("copy", "--from", blob_url, "--to", target, "--tenant", KEY.tenant)
+    assert code == 1, out  # it printed "verified" and exited 0, the damaged session left behind unnamed
+    assert "verified" not in out
+    assert "copy stopped at session 's-damaged' of tenant 't-damaged', which is damaged" in err
+    code, out, err = await chatkeep(
+        "copy", "--from", blob_url, "--to", target, "--tenant", KEY.tenant, "--skip-damaged"
+    )
+    assert code == 3
+    assert "copied 1 session (2 messages, 0 new)" in out
+    assert "skipped damaged session 's-damaged' of tenant 't-damaged'" in err
