@@ -13,7 +13,7 @@ from typing import Any
 
 from chatkeep.core._errors import ChatkeepError, MessageFormatError, SessionFormatError
 from chatkeep.core.backend import SessionKey
-from chatkeep.core.cli._output import printable, say
+from chatkeep.core.cli._output import plural, printable, say
 
 __all__ = ["DAMAGE", "EXIT_SKIPPED", "DamagedSessionError", "DamagedSessions"]
 
@@ -42,10 +42,9 @@ class DamagedSessions:
         where = f"session {printable(repr(key.session_id))} of tenant {printable(repr(key.tenant))}"
         if not self.skip:
             raise DamagedSessionError(
-                f"{self.command} stopped at {where}, which is damaged: {str(error).rstrip('.')}. {self.after}. "
-                f"Add --skip-damaged to "
-                f"{self.command} the other sessions (each damaged one is named, and the exit status is "
-                f"{EXIT_SKIPPED})"
+                f"{self.command} stopped at {where}, which is damaged: {str(error).rstrip('.')}. {self.after}. Add "
+                f"--skip-damaged to {self.command} the other sessions (each damaged one is named, and the exit "
+                f"status is {EXIT_SKIPPED})"
             ) from error
         say(f"chatkeep: skipped damaged {where}{note}: {error}", err=True)
         self.skipped.append({"tenant": key.tenant, "session_id": key.session_id, "error": str(error)})
@@ -58,5 +57,4 @@ class DamagedSessions:
         """The closing line about skipped sessions ("" when none was)."""
         if not self.skipped:
             return ""
-        count = len(self.skipped)
-        return f"skipped {count} damaged session{'' if count == 1 else 's'} (named above); exit status {EXIT_SKIPPED}"
+        return f"skipped {plural(len(self.skipped), 'damaged session')} (named above); exit status {EXIT_SKIPPED}"

@@ -28,11 +28,13 @@ from chatkeep.core.backend import SessionKey
 __all__ = [
     "FORMAT",
     "MAX_LINE_BYTES",
+    "NOTHING",
     "VERSION",
     "ExportFormatError",
     "Line",
     "Tally",
     "Trailer",
+    "damaged",
     "lines",
     "parse",
     "prefix",
