@@ -12,6 +12,8 @@ import asyncio
 import io
 import json
 import os
+import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -27,14 +29,16 @@ from chatkeep.core import (
     AgentSession,
     HistoryStore,
     Message,
+    MessageFormatError,
     SessionKey,
     open_store,
 )
 from chatkeep.core.backend import BackendSpec, SupportsExistenceCheck, hookimpl
-from chatkeep.core.cli import main
+from chatkeep.core.cli import _transfer, main
 from chatkeep.core.cli._app import duration
 from chatkeep.core.plugins import default_registry, register_plugin
 from chatkeep.memory import MemoryHistoryStore
+from chatkeep.sql._schema import key_hash
 from chatkeep.testing.conformance._cli import conversation
 
 
@@ -291,7 +295,8 @@ def test_sessions_list_pages_newest_first_with_counts(cli: CLI, store_url: str) 
     first = cli.json("sessions", "list", "--store", store_url, "--tenant", "acme", "--limit", "2")
     assert [s["session_id"] for s in first["sessions"]] == ["chat-2", "chat-1"]
     assert {s["message_count"] for s in first["sessions"]} == {4}
-    assert set(first["sessions"][0]) == {"session_id", "tenant", "message_count", "created_at", "updated_at"}
+    assert set(first["sessions"][0]) == {"session_id", "tenant", "message_count", "created_at", "updated_at", "damaged"}
+    assert first["sessions"][0]["damaged"] is None
     assert first["sessions"][0]["updated_at"].endswith("+00:00")
     second = cli.json("sessions", "list", "--store", store_url, "--tenant", "acme", "--cursor", first["next_cursor"])
     assert [s["session_id"] for s in second["sessions"]] == ["chat-0"]
@@ -356,15 +361,19 @@ def test_export_import_round_trip_is_exact_and_idempotent(cli: CLI, store_url: s
         "messages": 12,
         "session_documents": 1,
         "output": str(exported),
+        "skipped": [],
     }
     lines = [json.loads(line) for line in exported.read_text(encoding="utf-8").splitlines()]
-    assert {line["type"] for line in lines} == {"message", "session"}
+    assert {line["type"] for line in lines[:-1]} == {"message", "session"}
+    end = {"type": "end", "format": "chatkeep-export", "version": 1, "sessions": 3, "messages": 12, "damaged": 0}
+    assert lines[-1] == end
     assert all(line["record"]["v"] == 1 for line in lines if line["type"] == "message")
     assert not (tmp_path / "acme.jsonl.partial").exists()
 
     target = f"sqlite:///{tmp_path / 'target.db'}"
     counts = cli.json("import", "--store", target, "--input", str(exported))
-    assert counts == {"sessions": 3, "messages": 12, "new_messages": 12, "session_documents": 1}
+    assert [counts[name] for name in ("sessions", "messages", "new_messages", "session_documents")] == [3, 12, 12, 1]
+    assert (counts["complete"], counts["damaged_in_export"]) == (True, [])
     assert run(snapshot(target, "acme")) == run(snapshot(store_url, "acme"))
     again = cli.json("import", "--store", target, "--input", str(exported))
     assert again["new_messages"] == 0
@@ -375,7 +384,9 @@ def test_export_of_one_session_and_import_into_another_tenant(cli: CLI, memory_u
     run(seed(memory_url))
     exported = tmp_path / "one.jsonl"
     cli.json("export", "--store", memory_url, "--tenant", "acme", "--session", "chat-1", "-o", str(exported))
-    assert {json.loads(line)["session_id"] for line in exported.read_text(encoding="utf-8").splitlines()} == {"chat-1"}
+    assert {json.loads(line)["session_id"] for line in exported.read_text(encoding="utf-8").splitlines()[:-1]} == {
+        "chat-1"
+    }
     cli.json("import", "--store", memory_url, "--tenant", "other", "-i", str(exported))
     moved = run(snapshot(memory_url, "other"))
     original = run(snapshot(memory_url, "acme"))["chat-1"]
@@ -392,7 +403,7 @@ def test_export_to_stdout_puts_the_summary_on_stderr(cli: CLI, memory_url: str) 
     run(seed(memory_url, sessions=1, document=False))
     code, out, err = cli("export", "--store", memory_url, "--tenant", "acme")
     assert code == 0
-    assert len(out.splitlines()) == 4
+    assert len(out.splitlines()) == 5  # four messages and the trailer
     assert err.strip() == "exported 1 session (4 messages) of tenant 'acme'"
 
 
@@ -435,7 +446,8 @@ def test_import_from_stdin_validates_before_writing(cli: CLI, memory_url: str, m
     assert code == 1
     assert "line 2 of stdin" in err
     assert run(count(memory_url, SessionKey("acme", "s"))) == 0
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((good + "}\n").encode())))
+    end = '{"type":"end","format":"chatkeep-export","version":1,"sessions":1,"messages":1,"damaged":0}\n'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((good + "}\n" + end).encode())))
     assert cli.json("import", "--store", memory_url)["new_messages"] == 1
 
 
@@ -931,3 +943,189 @@ def test_export_and_import_memory_does_not_grow_with_the_history(cli: CLI, tmp_p
     # Ten times the history: a command that held it would peak about ten times higher (20,000 records are ~5 MB).
     assert large[0] < small[0] * 2 + 1_000_000, (small, large)
     assert large[1] < small[1] * 2 + 1_000_000, (small, large)
+
+
+# -- damaged sessions and incomplete exports ------------------------------------------------------
+
+
+def damage_record(url: str, key: SessionKey, index: int) -> None:
+    """Write a record that is not JSON over message ``index`` of ``key``, behind the store (memory or SQLite)."""
+    if url.startswith("memory://"):
+        store = MemoryHistoryStore(url)
+        stored = store._data.get(key)  # where the namespace keeps the records
+        assert stored is not None
+        stored.records[index] = '{"v":1,"role":"user","contents":[{"type":"text","te'
+        return
+    conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+    try:
+        with conn:
+            changed = conn.execute(
+                "UPDATE chatkeep_messages SET record = ? WHERE seq = ? AND session_ref = "
+                "(SELECT id FROM chatkeep_sessions WHERE key_hash = ?)",
+                ('{"v":1,"role":"user","contents":[{"type":"text","te', index, key_hash(key.tenant, key.session_id)),
+            ).rowcount
+        assert changed == 1
+    finally:
+        conn.close()
+
+
+def test_a_damaged_record_stops_export_naming_the_session_and_skip_damaged_goes_on(
+    cli: CLI, store_url: str, tmp_path: Path
+) -> None:
+    keys = run(seed(store_url, sessions=3))
+    damage_record(store_url, keys[1], 2)  # chat-1, which has a document
+    exported = tmp_path / "acme.jsonl"
+    code, out, err = cli("export", "--store", store_url, "--tenant", "acme", "-o", str(exported))
+    assert (code, out) == (1, "")
+    assert "export stopped at session 'chat-1' of tenant 'acme', which is damaged" in err
+    assert "holds a damaged message record: stored record" in err
+    assert "not valid JSON" in err
+    assert "Add --skip-damaged" in err
+    assert not exported.exists()
+
+    code, out, err = cli("export", "--store", store_url, "--tenant", "acme", "-o", str(exported), "--skip-damaged")
+    assert code == 3
+    # Records are read in batches: how many of chat-1's lines precede the damage depends on the batch's decoding.
+    assert re.search(r"skipped damaged session 'chat-1' of tenant 'acme' \(\d of its lines written before\)", err)
+    assert out.splitlines() == [
+        "exported 2 sessions (8 messages) of tenant 'acme'",
+        "skipped 1 damaged session (named above); exit status 3",
+    ]
+    lines = [json.loads(line) for line in exported.read_text(encoding="utf-8").splitlines()]
+    damaged = [line["type"] for line in lines if line.get("session_id") == "chat-1"]
+    assert (damaged[0], damaged[-1]) == ("session", "damaged")
+    assert lines[-1] == {
+        "type": "end",
+        "format": "chatkeep-export",
+        "version": 1,
+        "sessions": 3,  # chat-1's document line is in the file too (import leaves it out)
+        "messages": 8 + damaged.count("message"),
+        "damaged": 1,
+    }
+    target = f"memory://cli-{uuid.uuid4().hex}"
+    code, out, err = cli("import", "--store", target, "-i", str(exported))
+    assert code == 0, err
+    assert "imported 8 messages (8 new) in 2 sessions and 0 session documents" in out
+    assert "left out session 'chat-1' of tenant 'acme': the export found it damaged" in err
+    assert sorted(run(snapshot(target, "acme"))) == ["chat-0", "chat-2"]
+
+
+def test_a_damaged_record_stops_copy_naming_it_and_the_rerun_with_skip_damaged_copies_the_rest(
+    cli: CLI, store_url: str, tmp_path: Path
+) -> None:
+    keys = run(seed(store_url, sessions=3, document=False))
+    damage_record(store_url, keys[1], 0)
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    code, out, err = cli("copy", "--from", store_url, "--to", target, "--tenant", "acme")
+    assert (code, out) == (1, "")
+    assert "copy stopped at session 'chat-1' of tenant 'acme', which is damaged" in err
+    assert "The sessions before it are copied and verified, and a rerun resumes where it stopped" in err
+    assert run(count(target, keys[2])) == 4  # newest first: chat-2 was copied before it
+    code, out, err = cli("copy", "--from", store_url, "--to", target, "--tenant", "acme", "--skip-damaged")
+    assert code == 3
+    assert "copied 2 sessions (8 messages, 4 new)" in out
+    assert "verified the sessions copied; skipped 1 damaged session" in out
+    assert "skipped damaged session 'chat-1' of tenant 'acme'" in err
+    assert run(count(target, keys[0])) == 4
+    assert run(count(target, keys[1])) == 0
+
+
+def test_a_damaged_record_raises_message_format_error_naming_the_session(store_url: str) -> None:
+    keys = run(seed(store_url, sessions=2, document=False))
+    damage_record(store_url, keys[1], 3)
+
+    async def read() -> None:
+        async with open_store(store_url) as store:
+            for call in (store.load(keys[1]), store.load(keys[1], last=1)):
+                with pytest.raises(MessageFormatError) as caught:
+                    await call
+                assert "session 'chat-1' in tenant 'acme' holds a damaged message record" in str(caught.value)
+                assert "chatkeep sessions delete chat-1 --tenant acme" in str(caught.value)
+            with pytest.raises(MessageFormatError, match="session 'chat-1' in tenant 'acme'"):
+                [m async for m in store.iter_messages(keys[1])]
+            assert len(await store.load(keys[0])) == 4
+
+    run(read())
+
+
+def test_an_export_cut_at_a_line_boundary_is_refused_unless_allowed(cli: CLI, memory_url: str, tmp_path: Path) -> None:
+    run(seed(memory_url, sessions=3))
+    exported = tmp_path / "acme.jsonl"
+    cli.json("export", "--store", memory_url, "--tenant", "acme", "-o", str(exported))
+    whole = exported.read_text(encoding="utf-8").splitlines(keepends=True)
+    target = f"memory://cli-{uuid.uuid4().hex}"
+    for name, lines, why in [
+        ("cut.jsonl", whole[:6], "does not end with the trailer line"),  # as a transfer or a disk cut it short
+        ("no-end.jsonl", whole[:-1], "does not end with the trailer line"),  # as an earlier chatkeep wrote it
+        ("missing.jsonl", whole[:3] + whole[4:], "lines are missing"),  # a line lost in the middle
+        ("empty.jsonl", [], "it is empty"),
+    ]:
+        path = tmp_path / name
+        path.write_text("".join(lines), encoding="utf-8")
+        code, out, err = cli("import", "--store", target, "-i", str(path))
+        assert (code, out) == (1, ""), name
+        assert f"{path} is not a complete export: " in err, err
+        assert why in err, err
+        assert "Nothing was imported" in err
+        assert "--allow-partial" in err
+        assert "earlier chatkeep" in err
+        assert run(snapshot(target, "acme")) == {}
+    cut = tmp_path / "cut.jsonl"
+    code, out, err = cli("import", "--store", target, "-i", str(cut), "--allow-partial")
+    assert code == 0, err
+    assert out.strip() == f"imported 5 messages (5 new) in 2 sessions and 1 session document from {cut}"
+    assert f"--allow-partial: {cut} is not a complete export" in err
+    assert sum(len(records) for records, _ in run(snapshot(target, "acme")).values()) == 5
+    counts = cli.json("import", "--store", target, "-i", str(tmp_path / "no-end.jsonl"), "--allow-partial")
+    assert (counts["complete"], counts["messages"], counts["new_messages"]) == (False, 12, 7)
+
+
+def test_joined_exports_import_each_checked_against_its_own_trailer(cli: CLI, memory_url: str, tmp_path: Path) -> None:
+    run(seed(memory_url, "acme", 2))
+    run(seed(memory_url, "globex", 1, document=False))
+    first, second = tmp_path / "acme.jsonl", tmp_path / "globex.jsonl"
+    cli.json("export", "--store", memory_url, "--tenant", "acme", "-o", str(first))
+    cli.json("export", "--store", memory_url, "--tenant", "globex", "-o", str(second))
+    joined = tmp_path / "both.jsonl"
+    joined.write_bytes(first.read_bytes() + second.read_bytes())
+    target = f"memory://cli-{uuid.uuid4().hex}"
+    counts = cli.json("import", "--store", target, "-i", str(joined))
+    assert (counts["complete"], counts["sessions"], counts["messages"]) == (True, 3, 12)
+    assert run(snapshot(target, "globex")) == run(snapshot(memory_url, "globex"))
+
+
+def test_sessions_list_marks_a_damaged_document_and_exits_1(cli: CLI, memory_url: str) -> None:
+    keys = run(seed(memory_url, sessions=3))
+    stored = MemoryHistoryStore(memory_url)._data.get(keys[1])
+    assert stored is not None
+    stored.document = "[1, 2"
+    code, out, err = cli("sessions", "list", "--store", memory_url, "--tenant", "acme")
+    assert code == 1
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["chat-2", "chat-1", "chat-0"]
+    assert out.splitlines()[2].endswith("DAMAGED")
+    assert "session 'chat-1' of tenant 'acme' is damaged: the stored document of session 'chat-1'" in err
+    assert "1 damaged session listed (marked DAMAGED); --skip-damaged leaves them out" in err
+    listed = json.loads(cli("sessions", "list", "--store", memory_url, "--tenant", "acme", "--json")[1])
+    assert [s["damaged"] is not None for s in listed["sessions"]] == [False, True, False]
+    code, out, err = cli("sessions", "list", "--store", memory_url, "--tenant", "acme", "--skip-damaged")
+    assert code == 3
+    assert "chat-1" not in out
+    assert "skipped damaged session 'chat-1' of tenant 'acme'" in err
+
+
+def test_an_interrupted_copy_says_that_a_rerun_resumes(
+    cli: CLI, memory_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(seed(memory_url, sessions=3, document=False))
+    copied = _transfer._copy_session
+
+    async def stop_at_the_second(source: Any, target: Any, key: SessionKey, bar: Any) -> Any:
+        if key.session_id == "chat-1":
+            raise KeyboardInterrupt  # what Ctrl-C raises
+        return await copied(source, target, key, bar)
+
+    monkeypatch.setattr(_transfer, "_copy_session", stop_at_the_second)
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    code, _, err = cli("copy", "--from", memory_url, "--to", target, "--tenant", "acme")
+    assert code == 130
+    assert "copy stopped after 1 session; run the same copy again to finish it: it resumes where it stopped" in err

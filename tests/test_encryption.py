@@ -19,7 +19,7 @@ from chatkeep.core import (
 from chatkeep.core.encryption import KEYS_TENANT, DecryptionError, EncryptedStore
 from chatkeep.memory import MemoryHistoryStore
 from chatkeep.memory import _store as memory_internals
-from chatkeep.testing import HistoryStoreConformance, StoreFactory
+from chatkeep.testing import DocumentDamager, HistoryStoreConformance, StoreFactory
 
 CANARY = "canary-7f3a-plaintext-must-never-be-stored"
 K1, K2 = os.urandom(32), os.urandom(32)
@@ -73,6 +73,17 @@ class TestEncryptedMemoryConformance(HistoryStoreConformance):
         assert isinstance(store, EncryptedStore)
         assert isinstance(store.inner, MemoryHistoryStore)
         return store.inner.messages_read
+
+    @pytest.fixture
+    def damage_session_document(self) -> DocumentDamager:
+        async def damage(store: HistoryStore, key: SessionKey) -> None:
+            assert isinstance(store, EncryptedStore)
+            assert isinstance(store.inner, MemoryHistoryStore)
+            sealed = store.inner._data.get(key)
+            assert sealed is not None
+            sealed.document = "[1, 2"  # the sealed document as the inner store keeps it
+
+        return damage
 
 
 @pytest.fixture

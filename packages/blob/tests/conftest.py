@@ -9,6 +9,7 @@ and deletes it afterwards. An unreachable Azurite skips the tests with the reaso
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import tempfile
@@ -21,6 +22,9 @@ import pytest
 import pytest_asyncio
 from azure.storage.blob.aio import BlobServiceClient
 
+from chatkeep.blob import BlobHistoryStore
+from chatkeep.core import HistoryStore, SessionKey
+from chatkeep.testing import DocumentDamager
 from chatkeep.testing.faults import LoopbackProxy, free_port
 from chatkeep.testing.services import missing_service
 
@@ -101,6 +105,21 @@ async def container(service: BlobServiceClient) -> AsyncIterator[str]:
         except Exception as exc:
             if "ContainerNotFound" not in str(exc):
                 raise
+
+
+@pytest.fixture
+def damage_session_document(service: BlobServiceClient, container: str) -> DocumentDamager:
+    """The kit's hook: text that is not JSON as the session document inside otherwise intact metadata."""
+
+    async def damage(store: HistoryStore, key: SessionKey) -> None:
+        assert isinstance(store, BlobHistoryStore)
+        blob = service.get_container_client(container).get_blob_client(store.layout.meta(key.tenant, key.session_id))
+        meta = json.loads(await (await blob.download_blob()).readall())
+        meta["doc"] = '{"type": "sess'
+        listing = (await blob.get_blob_properties()).metadata
+        await blob.upload_blob(json.dumps(meta).encode(), overwrite=True, metadata=listing)
+
+    return damage
 
 
 @pytest.fixture

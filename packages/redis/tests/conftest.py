@@ -20,7 +20,12 @@ import pytest
 import pytest_asyncio
 from redis.asyncio import Redis, RedisCluster
 
+from chatkeep.core import HistoryStore, SessionKey
+from chatkeep.core.encryption import EncryptedStore
+from chatkeep.redis import RedisHistoryStore
+from chatkeep.redis._layout import session_keys
 from chatkeep.redis._transport import TRANSPORTS
+from chatkeep.testing import DocumentDamager
 from chatkeep.testing.faults import LoopbackProxy, free_port
 from chatkeep.testing.services import missing_service
 
@@ -110,6 +115,19 @@ async def redis_prefix(redis_target: str) -> AsyncIterator[str]:
         yield prefix
     finally:
         await unlink_prefix(redis_target, prefix)
+
+
+@pytest.fixture
+def damage_session_document() -> DocumentDamager:
+    """The kit's hook: text that is not JSON in the session hash's ``doc`` field (an encrypted store's inner one)."""
+
+    async def damage(store: HistoryStore, key: SessionKey) -> None:
+        inner = store.inner if isinstance(store, EncryptedStore) else store
+        assert isinstance(inner, RedisHistoryStore)
+        session_hash = session_keys(inner.prefix, key.tenant, key.session_id)[0]
+        assert await inner._call("HSET", session_hash, "doc", '{"type": "sess') == 0  # it overwrote the document
+
+    return damage
 
 
 @pytest.fixture

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from chatkeep.core import HistoryStore, SessionKey
+from chatkeep.sql._schema import key_hash
+from chatkeep.testing import DocumentDamager
 from chatkeep.testing.services import missing_service
 
 DEFAULTS = {
@@ -242,6 +245,19 @@ def sql_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         yield Target(family, _isolated_url(family, server_url, name), server_url, name)
     finally:
         drop_backing(family, server_url, name)
+
+
+@pytest.fixture
+def damage_session_document(sql_target: Target) -> DocumentDamager:
+    """The kit's hook: text that is not JSON in the session's ``document`` column, written outside chatkeep."""
+
+    async def damage(store: HistoryStore, key: SessionKey) -> None:
+        row = key_hash(key.tenant, key.session_id)
+        update = ("UPDATE chatkeep_sessions SET document = ? WHERE key_hash = ?", ('{"type": "sess', row))
+        check = ("SELECT document FROM chatkeep_sessions WHERE key_hash = ?", (row,))
+        assert sql_target.execute_in(sql_target.name, [update, check]) == [('{"type": "sess',)]
+
+    return damage
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pathlib
 import re
@@ -11,7 +12,14 @@ from urllib.parse import quote
 import pytest
 
 import chatkeep_jsonfiles._store
-from chatkeep.core import Message, SessionKey, StoreUnavailableError, installed_backends, open_store
+from chatkeep.core import (
+    Message,
+    SessionFormatError,
+    SessionKey,
+    StoreUnavailableError,
+    installed_backends,
+    open_store,
+)
 from chatkeep.core.backend import SupportsNativeTTL, SupportsReadProbe
 from chatkeep_jsonfiles import JsonFilesHistoryProvider, JsonFilesHistoryStore, JsonFilesURLError
 
@@ -176,3 +184,26 @@ async def test_installed_through_the_entry_point(tmp_path: pathlib.Path) -> None
     provider = JsonFilesHistoryProvider(url(tmp_path), max_messages=5)
     assert isinstance(provider.store, JsonFilesHistoryStore)
     await provider.store.close()
+
+
+def _cut(meta: pathlib.Path) -> None:
+    meta.write_text(meta.read_text(encoding="utf-8")[:40], encoding="utf-8")  # cut short: no longer JSON
+
+
+async def test_a_damaged_metadata_file_names_the_session_and_delete_still_works(tmp_path: pathlib.Path) -> None:
+    store = JsonFilesHistoryStore("jsonfiles://" + quote(str(tmp_path / "store")))
+    key, other = SessionKey("t-damaged", "s-damaged"), SessionKey("t-damaged", "s-good")
+    async with store:
+        await store.append(key, [Message(role="user", text="hi")])
+        await store.append(other, [Message(role="user", text="fine")])
+        await asyncio.to_thread(_cut, pathlib.Path(store._paths(key).meta))
+        calls = (store.count(key), store.load(key), store.load_session(key), store.append(key, [Message(role="user")]))
+        for call in calls:
+            with pytest.raises(SessionFormatError) as caught:
+                await call
+            assert "the stored metadata of session 's-damaged' in tenant 't-damaged' is damaged" in str(caught.value)
+        with pytest.raises(SessionFormatError, match=r"the session metadata file .*\.json is damaged"):
+            await store.list_sessions("t-damaged")
+        assert [m.text for m in await store.load(other)] == ["fine"]
+        assert await store.delete(key)  # the way out the error names
+        assert [info.session_id for info in (await store.list_sessions("t-damaged")).items] == ["s-good"]

@@ -34,6 +34,7 @@ from chatkeep.core import (
     BackendHistoryProvider,
     ChatkeepError,
     Message,
+    SessionFormatError,
     SessionInfo,
     SessionKey,
     SessionPage,
@@ -43,6 +44,7 @@ from chatkeep.core.backend import (
     HistoryStore,
     StoredSession,
     conflict_error,
+    damaged_session_error,
     decode_cursor,
     decode_records,
     decode_session_document,
@@ -102,13 +104,21 @@ class _Meta:
         return json.dumps(data, ensure_ascii=False, indent=2).encode()
 
     @classmethod
-    def read(cls, path: str) -> _Meta | None:
+    def read(cls, path: str, key: SessionKey | None = None) -> _Meta | None:
+        """The metadata in ``path`` (``None``: no such file); damaged, a ``SessionFormatError`` naming ``key``."""
         try:
             with open(path, "rb") as file:
                 data = json.loads(file.read())
+            return cls(**data | {name: datetime.fromisoformat(data[name]) for name in ("created_at", "updated_at")})
         except FileNotFoundError:
             return None
-        return cls(**data | {name: datetime.fromisoformat(data[name]) for name in ("created_at", "updated_at")})
+        except (ValueError, TypeError, KeyError) as exc:  # not JSON, or not this shape: a damaged file
+            if key is not None:
+                raise damaged_session_error(key, "metadata", exc) from exc
+            raise SessionFormatError(
+                f"the session metadata file {path} is damaged ({exc}); restore it, or delete it and the files "
+                "beside it with the same name before the first dot (that session's data)"
+            ) from exc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +236,7 @@ class JsonFilesHistoryStore(HistoryStore):
     def _append_now(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
         paths = self._paths(key)
         with locked(paths.lock, exclusive=True):
-            meta = _Meta.read(paths.meta) or self._new(key)
+            meta = _Meta.read(paths.meta, key) or self._new(key)
             keys = [digest(message.message_id) for message in messages]
             stored = functools.partial(self._stored_keys, paths, meta)
             with IdIndex.open(paths.ids, meta.next_seq, stored, fsync=self.fsync) as index:
@@ -266,7 +276,7 @@ class JsonFilesHistoryStore(HistoryStore):
         if not os.path.exists(paths.meta):
             return 0  # nothing to trim: no lock file is created just to find that out
         with locked(paths.lock, exclusive=True):
-            meta = _Meta.read(paths.meta)
+            meta = _Meta.read(paths.meta, key)
             if meta is None or meta.count <= keep_last:
                 return 0
             kept = paths.in_log(meta, lambda fd: last_lines(fd, meta.size, keep_last)) if keep_last else []
@@ -289,7 +299,7 @@ class JsonFilesHistoryStore(HistoryStore):
         if not os.path.exists(paths.meta):
             return None  # nothing to pop: no lock file is created just to find that out
         with locked(paths.lock, exclusive=True):
-            meta = _Meta.read(paths.meta)
+            meta = _Meta.read(paths.meta, key)
             if meta is None or not meta.count:
                 return None
             record = paths.in_log(meta, lambda fd: last_lines(fd, meta.size, 1))[0]
@@ -311,8 +321,11 @@ class JsonFilesHistoryStore(HistoryStore):
         if not os.path.exists(paths.meta):
             return False
         with locked(paths.lock, exclusive=True):
-            meta = _Meta.read(paths.meta)
-            if meta is None or (older_than is not None and meta.updated_at >= older_than):
+            if older_than is not None:  # a plain delete needs no metadata: it is the way out of damaged metadata
+                meta = _Meta.read(paths.meta, key)
+                if meta is None or meta.updated_at >= older_than:
+                    return False
+            elif not os.path.exists(paths.meta):
                 return False
             # The metadata goes first (the session is gone from then on), the lock file last.
             files = glob.glob(glob.escape(paths.prefix) + ".*")
@@ -334,7 +347,7 @@ class JsonFilesHistoryStore(HistoryStore):
     def _save_now(self, key: SessionKey, document: str, expected_version: str | None, owner: str | None) -> str:
         paths = self._paths(key)
         with locked(paths.lock, exclusive=True):
-            meta = _Meta.read(paths.meta)
+            meta = _Meta.read(paths.meta, key)
             if owner is not None and meta is not None and meta.owner not in (None, owner):
                 raise owner_error()
             current = None if meta is None else meta.version
@@ -377,7 +390,7 @@ class JsonFilesHistoryStore(HistoryStore):
     def _load_now(self, key: SessionKey, last: int | None) -> list[bytes]:
         paths = self._paths(key)
         with locked(paths.lock, exclusive=False) as exists:
-            meta = _Meta.read(paths.meta) if exists else None
+            meta = _Meta.read(paths.meta, key) if exists else None
             if meta is None or not meta.count:
                 return []
             if last is None or last >= meta.count:
@@ -399,7 +412,7 @@ class JsonFilesHistoryStore(HistoryStore):
         """The ``batch`` records after ``position``; ``None`` at the end, or once the session was deleted."""
         paths = self._paths(key)
         with locked(paths.lock, exclusive=False) as exists:
-            meta = _Meta.read(paths.meta) if exists else None
+            meta = _Meta.read(paths.meta, key) if exists else None
             if meta is None or (position is not None and position[0] != meta.incarnation):
                 return None
             start = 0 if position is None else max(position[1] - meta.base, 0)
@@ -409,7 +422,7 @@ class JsonFilesHistoryStore(HistoryStore):
             return lines, (meta.incarnation, meta.base + end)
 
     async def _count(self, key: SessionKey) -> int:
-        meta = await self._run(_Meta.read, self._paths(key).meta)
+        meta = await self._run(_Meta.read, self._paths(key).meta, key)
         return 0 if meta is None else meta.count
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
@@ -421,7 +434,7 @@ class JsonFilesHistoryStore(HistoryStore):
         return SessionPage(page, encode_cursor(*_newest(rows[limit - 1])) if len(rows) > limit else None)
 
     async def _load_session(self, key: SessionKey) -> StoredSession | None:
-        meta = await self._run(_Meta.read, self._paths(key).meta)
+        meta = await self._run(_Meta.read, self._paths(key).meta, key)
         if meta is None or meta.document is None or meta.version is None:
             return None
         return decode_session_document(key, meta.document, meta.version, meta.owner)

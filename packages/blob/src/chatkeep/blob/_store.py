@@ -23,6 +23,7 @@ import contextlib
 import io
 import json
 import random
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
@@ -42,6 +43,7 @@ from chatkeep.core import (
     BackendHistoryProvider,
     InvalidArgumentError,
     Message,
+    SessionFormatError,
     SessionInfo,
     SessionKey,
     SessionPage,
@@ -51,6 +53,7 @@ from chatkeep.core.backend import (
     StoredSession,
     TelemetryTarget,
     conflict_error,
+    damaged_session_error,
     decode_cursor,
     decode_records,
     decode_session_document,
@@ -94,6 +97,40 @@ async def _final(operation: Awaitable[_T]) -> _T:
 
 def _position_failed(exc: HttpResponseError) -> bool:
     return exc.status_code == 412 and error_code(exc) == "AppendPositionConditionNotMet"
+
+
+#: What a damaged metadata blob raises while it is parsed (not JSON, not UTF-8, a field missing or of a wrong type).
+_META_DAMAGE = (ValueError, KeyError, TypeError, IndexError, RecursionError)
+
+
+def _message_id(record: bytes) -> str:
+    """The id of a stored record, read to check an append's ids against what landed.
+
+    Raises:
+        MessageFormatError: the record is damaged (the base names its session).
+    """
+    try:
+        message_id = json.loads(record)["message_id"]
+        if isinstance(message_id, str):
+            return message_id
+    except _META_DAMAGE:
+        pass
+    return decode_records([record])[0].message_id  # raises MessageFormatError saying what is wrong with it
+
+
+_ID_FIELD = re.compile(rb'"session_id"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def _named_id(raw: bytes) -> str | None:
+    """The session id a damaged metadata blob still holds (its JSON starts with the tenant and the id), if any."""
+    found = _ID_FIELD.search(raw)
+    if found is None:
+        return None
+    try:
+        session_id = json.loads(found[1].decode("utf-8", "surrogatepass"))
+    except ValueError:
+        return None
+    return session_id if isinstance(session_id, str) and session_id else None
 
 
 class _Gone(Exception):
@@ -229,7 +266,10 @@ class BlobHistoryStore(HistoryStore):
                 raw = await downloader.readall()
             except ResourceNotFoundError:
                 return None
-        meta = SessionMeta.from_json(raw)
+        try:
+            meta = SessionMeta.from_json(raw)
+        except _META_DAMAGE as exc:
+            raise damaged_session_error(key, "metadata", exc) from exc
         etag = str(downloader.properties.etag)
         self._remember(key, meta, etag)
         return meta, etag
@@ -355,7 +395,7 @@ class BlobHistoryStore(HistoryStore):
                     ends[token or ""] = block[-1][1]
                 block, block_start, token = [], end - _layout.HEADER_BYTES, line_token
             else:
-                block.append((json.loads(record)["message_id"], end))
+                block.append((_message_id(record), end))
                 if taken is not None:
                     taken.add(block[-1][0])
         if block:
@@ -368,7 +408,7 @@ class BlobHistoryStore(HistoryStore):
         found: set[str] = set()
         oldest_in_window = view.next - view.window_size
         for record in await self._read_from(key, view, view.first, stop=oldest_in_window):
-            message_id = json.loads(record)["message_id"]
+            message_id = _message_id(record)
             if message_id in wanted:
                 found.add(message_id)
         return found
@@ -694,15 +734,24 @@ class BlobHistoryStore(HistoryStore):
 
     # -- sessions --------------------------------------------------------------------------------
 
-    async def _listing(self, prefix: str) -> list[tuple[int, str, int, int, str, str]]:
-        """``(updated, session_id, count, created, blob name, etag)`` of every metadata blob under ``prefix``."""
-        rows = []
+    async def _listing(self, prefix: str, tenant: str | None = None) -> list[tuple[int, str, int, int, str, str]]:
+        """``(updated, session_id, count, created, blob name, etag)`` of every metadata blob under ``prefix``.
+
+        A metadata blob's listing fields are its blob metadata, so one listing reads them all. A blob without them
+        (overwritten by a tool that dropped them, or damaged) is read; with ``tenant`` given, one whose content is
+        damaged too is listed under the id it still names, so that reading it reports the damage.
+
+        Raises:
+            SessionFormatError: (with ``tenant``) a damaged metadata blob no longer says which session it is.
+        """
+        rows, unlisted = [], []
         with driver_errors(self.config):
             try:
                 async for blob in self._container().list_blobs(name_starts_with=prefix, include=["metadata"]):
                     fields = {name.lower(): value for name, value in (blob.metadata or {}).items()}
                     if not {"sid", "count", "created", "updated"} <= set(fields):
-                        continue  # not a chatkeep metadata blob
+                        unlisted.append(blob)
+                        continue
                     rows.append(
                         (
                             int(fields["updated"]),
@@ -715,12 +764,42 @@ class BlobHistoryStore(HistoryStore):
                     )
             except ResourceNotFoundError:
                 return []
+        if tenant is not None:
+            for blob in unlisted:
+                row = await self._unlisted_row(tenant, blob)
+                if row is not None:
+                    rows.append(row)
         return rows
+
+    async def _unlisted_row(self, tenant: str, blob: Any) -> tuple[int, str, int, int, str, str] | None:
+        """The listing row of a metadata blob that lacks its listing fields (``None``: it is gone, or not ours)."""
+        try:
+            raw = await self._download(self._container().get_blob_client(blob.name), 0, None)
+        except _Gone:
+            return None
+        self.bytes_read -= len(raw)  # metadata, not segment data
+        created = time_stamp(blob.creation_time or blob.last_modified)
+        updated = time_stamp(blob.last_modified)
+        try:
+            meta = SessionMeta.from_json(raw)
+        except _META_DAMAGE as exc:
+            session_id = _named_id(raw)
+            if session_id is None or self.layout.meta(tenant, session_id) != blob.name:
+                raise SessionFormatError(
+                    f"a session of tenant {tenant!r} has a damaged metadata blob ({exc}) that no longer says which "
+                    f"session it is: {blob.name} in {self.config.where}. Restore that blob, or delete it and the "
+                    f"folder {self.layout.data_of_meta(str(blob.name))} (the session's messages) with the Azure "
+                    "tools; the tenant's other sessions are intact"
+                ) from exc
+            return updated, session_id, 0, created, str(blob.name), str(blob.etag)
+        if meta.tenant != tenant or self.layout.meta(tenant, meta.session_id) != blob.name:
+            return None
+        return meta.updated, meta.session_id, meta.count, meta.created, str(blob.name), str(blob.etag)
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One page, newest first: one listing of the tenant's metadata folder, sorted here (see the docs)."""
         after = None if cursor is None else decode_cursor(cursor, int, str)
-        rows = sorted(await self._listing(self.layout.metas(tenant)), reverse=True)
+        rows = sorted(await self._listing(self.layout.metas(tenant), tenant), reverse=True)
         if after is not None:
             rows = [row for row in rows if (row[0], row[1]) < after]
 

@@ -35,6 +35,7 @@ from chatkeep.core.backend._converters import (
     positive_seconds,
     text,
 )
+from chatkeep.core.backend._damage import damaged_record_error, damaged_session_error
 from chatkeep.core.backend._keys import hashed_key, length_prefixed
 from chatkeep.core.backend._lazy import lazy_exports
 from chatkeep.core.backend._paging import decode_cursor, encode_cursor
@@ -81,6 +82,8 @@ __all__ = [
     "checked",
     "conflict_error",
     "converted",
+    "damaged_record_error",
+    "damaged_session_error",
     "decode_cursor",
     "decode_records",
     "decode_session_document",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import functools
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
@@ -25,7 +26,7 @@ from chatkeep.core._errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
     InvalidSessionKeyError,
-    SessionFormatError,
+    MessageFormatError,
     SessionOwnershipError,
     StoreClosedError,
     StoreLoopError,
@@ -34,6 +35,7 @@ from chatkeep.core._errors import (
 from chatkeep.core._messages import Message, encode_records
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession, validate_id
 from chatkeep.core._telemetry import TelemetryTarget, note_records, operation, operation_stream
+from chatkeep.core.backend._damage import damaged_record_error, damaged_session_error
 
 if TYPE_CHECKING:
     from chatkeep.core.backend._sync import SyncHistoryStore
@@ -128,11 +130,7 @@ def decode_session_document(key: SessionKey, document: str | bytes, version: str
     try:
         session = AgentSession.from_dict(json.loads(document), tenant=key.tenant)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError and SessionFormatError too
-        raise SessionFormatError(
-            f"the stored document of session {key.session_id!r} in tenant {key.tenant!r} is damaged ({exc}); "
-            f"delete the session (chatkeep sessions delete {key.session_id} --tenant {key.tenant}) or restore it "
-            "from an export (chatkeep import)"
-        ) from exc
+        raise damaged_session_error(key, "document", exc) from exc
     return StoredSession(session, version, owner)
 
 
@@ -241,6 +239,18 @@ def _check_messages(messages: object) -> list[Message]:
                 'wrap each text in a Message(role="user", text="...")'
             )
     return listed
+
+
+@contextlib.contextmanager
+def _naming_damage(key: SessionKey) -> Iterator[None]:
+    """A stored record that does not decode is reported with its session named (see ``damaged_record_error``)."""
+    try:
+        yield
+    except MessageFormatError as exc:
+        named = damaged_record_error(key, exc)
+        if named is exc:
+            raise
+        raise named from exc
 
 
 _S = TypeVar("_S", bound="HistoryStore")
@@ -385,7 +395,8 @@ class HistoryStore(abc.ABC):
             keep = sorted(first.values())
             messages, records = [messages[n] for n in keep], [records[n] for n in keep]
         note_records(records)
-        return await self._append(key, messages, records)
+        with _naming_damage(key):  # a backend may read stored records to check ids
+            return await self._append(key, messages, records)
 
     @operation("load", lambda messages: {"db.response.returned_rows": len(messages)})
     async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
@@ -394,7 +405,8 @@ class HistoryStore(abc.ABC):
         _check_key(key)
         if last is not None and _check_count(last, "last", minimum=0) == 0:
             return []
-        return await self._load(key, last)
+        with _naming_damage(key):
+            return await self._load(key, last)
 
     @operation_stream("iter_messages")
     async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
@@ -402,15 +414,17 @@ class HistoryStore(abc.ABC):
         self._check_usable()
         _check_key(key)
         _check_count(batch, "batch", minimum=1)
-        async for message in self._iter_messages(key, batch):
-            yield message
-            self._check_usable()
+        with _naming_damage(key):
+            async for message in self._iter_messages(key, batch):
+                yield message
+                self._check_usable()
 
     @operation("count")
     async def count(self, key: SessionKey) -> int:
         """How many messages the session holds."""
         self._check_usable()
-        return await self._count(_check_key(key))
+        with _naming_damage(_check_key(key)):
+            return await self._count(key)
 
     @operation("delete")
     async def delete(self, key: SessionKey) -> bool:
@@ -423,7 +437,9 @@ class HistoryStore(abc.ABC):
         """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
         self._check_usable()
         _check_key(key)
-        return await self._trim(key, _check_count(keep_last, "keep_last", minimum=0))
+        _check_count(keep_last, "keep_last", minimum=0)
+        with _naming_damage(key):
+            return await self._trim(key, keep_last)
 
     @operation("pop", lambda message: {"db.response.returned_rows": int(message is not None)})
     async def pop(self, key: SessionKey) -> Message | None:
@@ -435,7 +451,8 @@ class HistoryStore(abc.ABC):
             UnsupportedOperationError: the backend's plugin predates ``pop`` (upgrade the plugin).
         """
         self._check_usable()
-        return await self._pop(_check_key(key))
+        with _naming_damage(_check_key(key)):
+            return await self._pop(key)
 
     @operation("list_sessions", lambda page: {"db.response.returned_rows": len(page.items)})
     async def list_sessions(

@@ -69,7 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chatkeep",
         description="Store and resume AI-agent conversations.",
-        epilog="Exit status: 0 done, 1 an error (store, data, model), 2 a usage error. Run 'chatkeep COMMAND -h'.",
+        epilog=(
+            "Exit status: 0 done, 1 an error (store, data, model), 2 a usage error, 3 done but damaged sessions "
+            "were skipped (--skip-damaged). Run 'chatkeep COMMAND -h'."
+        ),
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     common, bare = _common(), _common(store=False)
@@ -86,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--limit", type=_positive, default=20, help="sessions per page (default: %(default)s)")
     listing.add_argument("--cursor", help="the cursor the previous page printed, for the next page")
+    _skip_damaged(listing, "leave damaged sessions out of the table (each is named on stderr)")
     show = _command(
         session_commands, "show", "_inspect:sessions_show", "print a session's transcript", parents=[common]
     )
@@ -102,12 +106,23 @@ def _parser() -> argparse.ArgumentParser:
         "--session", type=session_id, metavar="ID", help="only this session (default: every session of the tenant)"
     )
     export.add_argument("--output", "-o", type=Path, help="the file to write (default: stdout)")
+    _skip_damaged(export, "export the other sessions when one is damaged (each is named, and marked in the file)")
 
     imp = _command(commands, "import", "_transfer:import_", "read sessions from JSON Lines", parents=[common])
     imp.add_argument("--input", "-i", type=Path, help="the file to read (default: stdin)")
+    imp.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="import a file without the trailer export writes last, or whose counts do not match it (a file cut "
+        "short, or an export from an earlier chatkeep); it says what it imported",
+    )
 
     copy = _command(
-        commands, "copy", "_transfer:copy", "copy a tenant's sessions between two stores, then verify", parents=[bare]
+        commands,
+        "copy",
+        "_transfer:copy",
+        "copy a tenant's sessions between two stores, then verify (run it again to resume an interrupted copy)",
+        parents=[bare],
     )
     copy.add_argument("--from", dest="source", required=True, metavar="URL", help="the store to copy from")
     copy.add_argument("--to", dest="target", required=True, metavar="URL", help="the store to copy to")
@@ -119,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         help="a tenant to copy (repeat for several)",
     )
+    _skip_damaged(copy, "copy the other sessions when one is damaged (each is named)")
 
     prune = _command(commands, "prune", "_inspect:prune", "delete sessions not updated for a while", parents=[common])
     prune.add_argument("--older-than", type=duration, required=True, metavar="AGE", help="e.g. 30d, 12h, 90m, 45s")
@@ -152,6 +168,10 @@ def _parser() -> argparse.ArgumentParser:
     turn.add_argument("--store")
     turn.set_defaults(handler="_chat:demo_process")
     return parser
+
+
+def _skip_damaged(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--skip-damaged", action="store_true", help=f"{what}; the exit status is then 3")
 
 
 def _checked_id(text: str, what: str, *, instead: str = "") -> str:
@@ -230,7 +250,7 @@ def _report(exc: BaseException, *, as_json: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 done, 1 error, 2 usage)."""
+    """Run the command line; returns the exit status (0 done, 1 error, 2 usage, 3 damaged sessions skipped)."""
     from chatkeep.core.cli._output import UsageError
 
     parser = _parser()

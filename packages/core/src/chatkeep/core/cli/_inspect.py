@@ -16,6 +16,7 @@ from typing import Any
 
 from chatkeep.core._errors import (
     ChatkeepError,
+    SessionFormatError,
     StoreConfigurationError,
     StoreFullError,
     StoreNotFoundError,
@@ -43,6 +44,7 @@ from chatkeep.core.backend import (
 )
 from chatkeep.core.backend._store import prune_cutoff
 from chatkeep.core.cli._app import store_url
+from chatkeep.core.cli._damaged import DAMAGE, DamagedSessions
 from chatkeep.core.cli._output import UsageError, emit_json, iso, plural, printable, printable_lines, say, table, when
 from chatkeep.core.plugins import default_registry, installed_backends, open_store, plugin_failures
 
@@ -237,10 +239,27 @@ async def doctor(args: argparse.Namespace) -> int:
 
 
 async def sessions_list(args: argparse.Namespace) -> int:
-    """One page of a tenant's sessions, newest first, with message counts."""
+    """One page of a tenant's sessions, newest first, with message counts; a damaged session is named.
+
+    Each listed session's document is read, so a damaged one (or damaged metadata) is found here; damaged
+    message records are found by the commands that read them (``export``, ``copy``, ``sessions show``).
+    """
     url, tenant = store_url(args), tenant_of(args)
+    damage = DamagedSessions(args, "sessions list", after="")
+    damaged: dict[str, str] = {}
     async with open_existing_store(url) as store:
         page = await store.list_sessions(tenant, limit=args.limit, cursor=args.cursor)
+        for info in page.items:
+            try:
+                await store.load_session(SessionKey(tenant, info.session_id))
+            except DAMAGE as exc:
+                damaged[info.session_id] = str(exc)
+    if damage.skip:
+        for info in page.items:
+            if info.session_id in damaged:
+                damage.found(SessionKey(tenant, info.session_id), SessionFormatError(damaged[info.session_id]))
+    shown = [s for s in page.items if not (damage.skip and s.session_id in damaged)]
+    status = damage.exit_status(1 if damaged and not damage.skip else 0)
     if args.json:
         items = [
             {
@@ -249,20 +268,39 @@ async def sessions_list(args: argparse.Namespace) -> int:
                 "message_count": s.message_count,
                 "created_at": iso(s.created_at),
                 "updated_at": iso(s.updated_at),
+                "damaged": damaged.get(s.session_id),
             }
-            for s in page.items
+            for s in shown
         ]
-        emit_json({"tenant": tenant, "sessions": items, "next_cursor": page.next_cursor})
-        return 0
+        emit_json({"tenant": tenant, "sessions": items, "next_cursor": page.next_cursor, "skipped": damage.skipped})
+        return status
     if not page.items:
         say(f"no sessions for tenant {tenant!r} in {redact_url(url)}")
         return 0
-    rows = [(s.session_id, s.message_count, when(s.created_at), when(s.updated_at)) for s in page.items]
-    table(("SESSION", "MESSAGES", "CREATED (UTC)", "UPDATED (UTC)"), rows, right=(1,))
+    rows = [
+        (s.session_id, s.message_count, when(s.created_at), when(s.updated_at), "DAMAGED" * (s.session_id in damaged))
+        for s in shown
+    ]
+    table(("SESSION", "MESSAGES", "CREATED (UTC)", "UPDATED (UTC)", ""), rows, right=(1,))
     if page.next_cursor:
         command = ["chatkeep", "sessions", "list", "--store", redact_url(url), "--tenant", tenant]
         say(f"more sessions: {shlex.join([*command, '--limit', str(args.limit), '--cursor', page.next_cursor])}")
-    return 0
+    if damage.skip:
+        if damage.skipped:
+            say(damage.summary(), err=True)
+        return status
+    for session_id, why in damaged.items():
+        say(
+            f"chatkeep: session {printable(repr(session_id))} of tenant {printable(repr(tenant))} is damaged: {why}",
+            err=True,
+        )
+    if damaged:
+        say(
+            f"chatkeep: {plural(len(damaged), 'damaged session')} listed (marked DAMAGED); --skip-damaged leaves "
+            "them out",
+            err=True,
+        )
+    return status
 
 
 def _short(text: str, limit: int = 2000) -> str:

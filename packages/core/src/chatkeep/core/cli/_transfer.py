@@ -1,13 +1,9 @@
 """Moving conversations: ``export`` and ``import`` as JSON Lines, ``copy`` between two stores with verification.
 
-The JSON Lines format (one JSON object per line, UTF-8, documented in docs/cli.md)::
-
-    {"type":"session","tenant":T,"session_id":S,"owner":O,"document":{...AgentSession.to_dict()...}}
-    {"type":"message","tenant":T,"session_id":S,"record":{"v":1,...the message's stored record...}}
-
-A session's document line (when it has one) comes before its message lines, and its messages follow in the
-store's order. Everything streams: sessions are listed a page at a time and histories read with
-``iter_messages``, so memory stays constant whatever the size of the store.
+The file format lives in :mod:`chatkeep.core.cli._jsonl`. Everything streams: sessions are listed a page at a
+time and histories read with ``iter_messages``, so memory stays constant whatever the size of the store. A
+damaged session stops ``export`` and ``copy`` with its name, or is named and skipped (``--skip-damaged``,
+:mod:`chatkeep.core.cli._damaged`).
 """
 
 from __future__ import annotations
@@ -20,8 +16,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,26 +24,22 @@ from chatkeep.core._errors import ChatkeepError, MessageFormatError, MessageTooL
 from chatkeep.core._messages import Message, decode_records, encode_records, record_size
 from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore, SessionKey
+from chatkeep.core.cli import _jsonl
 from chatkeep.core.cli._app import store_url
+from chatkeep.core.cli._damaged import DAMAGE, DamagedSessionError, DamagedSessions
 from chatkeep.core.cli._inspect import open_existing_store, tenant_of
+from chatkeep.core.cli._jsonl import NOTHING, ExportFormatError, Line, Tally, Trailer
 from chatkeep.core.cli._output import Progress, UsageError, emit_json, plural, printable, progress, say
 from chatkeep.core.plugins import open_store
 
 __all__ = ["ExportFormatError", "copy", "export", "import_", "session_checksum"]
 
-#: The longest line import accepts: a message record is at most a store's max_message_bytes (4 MB by default).
-MAX_LINE_BYTES = 64 * 1024 * 1024
 #: Messages per append: big enough to amortize a round trip, small enough to keep memory flat.
 APPEND_BATCH = 500
 #: Sessions per list_sessions page while walking a tenant.
 PAGE = 100
-
-
-_NOTHING = "Nothing was imported: fix the line (or export again) and rerun the import"
-
-
-class ExportFormatError(ChatkeepError, ValueError):
-    """A line of a JSON Lines file is not a chatkeep export line; nothing from that file was imported."""
+#: What copy says whenever it did not finish: the rerun is the way to finish it.
+RESUME = "run the same copy again to finish it: it resumes where it stopped (what is copied is not copied again)"
 
 
 # -- export --------------------------------------------------------------------------------------
@@ -66,61 +57,80 @@ async def _sessions_of(store: HistoryStore, tenant: str) -> AsyncIterator[Sessio
             return
 
 
-def _prefix(kind: str, key: SessionKey) -> str:
-    tenant, session = json.dumps(key.tenant, ensure_ascii=False), json.dumps(key.session_id, ensure_ascii=False)
-    return f'{{"type":"{kind}","tenant":{tenant},"session_id":{session},'
-
-
 async def _one(key: SessionKey) -> AsyncIterator[SessionKey]:
     yield key
 
 
 def export(args: argparse.Namespace) -> int:
-    """Write one session (``--session``) or every session of the tenant as JSON Lines, to ``--output`` or stdout."""
+    """Write one session (``--session``) or every session of the tenant as JSON Lines, to ``--output`` or stdout.
+
+    The last line is the trailer with the counts. A damaged session stops the export (no file is left), or with
+    ``--skip-damaged`` is marked in the file and named on stderr, and the exit status is 3.
+    """
     output: Path | None = args.output
+    damage = DamagedSessions(args, "export", after="No output file was written")
     if output is None:
-        summary = asyncio.run(_export(args, sys.stdout))
+        damage.after = "What was written to stdout ends without the trailer, so import refuses it"
+        summary = asyncio.run(_export(args, sys.stdout, damage))
     else:
         # The file is written beside its name and renamed when complete, so a failed export leaves no truncated file.
         partial = output.with_name(output.name + ".partial")
         try:
             with open(partial, "w", encoding="utf-8", newline="\n") as out:
-                summary = asyncio.run(_export(args, out))
+                summary = asyncio.run(_export(args, out, damage))
             os.replace(partial, output)
         finally:
             partial.unlink(missing_ok=True)
     summary["output"] = str(output) if output else None
+    summary["skipped"] = damage.skipped
     counted = f"{plural(summary['sessions'], 'session')} ({plural(summary['messages'], 'message')})"
     text = f"exported {counted} of tenant {summary['tenant']!r}"
-    _summarize(args, summary, text, output)
-    return 0
+    _summarize(args, summary, "\n".join(filter(None, [text, damage.summary()])), output)
+    return damage.exit_status()
 
 
-async def _export(args: argparse.Namespace, out: IO[str]) -> dict[str, Any]:
+async def _export(args: argparse.Namespace, out: IO[str], damage: DamagedSessions) -> dict[str, Any]:
     url, tenant = store_url(args), tenant_of(args)
     sessions = messages = documents = 0
+    runs = lines = 0  # what the trailer counts: sessions with lines in the file, message lines (damaged ones too)
     async with open_existing_store(url) as store:
         total = None
         if args.session:
             key = SessionKey(tenant, args.session)
-            total = await store.count(key)
-            if total == 0 and await store.load_session(key) is None:
+            try:
+                total = await store.count(key)
+                missing = total == 0 and await store.load_session(key) is None
+            except DAMAGE:
+                missing = False  # it exists: the export below meets the damage and reports it
+            if missing:
                 raise UsageError(f"no session {args.session!r} in tenant {tenant!r} of {redact_url(url)}")
         with progress("export", total=total) as bar:
             keys = _one(SessionKey(tenant, args.session)) if args.session else _sessions_of(store, tenant)
             async for key in keys:
-                sessions += 1
-                stored = await store.load_session(key)
-                if stored is not None:
-                    documents += 1
-                    owner = json.dumps(stored.owner, ensure_ascii=False)
-                    document = json.dumps(stored.session.to_dict(), ensure_ascii=False, separators=(",", ":"))
-                    out.write(f'{_prefix("session", key)}"owner":{owner},"document":{document}}}\n')
-                prefix = _prefix("message", key)
-                async for message in store.iter_messages(key, batch=1000):
-                    out.write(f'{prefix}"record":{message.to_record()}}}\n')
-                    messages += 1
-                    bar.advance()
+                document_lines = message_lines = 0
+                try:
+                    stored = await store.load_session(key)
+                    if stored is not None:
+                        owner = json.dumps(stored.owner, ensure_ascii=False)
+                        document = json.dumps(stored.session.to_dict(), ensure_ascii=False, separators=(",", ":"))
+                        out.write(f'{_jsonl.prefix("session", key)}"owner":{owner},"document":{document}}}\n')
+                        document_lines = 1
+                    prefix = _jsonl.prefix("message", key)
+                    async for message in store.iter_messages(key, batch=1000):
+                        out.write(f'{prefix}"record":{message.to_record()}}}\n')
+                        message_lines += 1
+                        bar.advance()
+                except DAMAGE as exc:
+                    written = document_lines + message_lines
+                    damage.found(key, exc, note=f" ({written} of its lines written before)" if written else "")
+                    out.write(_jsonl.damaged(key, exc))  # import leaves out the lines of this session
+                else:
+                    sessions += 1
+                    messages += message_lines
+                    documents += document_lines
+                runs += 1 if document_lines + message_lines else 0
+                lines += message_lines
+        out.write(_jsonl.trailer(runs, lines, len(damage.skipped)))
         out.flush()
     return {"tenant": tenant, "sessions": sessions, "messages": messages, "session_documents": documents}
 
@@ -137,65 +147,7 @@ def _summarize(args: argparse.Namespace, summary: dict[str, Any], text: str, out
 # -- import --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Line:
-    number: int
-    key: SessionKey
-    record: str | None = None  # a message line's record
-    document: dict[str, Any] | None = None  # a session line's document
-    owner: str | None = None
-
-
-def _lines(stream: IO[bytes], name: str) -> Iterator[tuple[int, bytes]]:
-    """The numbered, non-blank lines of a stream, refusing any line longer than ``MAX_LINE_BYTES``."""
-    number = 0
-    while True:
-        line = stream.readline(MAX_LINE_BYTES + 1)
-        if not line:
-            return
-        number += 1
-        if len(line) > MAX_LINE_BYTES:
-            raise ExportFormatError(f"line {number} of {name} is longer than {MAX_LINE_BYTES:,} bytes")
-        if line.strip():
-            yield number, line
-
-
-def _parse(number: int, raw: bytes, name: str, tenant: str | None) -> _Line:
-    """Check one line's shape (not yet its record: records are decoded in batches)."""
-
-    def bad(why: str) -> ExportFormatError:
-        return ExportFormatError(f"line {number} of {name}: {why}. {_NOTHING}")
-
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise bad(f"not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise bad("not a JSON object")
-    kind = data.get("type")
-    try:
-        key = SessionKey(tenant or data.get("tenant"), data.get("session_id"))  # type: ignore[arg-type]
-    except ChatkeepError as exc:
-        raise bad(str(exc)) from None
-    if kind == "message":
-        record = data.get("record")
-        if not isinstance(record, dict):
-            raise bad('a message line needs a "record" object')
-        return _Line(number, key, record=json.dumps(record, ensure_ascii=False))
-    if kind == "session":
-        document, owner = data.get("document"), data.get("owner")
-        if not isinstance(document, dict) or not (owner is None or isinstance(owner, str)):
-            raise bad('a session line needs a "document" object and an "owner" string or null')
-        document = {**document, "tenant": key.tenant}
-        try:
-            AgentSession.from_dict(document, tenant=key.tenant)
-        except ChatkeepError as exc:
-            raise bad(f"the session document is malformed ({exc})") from None
-        return _Line(number, key, document=document, owner=owner)
-    raise bad(f'"type" must be "message" or "session", got {kind!r}')
-
-
-def _decode(batch: list[_Line], name: str) -> list[Message]:
+def _decode(batch: list[Line], name: str) -> list[Message]:
     """Decode a batch of message lines at once; name the first bad line when one fails."""
     records = [line.record or "" for line in batch]
     try:
@@ -205,11 +157,11 @@ def _decode(batch: list[_Line], name: str) -> list[Message]:
             try:
                 decode_records([line.record or ""])
             except MessageFormatError as exc:
-                raise ExportFormatError(f"line {line.number} of {name}: {exc}. {_NOTHING}") from None
+                raise ExportFormatError(f"line {line.number} of {name}: {exc}. {NOTHING}") from None
         raise
 
 
-def _check_sizes(batch: list[_Line], name: str, limit: int) -> None:
+def _check_sizes(batch: list[Line], name: str, limit: int) -> None:
     """Refuse the batch when a record is over the target's ``max_message_bytes``, naming the first such line."""
     messages = _decode(batch, name)
     try:
@@ -229,47 +181,58 @@ def _check_sizes(batch: list[_Line], name: str, limit: int) -> None:
 
 def _validate(
     stream: IO[bytes], name: str, tenant: str | None, spool: IO[bytes] | None, bar: Progress, limit: int
-) -> int:
-    """The first pass: every line parsed, every record decoded and sized against ``limit``, a batch at a time.
-
-    Returns the number of message lines.
-    """
-    batch: list[_Line] = []
-    messages = 0
-    for number, raw in _lines(stream, name):
+) -> Tally:
+    """The first pass: every line parsed, every record decoded and sized against ``limit``, a batch at a time,
+    and the lines counted against the trailers."""
+    batch: list[Line] = []
+    tally = Tally(name)
+    read_any = False
+    for number, raw in _jsonl.lines(stream, name):
+        read_any = True
         if spool is not None:
             spool.write(raw if raw.endswith(b"\n") else raw + b"\n")
-        line = _parse(number, raw, name, tenant)
-        if line.record is not None:
+        line = _jsonl.parse(number, raw, name, tenant)
+        tally.add(line)
+        if isinstance(line, Line) and line.record is not None:
             batch.append(line)
-            messages += 1
             if len(batch) >= APPEND_BATCH:
                 _check_sizes(batch, name, limit)
                 batch.clear()
         bar.advance()
     _check_sizes(batch, name, limit)
-    return messages
+    tally.finish(read_any)
+    return tally
+
+
+def _incomplete(name: str, problem: str) -> ExportFormatError:
+    return ExportFormatError(
+        f"{name} is not a complete export: {problem}. Nothing was imported. Export again, or, to import what the "
+        "file holds anyway (an export from an earlier chatkeep, or the part of a cut file you want), rerun the "
+        "import with --allow-partial"
+    )
 
 
 async def _import(
-    url: str, source: IO[bytes], name: str, tenant: str | None, spool: IO[bytes] | None
-) -> dict[str, int]:
+    url: str, source: IO[bytes], name: str, tenant: str | None, spool: IO[bytes] | None, allow_partial: bool
+) -> tuple[dict[str, int], Tally]:
     """Validate ``source`` against the target store (spooling it when it cannot be read twice), then write it."""
     async with open_store(url) as store:
         with progress("validate") as bar:
-            total = _validate(source, name, tenant, spool, bar, store.max_message_bytes)
+            tally = _validate(source, name, tenant, spool, bar, store.max_message_bytes)
+        if tally.problem is not None and not allow_partial:
+            raise _incomplete(name, tally.problem)
         stream = source if spool is None else spool
         stream.seek(0)
         # The second pass, over lines already validated: appends in batches, one key at a time, in file order.
-        with progress("import", total=total) as bar:
-            return await _write_lines(store, stream, name, tenant, bar)
+        with progress("import", total=tally.messages) as bar:
+            return await _write_lines(store, stream, name, tenant, bar, set(tally.damaged)), tally
 
 
 async def _write_lines(
-    store: HistoryStore, stream: IO[bytes], name: str, tenant: str | None, bar: Progress
+    store: HistoryStore, stream: IO[bytes], name: str, tenant: str | None, bar: Progress, leave_out: set[SessionKey]
 ) -> dict[str, int]:
     counts = {"sessions": 0, "messages": 0, "new_messages": 0, "session_documents": 0}
-    batch: list[_Line] = []
+    batch: list[Line] = []
     current: SessionKey | None = None
 
     async def flush() -> None:
@@ -279,8 +242,10 @@ async def _write_lines(
             bar.advance(len(batch))
             batch.clear()
 
-    for number, raw in _lines(stream, name):
-        line = _parse(number, raw, name, tenant)
+    for number, raw in _jsonl.lines(stream, name):
+        line = _jsonl.parse(number, raw, name, tenant)
+        if isinstance(line, Trailer) or line.key in leave_out:
+            continue  # a damaged session's lines: only the part export read before it met the damage
         if line.key != current:
             await flush()
             current = line.key
@@ -301,9 +266,10 @@ async def _write_lines(
 def import_(args: argparse.Namespace) -> int:
     """Read JSON Lines from ``--input`` or stdin: validate every line first, then write. Rerunning is safe.
 
-    Nothing is written until the whole input has been validated (its shape, its records, and each record's size
-    against the target's ``max_message_bytes``), so a bad line leaves the store as it was. Standard input cannot
-    be read twice, so it is spooled to a temporary file during validation.
+    Nothing is written until the whole input has been validated (its shape, its records, each record's size
+    against the target's ``max_message_bytes``, and its counts against the trailer), so a bad line or a file cut
+    short leaves the store as it was; ``--allow-partial`` imports a file without a trailer (or whose counts do not
+    match) anyway. Standard input cannot be read twice, so it is spooled to a temporary file during validation.
     """
     url = store_url(args)
     tenant: str | None = args.tenant  # None: each line's own tenant
@@ -312,18 +278,34 @@ def import_(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as files:
         if path is None:
             spool: IO[bytes] = files.enter_context(tempfile.TemporaryFile())
-            counts = asyncio.run(_import(url, sys.stdin.buffer, name, tenant, spool))
+            counts, tally = asyncio.run(_import(url, sys.stdin.buffer, name, tenant, spool, args.allow_partial))
         else:
-            counts = asyncio.run(_import(url, files.enter_context(open(path, "rb")), name, tenant, None))
+            source = files.enter_context(open(path, "rb"))
+            counts, tally = asyncio.run(_import(url, source, name, tenant, None, args.allow_partial))
     text = (
         f"imported {plural(counts['messages'], 'message')} ({counts['new_messages']} new) in "
         f"{plural(counts['sessions'], 'session')} and {plural(counts['session_documents'], 'session document')} "
         f"from {name}"
     )
+    left_out = [
+        {"tenant": key.tenant, "session_id": key.session_id, "error": why} for key, why in tally.damaged.items()
+    ]
     if args.json:
-        emit_json(counts)
-    else:
-        say(text)
+        emit_json({**counts, "complete": tally.problem is None, "damaged_in_export": left_out})
+        return 0
+    say(text)
+    if tally.problem is not None:
+        say(
+            f"chatkeep: --allow-partial: {name} is not a complete export ({tally.problem}); the store may hold "
+            "more than this file brought",
+            err=True,
+        )
+    for skipped in left_out:
+        say(
+            f"chatkeep: left out session {printable(repr(skipped['session_id']))} of tenant "
+            f"{printable(repr(skipped['tenant']))}: the export found it damaged ({skipped['error']})",
+            err=True,
+        )
     return 0
 
 
@@ -392,9 +374,11 @@ async def copy(args: argparse.Namespace) -> int:
     """Copy every session of the given tenants from one store to another, then verify each by count and sha256.
 
     The store contract has no way to list tenants, so tenants are named (``--tenant``, repeatable). An
-    interrupted copy is resumed by running it again: appends are idempotent by message id. A message over the
-    target's ``max_message_bytes`` stops the copy there (a size check up front would read the whole source twice);
-    the error says how to raise the limit, and the rerun resumes.
+    interrupted copy is resumed by running it again: appends are idempotent by message id, and every way the
+    copy can stop says so. A message over the target's ``max_message_bytes`` stops the copy there (a size check
+    up front would read the whole source twice); the error says how to raise the limit, and the rerun resumes.
+    A damaged source session stops the copy (the sessions before it are copied), or with ``--skip-damaged`` is
+    named and left out, and the exit status is 3.
     """
     if args.source == args.target:
         raise UsageError("--from and --to name the same store; copy needs two different stores")
@@ -402,18 +386,35 @@ async def copy(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"from": shown_from, "to": shown_to, "tenants": list(args.tenants)}
     sessions = messages = new = 0
     mismatches: list[dict[str, Any]] = []
-    async with open_existing_store(args.source) as source, open_store(args.target) as target:
-        with progress("copy") as bar:
-            for tenant in args.tenants:
-                async for key in _sessions_of(source, tenant):
-                    result = await _copy_session(source, target, key, bar)
-                    sessions += 1
-                    messages += result["messages"]
-                    new += result["new_messages"]
-                    if not result["verified"]:
-                        mismatches.append(result)
+    damage = DamagedSessions(
+        args, "copy", after="The sessions before it are copied and verified, and a rerun resumes where it stopped"
+    )
+    try:
+        async with open_existing_store(args.source) as source, open_store(args.target) as target:
+            with progress("copy") as bar:
+                for tenant in args.tenants:
+                    async for key in _sessions_of(source, tenant):
+                        try:
+                            result = await _copy_session(source, target, key, bar)
+                        except DAMAGE as exc:
+                            # Only the source's records are decoded as damaged (the target's are written by us).
+                            part = " (the target may hold the part read before it)" * isinstance(
+                                exc, MessageFormatError
+                            )
+                            damage.found(key, exc, note=part)
+                            continue
+                        sessions += 1
+                        messages += result["messages"]
+                        new += result["new_messages"]
+                        if not result["verified"]:
+                            mismatches.append(result)
+    except (ChatkeepError, OSError, KeyboardInterrupt, asyncio.CancelledError) as exc:
+        if not isinstance(exc, DamagedSessionError) and "run the same copy again" not in str(exc):
+            say(f"chatkeep: copy stopped after {plural(sessions, 'session')}; {RESUME}", err=True)
+        raise
     report.update(sessions=sessions, messages=messages, new_messages=new, mismatches=mismatches)
-    report["ok"] = not mismatches
+    report["skipped"] = damage.skipped
+    report["ok"] = not mismatches and not damage.skipped
     if args.json:
         emit_json(report)
     else:
@@ -427,8 +428,10 @@ async def copy(args: argparse.Namespace) -> int:
                 f"source {bad['messages']} messages sha256 {bad['sha256'][:12]}, "
                 f"target {bad['target_messages']} messages sha256 {bad['target_sha256'][:12]}"
             )
-        if not mismatches:
-            say("verified: every session has the same message count and sha256 in both stores")
-        else:
+        if mismatches:
             say("the target holds other messages for these sessions; delete them there and copy again")
-    return 0 if report["ok"] else 1
+        elif damage.skipped:
+            say(f"verified the sessions copied; {damage.summary()}")
+        else:
+            say("verified: every session has the same message count and sha256 in both stores")
+    return damage.exit_status(0 if not mismatches else 1)

@@ -46,6 +46,9 @@ The subclass contract:
   the store's ``messages_read`` property (``chatkeep.core.backend.SupportsReadProbe``), or else an
   override of ``messages_read(store)``. Windowed reads (``load(last=20)`` on 100,000 messages, one page of
   ``iter_messages``) and cheap appends are proven with it, never with timings.
+* ``damage_session_document``: a fixture (in the subclass, or in a ``conftest.py`` shared with
+  :class:`CLIConformance`) returning an async ``damage(store, key)`` that writes text that is not JSON where
+  the backend keeps ``key``'s session document, behind the store (:data:`DocumentDamager`).
 * ``native_ttl`` and ``multi_process``: the only capability flags. With ``multi_process`` set,
   ``store_url`` (a class attribute or a fixture) is a URL that ``chatkeep.core.open_store`` opens
   in a child process on the same data.
@@ -63,7 +66,7 @@ The kit's tests are async and run on a function-scoped event loop (``pytest-asyn
 :class:`SessionDocumentConformance`, ...) can be subclassed alone while a backend is being built.
 """
 
-from chatkeep.testing.conformance._base import WINDOW_SLACK, ConformanceBase, StoreFactory, StoreKit
+from chatkeep.testing.conformance._base import WINDOW_SLACK, ConformanceBase, DocumentDamager, StoreFactory, StoreKit
 from chatkeep.testing.conformance._cli import CLIConformance, CLIResult
 from chatkeep.testing.conformance._concurrency import ConcurrencyConformance
 from chatkeep.testing.conformance._conformance import HistoryStoreConformance
@@ -83,6 +86,7 @@ __all__ = [
     "ConcurrencyConformance",
     "ConformanceBase",
     "ContentConformance",
+    "DocumentDamager",
     "HistoryStoreConformance",
     "KeyConformance",
     "LifecycleConformance",

@@ -19,6 +19,7 @@ from chatkeep.core.backend import HistoryStore, SessionKey, SupportsReadProbe
 __all__ = [
     "WINDOW_SLACK",
     "ConformanceBase",
+    "DocumentDamager",
     "StoreFactory",
     "StoreKit",
     "TTLTimeline",
@@ -85,6 +86,13 @@ class TTLTimeline:
                     ) from failure
             else:
                 return
+
+
+#: What the ``damage_session_document`` fixture returns: ``await damage(store, key)`` writes text that is not JSON
+#: where the backend keeps the session document of ``key`` (which exists), behind the store's back (a file edit,
+#: a SQL ``UPDATE``, a Redis ``HSET``), as a disk fault or a bad restore would. The damaged-session tests of
+#: :class:`HistoryStoreConformance` and :class:`CLIConformance` use it; ``store`` is open on the test's backing.
+DocumentDamager = Callable[[HistoryStore, SessionKey], Awaitable[None]]
 
 
 class StoreFactory(Protocol):
@@ -184,6 +192,7 @@ class ConformanceBase:
     * the read probe: a store with a ``messages_read`` property (:class:`~chatkeep.core.backend.SupportsReadProbe`)
       needs nothing more; otherwise override :meth:`messages_read`;
     * ``store_url`` (a class attribute or a fixture) when ``multi_process`` is true;
+    * the ``damage_session_document`` fixture (see :data:`DocumentDamager`), in the class or a ``conftest.py``;
     * the capability flags ``native_ttl`` and ``multi_process``.
 
     Anything else a backend cannot do is declared by overriding that one test with

@@ -23,7 +23,7 @@ from chatkeep.core import AgentSession, FunctionCallContent, FunctionResultConte
 from chatkeep.core.backend import HistoryStore, SessionKey, SupportsMigrate, SupportsSchemaRevision
 from chatkeep.core.cli import main
 from chatkeep.core.plugins import default_registry
-from chatkeep.testing.conformance._base import ConformanceBase, StoreFactory, StoreKit
+from chatkeep.testing.conformance._base import ConformanceBase, DocumentDamager, StoreFactory, StoreKit
 
 __all__ = ["CLIConformance", "CLIResult"]
 
@@ -231,7 +231,9 @@ class CLIConformance(ConformanceBase):
         assert (summary["sessions"], summary["messages"], summary["session_documents"]) == (3, 12, 1)
         args = ("import", "--store", store_url, "--tenant", target, "-i", str(exported), "--json")
         counts = (await cli(*args)).json()
-        assert counts == {"sessions": 3, "messages": 12, "new_messages": 12, "session_documents": 1}
+        written = ("sessions", "messages", "new_messages", "session_documents")
+        assert [counts[name] for name in written] == [3, 12, 12, 1]
+        assert (counts["complete"], counts["damaged_in_export"]) == (True, [])
         original, moved = await snapshot(store, source), await snapshot(store, target)
         assert {sid: records for sid, (records, _) in moved.items()} == {
             sid: records for sid, (records, _) in original.items()
@@ -240,6 +242,65 @@ class CLIConformance(ConformanceBase):
         assert (document["tenant"], document["state"], owner) == (target, {"memo": {"likes": "pasta"}}, "bob")
         assert (await cli(*args)).json()["new_messages"] == 0
         assert await snapshot(store, target) == moved
+
+    async def test_a_damaged_session_is_named_and_skipped_only_when_told(
+        self,
+        cli: _Runner,
+        store_url: str,
+        kit: StoreKit,
+        store: HistoryStore,
+        tmp_path: Path,
+        damage_session_document: DocumentDamager,
+    ) -> None:
+        tenant, moved = kit.tenant("damaged"), kit.tenant("moved")
+        keys = await seed(store, tenant)
+        await damage_session_document(store, keys[1])  # chat-1 has the document
+        common = ("--store", store_url, "--tenant", tenant)
+
+        listed = await cli("sessions", "list", *common)
+        assert listed.code == 1, listed.err
+        assert "chat-1" in listed.out, listed.out
+        assert "DAMAGED" in listed.out, listed.out
+        assert f"session 'chat-1' of tenant '{tenant}' is damaged" in listed.err, listed.err
+        skipped = await cli("sessions", "list", *common, "--skip-damaged", "--json")
+        assert skipped.code == 3, skipped.err
+        assert sorted(s["session_id"] for s in json.loads(skipped.out)["sessions"]) == ["chat-0", "chat-2"]
+        assert "skipped damaged session 'chat-1'" in skipped.err
+
+        exported = tmp_path / "damaged.jsonl"
+        stopped = await cli("export", *common, "-o", str(exported))
+        assert stopped.code == 1
+        assert f"export stopped at session 'chat-1' of tenant '{tenant}', which is damaged" in stopped.err
+        assert "--skip-damaged" in stopped.err
+        assert "Traceback" not in stopped.err
+        assert not exported.exists()
+        assert not tmp_path.joinpath("damaged.jsonl.partial").exists()
+        done = await cli("export", *common, "-o", str(exported), "--skip-damaged", "--json")
+        assert done.code == 3, done.err
+        assert [s["session_id"] for s in json.loads(done.out)["skipped"]] == ["chat-1"]
+        assert "skipped damaged session 'chat-1'" in done.err
+        counts = (await cli("import", "--store", store_url, "--tenant", moved, "-i", str(exported), "--json")).json()
+        assert (counts["sessions"], counts["messages"], counts["complete"]) == (2, 8, True)
+        assert [d["session_id"] for d in counts["damaged_in_export"]] == ["chat-1"]
+        assert sorted(await session_ids(store, moved)) == ["chat-0", "chat-2"]
+
+        memory_url = f"memory://cli-kit-{uuid.uuid4().hex}"
+        _require_backend(memory_url)
+        copy = ("copy", "--from", store_url, "--to", memory_url, "--tenant", tenant)
+        halted = await cli(*copy)
+        assert halted.code == 1
+        assert f"copy stopped at session 'chat-1' of tenant '{tenant}', which is damaged" in halted.err
+        assert "a rerun resumes where it stopped" in halted.err
+        report = await cli(*copy, "--skip-damaged", "--json")
+        assert report.code == 3, report.err
+        result = json.loads(report.out)
+        assert (result["ok"], result["sessions"], [s["session_id"] for s in result["skipped"]]) == (
+            False,
+            2,
+            ["chat-1"],
+        )
+        text = await cli(*copy, "--skip-damaged")
+        assert "verified the sessions copied; skipped 1 damaged session" in text.out, text.out
 
     async def test_import_of_a_corrupt_line_names_it_and_writes_nothing(
         self, cli: _Runner, store_url: str, kit: StoreKit, store: HistoryStore, tmp_path: Path

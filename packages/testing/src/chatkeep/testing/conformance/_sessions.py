@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from chatkeep.core import AgentSession, ConcurrencyConflictError, SessionOwnershipError
+from chatkeep.core import AgentSession, ConcurrencyConflictError, SessionFormatError, SessionOwnershipError
 from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession
-from chatkeep.testing.conformance._base import ConformanceBase, StoreKit, make_messages
+from chatkeep.testing.conformance._base import ConformanceBase, DocumentDamager, StoreKit, make_messages
 
 __all__ = ["ListingConformance", "SessionDocumentConformance"]
 
@@ -42,6 +42,27 @@ class SessionDocumentConformance(ConformanceBase):
             assert stored == StoredSession(session, version)
             assert isinstance(stored.session, AgentSession)
         assert await store.load_session(kit.key(tenant=key.tenant)) is None
+
+    async def test_a_damaged_document_is_reported_naming_its_session(
+        self, kit: StoreKit, store: HistoryStore, damage_session_document: DocumentDamager
+    ) -> None:
+        key, neighbour = kit.key("s-damaged"), kit.key()
+        key = SessionKey(neighbour.tenant, key.session_id)
+        for each in (key, neighbour):
+            await store.save_session(each, _session(each, n=1))
+            await store.append(each, make_messages(2))
+        await damage_session_document(store, key)
+        for reader in (store, await kit.open()):
+            with pytest.raises(SessionFormatError) as caught:
+                await reader.load_session(key)
+            text = str(caught.value)
+            assert f"session 's-damaged' in tenant {key.tenant!r}" in text, text
+            assert f"chatkeep sessions delete s-damaged --tenant {key.tenant}" in text, text
+            assert (await reader.load_session(neighbour)) is not None, "one damaged document broke another session"
+        fresh = await kit.open()
+        assert [info.session_id for info in (await fresh.list_sessions(key.tenant)).items].count("s-damaged") == 1
+        assert await fresh.delete(key), "the way out the error names does not work"
+        assert await fresh.load_session(key) is None
 
     async def test_stale_version_is_refused(self, kit: StoreKit, store: HistoryStore) -> None:
         key = kit.key()

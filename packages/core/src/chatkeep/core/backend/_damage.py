@@ -1,0 +1,47 @@
+"""What a store raises for data it stored and can no longer read: a damaged session document, metadata or record.
+
+Every such error names the session (tenant and id) and says what to do: the operator finds it, deletes or
+restores that one session, and the rest of the store stays usable. One text, so every backend says the same.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from chatkeep.core._errors import MessageFormatError, SessionFormatError
+
+if TYPE_CHECKING:
+    from chatkeep.core.backend._store import SessionKey
+
+__all__ = ["damaged_record_error", "damaged_session_error"]
+
+
+def _way_out(key: SessionKey) -> str:
+    delete = shlex.join(["chatkeep", "sessions", "delete", key.session_id, "--tenant", key.tenant])
+    return f"delete the session ({delete}) or restore it from an export (chatkeep import)"
+
+
+def damaged_session_error(key: SessionKey, what: str, cause: BaseException) -> SessionFormatError:
+    """The error for a session whose stored ``what`` ("document", "metadata") cannot be read.
+
+    Raise it ``from`` the decoding error; its message names the session and how to recover.
+    """
+    return SessionFormatError(
+        f"the stored {what} of session {key.session_id!r} in tenant {key.tenant!r} is damaged ({cause}); "
+        f"{_way_out(key)}"
+    )
+
+
+class _NamedMessageFormatError(MessageFormatError):
+    """A :class:`MessageFormatError` that already names its session (so a wrapping store does not name it twice)."""
+
+
+def damaged_record_error(key: SessionKey, cause: MessageFormatError) -> MessageFormatError:
+    """``cause`` (a record that does not decode) with the session named and the way out; itself if already named."""
+    if isinstance(cause, _NamedMessageFormatError):
+        return cause
+    return _NamedMessageFormatError(
+        f"session {key.session_id!r} in tenant {key.tenant!r} holds a damaged message record: {cause}. "
+        f"Its other sessions are unaffected; {_way_out(key)}"
+    )
