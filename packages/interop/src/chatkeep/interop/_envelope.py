@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from chatkeep.core import Message, MessageFormatError, Role
+from chatkeep.core import InvalidArgumentError, Message, MessageFormatError, Role
 
 __all__ = ["ENVELOPE_KEY", "unwrap", "wrap"]
 
@@ -36,8 +36,10 @@ def wrap(item: Mapping[str, Any], *, format: str, role: Role, text: str = "") ->
         return Message(
             role=role, **contents, additional_properties={ENVELOPE_KEY: {"format": format, "item": dict(item)}}
         )
-    except ValidationError as exc:
-        places = [_json_path(error["loc"]) for error in exc.errors() if error["loc"][:1] == ("additional_properties",)]
+    except InvalidArgumentError as exc:  # pydantic's ValidationError is its cause, naming the places
+        found = exc.__cause__
+        errors = found.errors() if isinstance(found, ValidationError) else []
+        places = [_json_path(error["loc"]) for error in errors if error["loc"][:1] == ("additional_properties",)]
         if not places:
             raise
         raise MessageFormatError(
