@@ -20,6 +20,7 @@ from chatkeep.core.encryption import KEYS_TENANT, DecryptionError, EncryptedStor
 from chatkeep.memory import MemoryHistoryStore
 from chatkeep.memory import _store as memory_internals
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
+from chatkeep.testing.encryption import BackingFactory, EncryptionConformance
 
 CANARY = "canary-7f3a-plaintext-must-never-be-stored"
 K1, K2 = os.urandom(32), os.urandom(32)
@@ -73,6 +74,17 @@ class TestEncryptedMemoryConformance(HistoryStoreConformance):
         assert isinstance(store, EncryptedStore)
         assert isinstance(store.inner, MemoryHistoryStore)
         return store.inner.messages_read
+
+
+class TestEncryptionOverMemory(EncryptionConformance):
+    @pytest.fixture
+    def open_backing(self) -> BackingFactory:
+        run = uuid.uuid4().hex
+
+        def open_backing(name: str) -> HistoryStore:
+            return MemoryHistoryStore(namespace=f"enc-{name}-{run}")
+
+        return open_backing
 
 
 @pytest.fixture

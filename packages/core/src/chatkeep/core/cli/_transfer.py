@@ -7,7 +7,8 @@ The JSON Lines format (one JSON object per line, UTF-8, documented in docs/cli.m
 
 A session's document line (when it has one) comes before its message lines, and its messages follow in the
 store's order. Everything streams: sessions are listed a page at a time and histories read with
-``iter_messages``, so memory stays constant whatever the size of the store.
+``iter_messages``, so memory stays constant whatever the size of the store. Sessions ``EncryptedStore`` wrote move
+as they are stored (sealed): the commands hold no keys, and need none to back them up or move them.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ async def _export(args: argparse.Namespace, out: IO[str]) -> dict[str, Any]:
     url, tenant = store_url(args), tenant_of(args)
     sessions = messages = documents = 0
     async with open_existing_store(url) as store:
+        store.sealed_passthrough = True  # encrypted sessions are exported sealed, as stored
         total = None
         if args.session:
             key = SessionKey(tenant, args.session)
@@ -403,6 +405,7 @@ async def copy(args: argparse.Namespace) -> int:
     sessions = messages = new = 0
     mismatches: list[dict[str, Any]] = []
     async with open_existing_store(args.source) as source, open_store(args.target) as target:
+        source.sealed_passthrough = target.sealed_passthrough = True  # encrypted sessions move sealed, as stored
         with progress("copy") as bar:
             for tenant in args.tenants:
                 async for key in _sessions_of(source, tenant):
