@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +17,9 @@ from chatkeep.core import (
     HistoryStore,
     Message,
     SessionKey,
+    open_store,
 )
+from chatkeep.core.cli import main
 from chatkeep.core.encryption import KEYS_TENANT, DecryptionError, EncryptedStore
 from chatkeep.memory import MemoryHistoryStore
 from chatkeep.memory import _store as memory_internals
@@ -216,3 +220,76 @@ def test_bad_configuration_is_refused() -> None:
         EncryptedStore(inner, key_store=inner, master_keys={"k": K1})
     with pytest.raises(ValueError, match="current_key_id"):
         EncryptedStore(inner, key_store=MemoryHistoryStore(namespace="k"), master_keys={"k": K1}, current_key_id="nope")
+
+
+class TestCommandLine:
+    """The ``chatkeep`` commands hold no keys: they say a session is encrypted, and move it sealed."""
+
+    @pytest.fixture
+    def urls(self, tmp_path: Path) -> dict[str, str]:
+        return {name: f"sqlite:///{tmp_path / f'{name}.db'}" for name in ("data", "keys", "copy", "restored")}
+
+    @staticmethod
+    def encrypted(urls: dict[str, str], data: str = "data") -> EncryptedStore:
+        return EncryptedStore(open_store(urls[data]), key_store=open_store(urls["keys"]), master_keys={"k1": K1})
+
+    @pytest.fixture
+    def seeded(self, urls: dict[str, str]) -> dict[str, str]:
+        async def seed() -> None:
+            async with self.encrypted(urls) as store:
+                await store.append(SessionKey("acme", "secret"), [Message(role="user", text=CANARY)])
+            async with open_store(urls["data"]) as plain:
+                await plain.append(SessionKey("acme", "open"), [Message(role="user", text="hello")])
+
+        asyncio.run(seed())
+        return urls
+
+    @staticmethod
+    def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    def test_doctor_says_which_sessions_are_encrypted(
+        self, seeded: dict[str, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        code, out, _ = self.run(capsys, "doctor", "--store", seeded["data"], "--tenant", "acme", "--json")
+        assert code == 0
+        report = json.loads(out)
+        assert report["sessions"] == {"tenant": "acme", "sampled": 2, "encrypted": ["secret"], "key_store": False}
+        assert [c["name"] for c in report["checks"]][-1] == "sessions"
+        code, out, _ = self.run(capsys, "doctor", "--store", seeded["data"], "--tenant", "acme")
+        assert code == 0
+        assert "1 of the 2 newest sessions of tenant 'acme' are encrypted ('secret')" in out
+        assert "read them through EncryptedStore" in out
+        code, out, _ = self.run(capsys, "doctor", "--store", seeded["keys"], "--json")
+        assert json.loads(out)["sessions"]["key_store"] is True
+
+    def test_sessions_show_refuses_an_encrypted_session(
+        self, seeded: dict[str, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        code, out, err = self.run(capsys, "sessions", "show", "secret", "--store", seeded["data"], "--tenant", "acme")
+        assert code == 1
+        assert "is encrypted" in err
+        assert "EncryptedStore" in err
+        assert "[data" not in out  # no sealed record shown as an empty message
+
+    def test_export_import_and_copy_move_encrypted_sessions_sealed(
+        self, seeded: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        exported = tmp_path / "acme.jsonl"
+        data = ("--tenant", "acme")
+        assert self.run(capsys, "export", "--store", seeded["data"], *data, "-o", str(exported))[0] == 0
+        assert CANARY not in exported.read_text()
+        assert self.run(capsys, "import", "--store", seeded["restored"], "-i", str(exported))[0] == 0
+        code, out, err = self.run(capsys, "copy", "--from", seeded["data"], "--to", seeded["copy"], *data)
+        assert code == 0, err
+        assert "verified" in out
+
+        async def read(name: str) -> list[str]:
+            async with self.encrypted(seeded, name) as store:
+                return [m.text for m in await store.load(SessionKey("acme", "secret"))]
+
+        assert asyncio.run(read("restored")) == [CANARY]
+        assert asyncio.run(read("copy")) == [CANARY]

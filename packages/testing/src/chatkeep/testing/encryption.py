@@ -112,7 +112,8 @@ class EncryptionConformance:
         key = places.key("s1")
         await (await places.encrypted(keys="keys")).append(key, [Message(role="user", text="kept")])
         # other-keys holds a data key of its own for the tenant (made for data elsewhere).
-        await (await places.encrypted(data="other-data", keys="other-keys")).append(key, [Message(role="user", text="x")])
+        elsewhere = await places.encrypted(data="other-data", keys="other-keys")
+        await elsewhere.append(key, [Message(role="user", text="x")])
         crossed = await places.encrypted(keys="other-keys")
         with pytest.raises(DecryptionError, match="another data key"):
             await crossed.append(key, [Message(role="user", text="forked")])
@@ -125,7 +126,7 @@ class EncryptionConformance:
         await encrypted.append(key, [Message(role="user", text="one"), Message(role="assistant", text="two")])
         await encrypted.save_session(key, AgentSession(session_id="s1", tenant=places.tenant, state={"a": 1}))
         plain = await places.plain("data")
-        with pytest.raises(EncryptedSessionError, match="open it through .*EncryptedStore"):
+        with pytest.raises(EncryptedSessionError, match=r"open it through .*EncryptedStore"):
             await plain.load(key)
         with pytest.raises(EncryptedSessionError):
             await plain.load(key, last=1)
