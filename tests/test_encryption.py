@@ -212,6 +212,29 @@ async def test_concurrent_first_writers_of_a_tenant_agree_on_one_data_key(backin
         await store.close()
 
 
+class KeyStoreWithPassword(MemoryHistoryStore):
+    def describe(self) -> dict[str, Any]:
+        return {"type": "RedisHistoryStore", "url": "redis://:hunter2@keys.internal:6379/0", "prefix": "keyz"}
+
+
+async def test_a_missing_data_key_names_the_key_store_with_its_password_hidden(backing: Backing) -> None:
+    key = SessionKey("acme", "s")
+    async with backing.open() as store:
+        await store.append(key, [Message(role="user", text="x")])
+    wrong = EncryptedStore(
+        MemoryHistoryStore(namespace=backing.data),
+        key_store=KeyStoreWithPassword(namespace=f"typo-{uuid.uuid4().hex}"),
+        master_keys={"k1": K1},
+    )
+    async with wrong:
+        with pytest.raises(DecryptionError) as refused:
+            await wrong.append(key, [Message(role="user", text="y")])
+    message = str(refused.value)
+    assert "RedisHistoryStore(url=redis://:***@keys.internal:6379/0, prefix=keyz)" in message
+    assert "hunter2" not in message
+    assert f"MemoryHistoryStore(namespace={backing.data}" in message
+
+
 def test_bad_configuration_is_refused() -> None:
     inner = MemoryHistoryStore(namespace=f"x-{uuid.uuid4().hex}")
     with pytest.raises(ValueError, match="32 bytes"):

@@ -212,11 +212,13 @@ class EncryptedStore(HistoryStore):
 
     def _missing_key(self, session: SessionKey, outcome: str) -> MissingDataKeyError:
         return MissingDataKeyError(
-            f"the data store {_where(self.inner)} holds encrypted data of tenant {session.tenant!r}, but the key "
-            f"store {_where(self.key_store)} holds no data key for it, so {outcome}. Check key_store: it must be "
-            "the key store that tenant's data was written with (a misspelled URL, prefix, schema or namespace "
-            "opens an empty one). If the tenant's key was shredded, its history is gone by design: delete it "
-            "(delete_tenant, or chatkeep sessions delete) before writing to the tenant again"
+            f"the data store {_where(self.inner)} holds data of tenant {session.tenant!r}, but the key store "
+            f"{_where(self.key_store)} holds no data key for it, so {outcome}. Check key_store: it must be the "
+            "key store that tenant's data was written with (a misspelled URL, prefix, schema or namespace opens "
+            "an empty one). If the tenant's key was shredded, its history is gone by design: delete it "
+            "(delete_tenant, or chatkeep sessions delete) before writing to the tenant again. A tenant stored "
+            "without encryption is not encrypted in place: copy its sessions through EncryptedStore into "
+            "another data store"
         )
 
     async def _writing_key(self, session: SessionKey) -> AESGCM:
@@ -247,8 +249,7 @@ class EncryptedStore(HistoryStore):
         if key in self._verified:
             return
         newest = await self.inner.load(key, last=1)
-        if newest:
-            self._open_all(key, aead, newest, outcome="nothing was written")
+        self._open_all(key, aead, newest, outcome="nothing was written")
         self._verify(key)
 
     @staticmethod
@@ -269,19 +270,24 @@ class EncryptedStore(HistoryStore):
             additional_properties={_SEALED: {"v": 1, "dk": _DK_ID}},
         )
 
+    @staticmethod
+    def _refuse_plaintext(key: SessionKey, read: Sequence[Message], *, outcome: str) -> None:
+        """Raise naming every message of ``read`` that a store without keys wrote (it was not sealed)."""
+        plain = [m for m in read if not is_sealed(m)]
+        if plain:
+            raise DecryptionError(
+                f"session {key.session_id!r} of tenant {key.tenant!r} is read through EncryptedStore, but "
+                f"{len(plain)} of the {len(read)} messages read are plaintext (message {_ids(plain)}): a store "
+                f"without EncryptedStore appended them, so {outcome}. Configure that writer with EncryptedStore; "
+                "read the plaintext messages with the wrapped store itself (store.inner) and remove them (pop() "
+                "takes the newest), appending them again through EncryptedStore if they are wanted"
+            )
+
     def _open_all(
         self, key: SessionKey, aead: AESGCM, sealed: Sequence[Message], *, outcome: str = "nothing was returned"
     ) -> list[Message]:
         """Open every message, or raise naming every message of ``sealed`` that a store without keys wrote."""
-        plain = [m for m in sealed if not is_sealed(m)]
-        if plain:
-            raise DecryptionError(
-                f"session {key.session_id!r} of tenant {key.tenant!r} is encrypted, but {len(plain)} of the "
-                f"{len(sealed)} messages read are plaintext (message {_ids(plain)}): a store without "
-                f"EncryptedStore appended them, so {outcome}. Configure that writer with EncryptedStore; read the "
-                "plaintext messages with the wrapped store itself (store.inner) and remove them (pop() takes the "
-                "newest), appending them again through EncryptedStore if they are wanted"
-            )
+        self._refuse_plaintext(key, sealed, outcome=outcome)
         return [self._open(key, aead, m) for m in sealed]
 
     def _open(self, key: SessionKey, aead: AESGCM, message: Message) -> Message:
@@ -318,6 +324,7 @@ class EncryptedStore(HistoryStore):
         if not sealed:
             self._verify(key)
             return []
+        self._refuse_plaintext(key, sealed, outcome="nothing was returned")  # before the key: it names the cause
         opened = self._open_all(key, await self._reading_key(key), sealed)
         self._verify(key)  # the newest message opened: a first write needs no check of its own
         return opened

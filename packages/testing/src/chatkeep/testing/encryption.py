@@ -108,6 +108,17 @@ class EncryptionConformance:
             await wrong.append(key, [Message(role="user", text="forked")])
         assert await right.count(key) == 0
 
+    async def test_a_tenant_stored_without_encryption_is_not_encrypted_in_place(self, places: Places) -> None:
+        plaintext = Message(role="user", text="stored before encryption")
+        await (await places.plain("data")).append(places.key("old"), [plaintext])
+        store = await places.encrypted()
+        with pytest.raises(MissingDataKeyError, match="not encrypted in place"):
+            await store.append(places.key("new"), [Message(role="user", text="sealed")])
+        with pytest.raises(DecryptionError, match=f"plaintext \\(message {plaintext.message_id}\\)"):
+            await store.load(places.key("old"))
+        keys = await places.plain("keys")
+        assert await keys.count(SessionKey(KEYS_TENANT, places.tenant)) == 0
+
     async def test_another_data_key_for_the_tenant_never_writes_into_its_sessions(self, places: Places) -> None:
         key = places.key("s1")
         await (await places.encrypted(keys="keys")).append(key, [Message(role="user", text="kept")])
