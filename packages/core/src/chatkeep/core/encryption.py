@@ -332,9 +332,10 @@ class EncryptedStore(HistoryStore):
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         aead: AESGCM | None = None
         async for message in self.inner.iter_messages(key, batch=batch):
+            self._refuse_plaintext(key, [message], outcome="the iteration stopped there")
             if aead is None:
                 aead = await self._reading_key(key)
-            yield self._open_all(key, aead, [message])[0]
+            yield self._open(key, aead, message)
 
     async def _count(self, key: SessionKey) -> int:
         return await self.inner.count(key)
@@ -383,7 +384,11 @@ class EncryptedStore(HistoryStore):
             return None
         sealed = found.session.state.get(_SEALED)
         if not isinstance(sealed, dict):
-            raise DecryptionError(f"the session document of {key} is not sealed; it was not written by EncryptedStore")
+            raise DecryptionError(
+                f"the session document of session {key.session_id!r} of tenant {key.tenant!r} is not sealed: a store "
+                "without EncryptedStore saved it; configure that writer with EncryptedStore, then save the session "
+                "again through EncryptedStore (or delete it)"
+            )
         aead = await self._reading_key(key)
         raw = base64.b64decode(sealed["data"])
         try:

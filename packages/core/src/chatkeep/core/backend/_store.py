@@ -12,7 +12,6 @@ import abc
 import asyncio
 import functools
 import json
-import operator
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -35,7 +34,7 @@ from chatkeep.core._errors import (
 from chatkeep.core._messages import Message, encode_records
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession, validate_id
 from chatkeep.core._telemetry import TelemetryTarget, note_records, operation, operation_stream
-from chatkeep.core.backend._sealed import encrypted_session_error, is_sealed, is_sealed_state
+from chatkeep.core.backend._sealed import SealedSessions, is_sealed
 
 if TYPE_CHECKING:
     from chatkeep.core.backend._sync import SyncHistoryStore
@@ -246,7 +245,6 @@ def _check_messages(messages: object) -> list[Message]:
 
 
 _S = TypeVar("_S", bound="HistoryStore")
-_PROPERTIES = operator.attrgetter("additional_properties")
 
 
 class HistoryStore(abc.ABC):
@@ -296,18 +294,14 @@ class HistoryStore(abc.ABC):
     #: Hand out records and session documents sealed by ``EncryptedStore`` as they are stored. When false (the
     #: default), a store without keys raises :class:`EncryptedSessionError` instead of returning them (their text
     #: would look empty). ``EncryptedStore`` sets it on the store it wraps; tools that copy records verbatim
-    #: (``chatkeep export``, ``import``, ``copy``) set it to move encrypted sessions as they are.
+    #: (``chatkeep export`` and ``copy``) set it to move encrypted sessions as they are.
     sealed_passthrough: bool = False
-
-    # Sessions this instance found encrypted while it could not read them: a plain append to one is refused
-    # without a round trip. Bounded; forgotten when the session is deleted, trimmed, popped or pruned.
-    _sealed_seen: dict[SessionKey, None] | None = None
-    _SEALED_SEEN_LIMIT = 1024
 
     def __init__(self, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.max_message_bytes = max_message_bytes
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._sealed = SealedSessions()  # the sessions this store, without keys, found encrypted
 
     # -- lifecycle shared by every backend -------------------------------------------------------
 
@@ -393,13 +387,8 @@ class HistoryStore(abc.ABC):
         records = encode_records(messages, max_bytes=self.max_message_bytes)
         if not records:
             return 0
-        if self._sealed_seen and key in self._sealed_seen and not self.sealed_passthrough:
-            raise encrypted_session_error(
-                key.tenant,
-                key.session_id,
-                found="a message this store read",
-                outcome="nothing was stored (plaintext there would be unreadable through EncryptedStore)",
-            )
+        if not self.sealed_passthrough:
+            self._sealed.refuse_append(key)
         ids = [message.message_id for message in messages]
         if len(set(ids)) != len(ids):  # the first of each id counts, as if appended one after another
             first = {message_id: n for n, message_id in reversed(list(enumerate(ids)))}
@@ -417,7 +406,7 @@ class HistoryStore(abc.ABC):
             return []
         messages = await self._load(key, last)
         if not self.sealed_passthrough:
-            self._refuse_sealed(key, messages)
+            self._sealed.check(key, messages)
         return messages
 
     @operation_stream("iter_messages")
@@ -428,7 +417,7 @@ class HistoryStore(abc.ABC):
         _check_count(batch, "batch", minimum=1)
         async for message in self._iter_messages(key, batch):
             if message.additional_properties and not self.sealed_passthrough:
-                self._refuse_sealed(key, (message,))
+                self._sealed.check(key, (message,))
             yield message
             self._check_usable()
 
@@ -442,7 +431,7 @@ class HistoryStore(abc.ABC):
     async def delete(self, key: SessionKey) -> bool:
         """Delete the session's messages and document; ``True`` if anything was there."""
         self._check_usable()
-        self._forget_sealed(_check_key(key))
+        self._sealed.forget(_check_key(key))
         return await self._delete(key)
 
     @operation("trim", lambda deleted: {"chatkeep.messages.deleted": deleted})
@@ -451,7 +440,7 @@ class HistoryStore(abc.ABC):
         self._check_usable()
         _check_key(key)
         keep_last = _check_count(keep_last, "keep_last", minimum=0)
-        self._forget_sealed(key)
+        self._sealed.forget(key)
         return await self._trim(key, keep_last)
 
     @operation("pop", lambda message: {"db.response.returned_rows": int(message is not None)})
@@ -465,12 +454,12 @@ class HistoryStore(abc.ABC):
         """
         self._check_usable()
         popped = await self._pop(_check_key(key))
-        self._forget_sealed(key)
+        self._sealed.forget(key)
         if popped is not None and not self.sealed_passthrough and is_sealed(popped):
             # A pop is atomic, so the sealed message is already gone: it was the newest, so appending it again
             # puts it back in its place. Raising without doing so would lose it.
             await self._append(key, [popped], encode_records([popped]))
-            self._refuse_sealed(key, (popped,), outcome="nothing was removed (the message was put back)")
+            self._sealed.check(key, (popped,), outcome="nothing was removed (the message was put back)")
         return popped
 
     @operation("list_sessions", lambda page: {"db.response.returned_rows": len(page.items)})
@@ -553,11 +542,8 @@ class HistoryStore(abc.ABC):
             return None
         if owner is not None and found.owner is not None and found.owner != owner:
             raise owner_error()
-        if not self.sealed_passthrough and is_sealed_state(found.session.state):
-            self._remember_sealed(key)
-            raise encrypted_session_error(
-                key.tenant, key.session_id, found="its session document", outcome="nothing was returned"
-            )
+        if not self.sealed_passthrough:
+            self._sealed.check_document(key, found.session.state)
         return found
 
     @operation("prune", lambda deleted: {"chatkeep.sessions.deleted": deleted})
@@ -567,41 +553,15 @@ class HistoryStore(abc.ABC):
         cutoff = prune_cutoff(older_than)
         if tenant is not None:
             _check_tenant(tenant)
-        self._sealed_seen = None
+        self._sealed.forget()
         return await self._prune(cutoff, tenant)
 
     @operation("delete_tenant", lambda deleted: {"chatkeep.sessions.deleted": deleted})
     async def delete_tenant(self, tenant: str) -> int:
         """Delete every session of a tenant; returns how many sessions were deleted."""
         self._check_usable()
-        self._sealed_seen = None
+        self._sealed.forget()
         return await self._delete_tenant(_check_tenant(tenant))
-
-    # -- sessions sealed by EncryptedStore, met by a store without keys ---------------------------
-
-    def _refuse_sealed(
-        self, key: SessionKey, messages: Iterable[Message], *, outcome: str = "nothing was returned"
-    ) -> None:
-        # Most messages carry no additional properties: one pass in C rules them out (about 2% of a decode).
-        if not any(map(_PROPERTIES, messages)):
-            return
-        for message in messages:
-            if is_sealed(message):
-                self._remember_sealed(key)
-                raise encrypted_session_error(
-                    key.tenant, key.session_id, found=f"message {message.message_id}", outcome=outcome
-                )
-
-    def _remember_sealed(self, key: SessionKey) -> None:
-        if self._sealed_seen is None:
-            self._sealed_seen = {}
-        elif len(self._sealed_seen) >= self._SEALED_SEEN_LIMIT:
-            del self._sealed_seen[next(iter(self._sealed_seen))]
-        self._sealed_seen[key] = None
-
-    def _forget_sealed(self, key: SessionKey) -> None:
-        if self._sealed_seen:
-            self._sealed_seen.pop(key, None)
 
     # -- what a backend implements ---------------------------------------------------------------
 
