@@ -13,6 +13,7 @@ import pytest
 
 from chatkeep.core import (
     AgentSession,
+    EncryptedSessionError,
     FunctionCallContent,
     HistoryStore,
     Message,
@@ -21,6 +22,7 @@ from chatkeep.core import (
 )
 from chatkeep.core.cli import main
 from chatkeep.core.encryption import KEYS_TENANT, DecryptionError, EncryptedStore
+from chatkeep.core.offline import OfflineChatClient
 from chatkeep.memory import MemoryHistoryStore
 from chatkeep.memory import _store as memory_internals
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
@@ -210,6 +212,20 @@ async def test_concurrent_first_writers_of_a_tenant_agree_on_one_data_key(backin
         assert await reader.key_store.count(SessionKey(KEYS_TENANT, "new-tenant")) == 1
     for store in stores:
         await store.close()
+
+
+async def test_an_agent_configured_without_the_wrapper_fails_before_storing_anything(backing: Backing) -> None:
+    key = SessionKey("acme", "s1")
+    async with backing.open() as store:
+        await store.append(key, [Message(role="user", text="sealed history")])
+    plain = MemoryHistoryStore(namespace=backing.data)
+    agent = OfflineChatClient().as_agent(name="misconfigured", history=plain)
+    session = agent.create_session(session_id="s1", tenant="acme")
+    with pytest.raises(EncryptedSessionError, match="open it through"):
+        await agent.run("hello", session=session)
+    async with backing.open() as store:
+        assert [m.text for m in await store.load(key)] == ["sealed history"]
+    await plain.close()
 
 
 class KeyStoreWithPassword(MemoryHistoryStore):
