@@ -238,7 +238,14 @@ def test_doctor_on_sqlite_reports_each_check_the_schema_and_leaves_nothing(cli: 
     report = cli.json("doctor", "--store", url)
     assert report["ok"] is True
     assert report["schema_revision"] == SCHEMA_REVISION
-    assert [c["name"] for c in report["checks"]] == ["connect", "schema", "write", "read back", "clean up"]
+    assert [c["name"] for c in report["checks"]] == [
+        "connect",
+        "schema",
+        "write",
+        "read back",
+        "clean up",
+        "sessions",
+    ]
     assert all(c["ok"] for c in report["checks"])
     assert all(isinstance(c["ms"], float) for c in report["checks"] if c["name"] != "schema")
     assert run(count(url, SessionKey(report["probe_tenant"], "probe"))) == 0

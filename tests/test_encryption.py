@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chatkeep.core import (
     AgentSession,
+    EncryptedSessionError,
     FunctionCallContent,
     HistoryStore,
     Message,
     SessionKey,
+    open_store,
 )
+from chatkeep.core.cli import main
 from chatkeep.core.encryption import KEYS_TENANT, DecryptionError, EncryptedStore
+from chatkeep.core.offline import OfflineChatClient
 from chatkeep.memory import MemoryHistoryStore
 from chatkeep.memory import _store as memory_internals
 from chatkeep.testing import DocumentDamager, HistoryStoreConformance, StoreFactory
+from chatkeep.testing.encryption import BackingFactory, EncryptionConformance
 
 CANARY = "canary-7f3a-plaintext-must-never-be-stored"
 K1, K2 = os.urandom(32), os.urandom(32)
@@ -84,6 +91,17 @@ class TestEncryptedMemoryConformance(HistoryStoreConformance):
             sealed.document = "[1, 2"  # the sealed document as the inner store keeps it
 
         return damage
+
+
+class TestEncryptionOverMemory(EncryptionConformance):
+    @pytest.fixture
+    def open_backing(self) -> BackingFactory:
+        run = uuid.uuid4().hex
+
+        def open_backing(name: str) -> HistoryStore:
+            return MemoryHistoryStore(namespace=f"enc-{name}-{run}")
+
+        return open_backing
 
 
 @pytest.fixture
@@ -207,6 +225,43 @@ async def test_concurrent_first_writers_of_a_tenant_agree_on_one_data_key(backin
         await store.close()
 
 
+async def test_an_agent_configured_without_the_wrapper_fails_before_storing_anything(backing: Backing) -> None:
+    key = SessionKey("acme", "s1")
+    async with backing.open() as store:
+        await store.append(key, [Message(role="user", text="sealed history")])
+    plain = MemoryHistoryStore(namespace=backing.data)
+    agent = OfflineChatClient().as_agent(name="misconfigured", history=plain)
+    session = agent.create_session(session_id="s1", tenant="acme")
+    with pytest.raises(EncryptedSessionError, match="open it through"):
+        await agent.run("hello", session=session)
+    async with backing.open() as store:
+        assert [m.text for m in await store.load(key)] == ["sealed history"]
+    await plain.close()
+
+
+class KeyStoreWithPassword(MemoryHistoryStore):
+    def describe(self) -> dict[str, Any]:
+        return {"type": "RedisHistoryStore", "url": "redis://:hunter2@keys.internal:6379/0", "prefix": "keyz"}
+
+
+async def test_a_missing_data_key_names_the_key_store_with_its_password_hidden(backing: Backing) -> None:
+    key = SessionKey("acme", "s")
+    async with backing.open() as store:
+        await store.append(key, [Message(role="user", text="x")])
+    wrong = EncryptedStore(
+        MemoryHistoryStore(namespace=backing.data),
+        key_store=KeyStoreWithPassword(namespace=f"typo-{uuid.uuid4().hex}"),
+        master_keys={"k1": K1},
+    )
+    async with wrong:
+        with pytest.raises(DecryptionError) as refused:
+            await wrong.append(key, [Message(role="user", text="y")])
+    message = str(refused.value)
+    assert "RedisHistoryStore(url=redis://:***@keys.internal:6379/0, prefix=keyz)" in message
+    assert "hunter2" not in message
+    assert f"MemoryHistoryStore(namespace={backing.data}" in message
+
+
 def test_bad_configuration_is_refused() -> None:
     inner = MemoryHistoryStore(namespace=f"x-{uuid.uuid4().hex}")
     with pytest.raises(ValueError, match="32 bytes"):
@@ -215,3 +270,76 @@ def test_bad_configuration_is_refused() -> None:
         EncryptedStore(inner, key_store=inner, master_keys={"k": K1})
     with pytest.raises(ValueError, match="current_key_id"):
         EncryptedStore(inner, key_store=MemoryHistoryStore(namespace="k"), master_keys={"k": K1}, current_key_id="nope")
+
+
+class TestCommandLine:
+    """The ``chatkeep`` commands hold no keys: they say a session is encrypted, and move it sealed."""
+
+    @pytest.fixture
+    def urls(self, tmp_path: Path) -> dict[str, str]:
+        return {name: f"sqlite:///{tmp_path / f'{name}.db'}" for name in ("data", "keys", "copy", "restored")}
+
+    @staticmethod
+    def encrypted(urls: dict[str, str], data: str = "data") -> EncryptedStore:
+        return EncryptedStore(open_store(urls[data]), key_store=open_store(urls["keys"]), master_keys={"k1": K1})
+
+    @pytest.fixture
+    def seeded(self, urls: dict[str, str]) -> dict[str, str]:
+        async def seed() -> None:
+            async with self.encrypted(urls) as store:
+                await store.append(SessionKey("acme", "secret"), [Message(role="user", text=CANARY)])
+            async with open_store(urls["data"]) as plain:
+                await plain.append(SessionKey("acme", "open"), [Message(role="user", text="hello")])
+
+        asyncio.run(seed())
+        return urls
+
+    @staticmethod
+    def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    def test_doctor_says_which_sessions_are_encrypted(
+        self, seeded: dict[str, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        code, out, _ = self.run(capsys, "doctor", "--store", seeded["data"], "--tenant", "acme", "--json")
+        assert code == 0
+        report = json.loads(out)
+        assert report["sessions"] == {"tenant": "acme", "sampled": 2, "encrypted": ["secret"], "key_store": False}
+        assert [c["name"] for c in report["checks"]][-1] == "sessions"
+        code, out, _ = self.run(capsys, "doctor", "--store", seeded["data"], "--tenant", "acme")
+        assert code == 0
+        assert "1 of the 2 newest sessions of tenant 'acme' are encrypted ('secret')" in out
+        assert "read them through EncryptedStore" in out
+        code, out, _ = self.run(capsys, "doctor", "--store", seeded["keys"], "--json")
+        assert json.loads(out)["sessions"]["key_store"] is True
+
+    def test_sessions_show_refuses_an_encrypted_session(
+        self, seeded: dict[str, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        code, out, err = self.run(capsys, "sessions", "show", "secret", "--store", seeded["data"], "--tenant", "acme")
+        assert code == 1
+        assert "is encrypted" in err
+        assert "EncryptedStore" in err
+        assert "[data" not in out  # no sealed record shown as an empty message
+
+    def test_export_import_and_copy_move_encrypted_sessions_sealed(
+        self, seeded: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        exported = tmp_path / "acme.jsonl"
+        data = ("--tenant", "acme")
+        assert self.run(capsys, "export", "--store", seeded["data"], *data, "-o", str(exported))[0] == 0
+        assert CANARY not in exported.read_text()
+        assert self.run(capsys, "import", "--store", seeded["restored"], "-i", str(exported))[0] == 0
+        code, out, err = self.run(capsys, "copy", "--from", seeded["data"], "--to", seeded["copy"], *data)
+        assert code == 0, err
+        assert "verified" in out
+
+        async def read(name: str) -> list[str]:
+            async with self.encrypted(seeded, name) as store:
+                return [m.text for m in await store.load(SessionKey("acme", "secret"))]
+
+        assert asyncio.run(read("restored")) == [CANARY]
+        assert asyncio.run(read("copy")) == [CANARY]

@@ -11,6 +11,7 @@ from chatkeep.core import AgentSession, HistoryStore, Message, SessionKey
 from chatkeep.core.encryption import EncryptedStore
 from chatkeep.redis import RedisHistoryStore, open_store
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
+from chatkeep.testing.encryption import BackingFactory, EncryptionConformance
 
 MASTER = {"k1": os.urandom(32)}
 CANARY = "canary-9c2d-plaintext-must-never-be-stored"
@@ -38,6 +39,16 @@ class TestEncryptedRedisConformance(HistoryStoreConformance):
         assert isinstance(store, EncryptedStore)
         assert isinstance(store.inner, RedisHistoryStore)
         return store.inner.messages_read
+
+
+class TestEncryptionOverRedis(EncryptionConformance):
+    @pytest.fixture
+    def open_backing(self, redis_url: str) -> BackingFactory:
+        # Each named backing is a key prefix under the test's own (cleaned up with it).
+        def open_backing(name: str) -> HistoryStore:
+            return open_store(f"{redis_url}-{name}")
+
+        return open_backing
 
 
 async def test_plaintext_canary_is_in_no_key(redis_url: str, redis_prefix: str, raw_redis: Any) -> None:

@@ -13,6 +13,7 @@ from chatkeep.core import AgentSession, HistoryStore, Message, SessionKey
 from chatkeep.core.encryption import EncryptedStore
 from chatkeep.sql import SQLHistoryStore
 from chatkeep.testing import HistoryStoreConformance, StoreFactory
+from chatkeep.testing.encryption import BackingFactory, EncryptionConformance
 
 MASTER = {"k1": os.urandom(32)}
 CANARY = "canary-5b1e-plaintext-must-never-be-stored"
@@ -47,6 +48,24 @@ class TestEncryptedSQLConformance(HistoryStoreConformance):
         assert isinstance(store, EncryptedStore)
         assert isinstance(store.inner, SQLHistoryStore)
         return store.inner.messages_read
+
+
+class TestEncryptionOverSQL(EncryptionConformance):
+    @pytest.fixture
+    def open_backing(self, sql_target: Any, tmp_path: Path) -> Iterator[BackingFactory]:
+        """Each named backing is a schema, database or file of its own, made on first use and dropped after."""
+        names: dict[str, str] = {}
+
+        def open_backing(name: str) -> HistoryStore:
+            if name not in names:
+                names[name] = sql_target.create_backing(tmp_path)
+            return SQLHistoryStore(sql_target.url_for(names[name]))
+
+        try:
+            yield open_backing
+        finally:
+            for made in names.values():
+                sql_target.drop_backing(made)
 
 
 async def test_plaintext_canary_is_not_in_any_table(fresh_backing: Any, key_store_url: str, tmp_path: Path) -> None:

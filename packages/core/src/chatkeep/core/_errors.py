@@ -11,6 +11,7 @@ __all__ = [
     "BackendConflictError",
     "ChatkeepError",
     "ConcurrencyConflictError",
+    "EncryptedSessionError",
     "HistoryModeConflictError",
     "IncompatiblePluginError",
     "InvalidArgumentError",
@@ -82,6 +83,14 @@ class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
     """A call got a value of the wrong type (a string where a list of messages belongs, ``None`` for a URL...).
 
     Both a :class:`ValueError` (as every :class:`InvalidArgumentError`) and a :class:`TypeError`.
+    """
+
+
+class EncryptedSessionError(ChatkeepError):
+    """A store without keys met a session ``EncryptedStore`` wrote: its records are sealed, unreadable here.
+
+    Raised instead of returning sealed messages (whose text would look empty) or adding plaintext to an encrypted
+    session; the message names the session and says to open it through ``EncryptedStore``.
     """
 
 

@@ -13,6 +13,12 @@ message id, role and time, so a ciphertext moved to another place fails to decry
 
 Wrapped data keys live in a separate ``key_store`` (another URL: a separate memory namespace,
 database schema or Redis prefix). Never prune it: its entries are only ever replaced or shredded.
+
+A session's keys never fork. A tenant's data key is made only when the data store holds nothing of that tenant:
+a ``key_store`` pointing at the wrong place (a misspelled URL, prefix or schema) is refused with
+:class:`MissingDataKeyError` instead of minting a second key there. Before its first write to a session, a store
+instance opens the session's newest message (a load through the store has done that already), so it never writes
+with a key other than the one the session holds, nor on top of plaintext a store without the wrapper appended.
 """
 
 from __future__ import annotations
@@ -23,14 +29,15 @@ import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from chatkeep.core._errors import ChatkeepError, MissingExtraError
+from chatkeep.core._errors import ChatkeepError, MissingExtraError, redact_url
 from chatkeep.core._messages import Content, DataContent, Message, new_message_id
 from chatkeep.core._session import AgentSession, validate_id
 from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession, TelemetryTarget, checked
+from chatkeep.core.backend._sealed import KEYS_TENANT, SEALED_MEDIA_TYPE, SEALED_PROPERTY, is_sealed
 
 try:
     from cryptography.exceptions import InvalidTag
@@ -41,18 +48,26 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         'install it with: pip install "chatkeep-core[encryption]"'
     ) from exc
 
-__all__ = ["KEYS_TENANT", "SEALED_MEDIA_TYPE", "DecryptionError", "EncryptedStore"]
+__all__ = ["KEYS_TENANT", "SEALED_MEDIA_TYPE", "DecryptionError", "EncryptedStore", "MissingDataKeyError"]
 
-SEALED_MEDIA_TYPE = "application/vnd.chatkeep.sealed"
-KEYS_TENANT = "chatkeep-data-keys"
-_SEALED = "chatkeep.sealed"
+_SEALED = SEALED_PROPERTY
 _NONCE = 12
 _DK_ID = "1"  # one data key per tenant; the id is bound into its wrap, leaving room for more later
+_VERIFIED_LIMIT = 4096  # sessions whose newest message a store instance has opened (bounded, oldest dropped)
 
 
 class DecryptionError(ChatkeepError):
     """Stored data could not be decrypted: its data key was shredded, its master key is not in the keyring,
-    or the ciphertext was changed or moved."""
+    the ciphertext was changed or moved, or the session holds messages a store without the wrapper wrote."""
+
+
+class MissingDataKeyError(DecryptionError):
+    """The key store holds no data key for a tenant whose data the data store holds.
+
+    Either ``key_store`` points at the wrong place (a misspelled URL, prefix, schema or namespace), or the tenant's
+    key was shredded. Nothing is written: a new key there would make the tenant's stored data unreadable to the
+    store configured with the right key store.
+    """
 
 
 class _SealedBody(BaseModel):
@@ -74,6 +89,19 @@ def _lp(*parts: str) -> bytes:
 
 def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
+
+
+def _where(store: HistoryStore) -> str:
+    """A store as its ``describe()`` tells it, passwords hidden: ``RedisHistoryStore(url=..., prefix=...)``."""
+    described = dict(store.describe())
+    kind = described.pop("type", type(store).__name__)
+    fields = ", ".join(f"{name}={value}" for name, value in described.items() if value is not None)
+    return redact_url(f"{kind}({fields})")
+
+
+def _ids(messages: Sequence[Message]) -> str:
+    shown = ", ".join(m.message_id for m in messages[:5])
+    return shown + (f" and {len(messages) - 5} more" if len(messages) > 5 else "")
 
 
 class EncryptedStore(HistoryStore):
@@ -119,6 +147,9 @@ class EncryptedStore(HistoryStore):
         self.owns_stores = owns_stores
         self.key_cache_seconds = key_cache_seconds
         self._cache: dict[str, tuple[float, AESGCM]] = {}
+        self._verified: dict[SessionKey, None] = {}
+        # The inner store hands sealed records to this wrapper; without it, it refuses them (EncryptedSessionError).
+        inner.sealed_passthrough = True
 
     # -- data keys -------------------------------------------------------------------------------
 
@@ -149,34 +180,77 @@ class EncryptedStore(HistoryStore):
             "add the master key to master_keys"
         )
 
-    async def _data_key(self, tenant: str, *, create: bool) -> AESGCM | None:
+    async def _data_key(self, session: SessionKey, *, create: bool) -> AESGCM | None:
+        tenant = session.tenant
         cached = self._cache.get(tenant)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
         key = SessionKey(KEYS_TENANT, tenant)
         wraps = await self.key_store.load(key, last=8)
         if not wraps and create:
-            await self.key_store.append(key, [self._wrap(tenant, os.urandom(32), first=True)])
-            wraps = await self.key_store.load(key, last=8)
+            # Only here, once per tenant and key store, does a write cost more round trips: a key is made only
+            # for a tenant the data store holds nothing of. Otherwise the key store is the wrong one, or the key
+            # was shredded; a new key would fork the tenant's keys.
+            if await self._tenant_has_data(session):
+                # A first writer racing this one stores its key before its data: read the key store once more.
+                wraps = await self.key_store.load(key, last=8)
+                if not wraps:
+                    raise self._missing_key(session, "nothing was written")
+            else:
+                await self.key_store.append(key, [self._wrap(tenant, os.urandom(32), first=True)])
+                wraps = await self.key_store.load(key, last=8)
         if not wraps:
             return None
         aead = AESGCM(self._unwrap(tenant, wraps))
         self._cache[tenant] = (time.monotonic() + self.key_cache_seconds, aead)
         return aead
 
-    async def _writing_key(self, tenant: str) -> AESGCM:
-        aead = await self._data_key(tenant, create=True)
-        if aead is None:  # the key store lost the key it just acknowledged
-            raise DecryptionError(f"could not create a data key for tenant {tenant!r} in the key store")
-        return aead
+    async def _tenant_has_data(self, session: SessionKey) -> bool:
+        """Whether ``inner`` holds any session of the tenant (or this session's document)."""
+        listed = await self.inner.list_sessions(session.tenant, limit=1)
+        return bool(listed.items) or await self.inner.load_session(session) is not None
 
-    async def _reading_key(self, tenant: str) -> AESGCM:
-        aead = await self._data_key(tenant, create=False)
-        if aead is None:
+    def _missing_key(self, session: SessionKey, outcome: str) -> MissingDataKeyError:
+        return MissingDataKeyError(
+            f"the data store {_where(self.inner)} holds data of tenant {session.tenant!r}, but the key store "
+            f"{_where(self.key_store)} holds no data key for it, so {outcome}. Check key_store: it must be the "
+            "key store that tenant's data was written with (a misspelled URL, prefix, schema or namespace opens "
+            "an empty one). If the tenant's key was shredded, its history is gone by design: delete it "
+            "(delete_tenant, or chatkeep sessions delete) before writing to the tenant again. A tenant stored "
+            "without encryption is not encrypted in place: copy its sessions through EncryptedStore into "
+            "another data store"
+        )
+
+    async def _writing_key(self, session: SessionKey) -> AESGCM:
+        aead = await self._data_key(session, create=True)
+        if aead is None:  # the key store lost the key it just acknowledged
             raise DecryptionError(
-                f"tenant {tenant!r} has stored data but no data key: it was shredded, so its history is unreadable"
+                f"could not create a data key for tenant {session.tenant!r} in the key store {_where(self.key_store)}"
             )
         return aead
+
+    async def _reading_key(self, session: SessionKey) -> AESGCM:
+        aead = await self._data_key(session, create=False)
+        if aead is None:
+            raise self._missing_key(session, "it cannot be read")
+        return aead
+
+    def _verify(self, key: SessionKey) -> None:
+        """Remember that ``key``'s newest message opened with this store's data key (or that it has none)."""
+        if key not in self._verified and len(self._verified) >= _VERIFIED_LIMIT:
+            del self._verified[next(iter(self._verified))]
+        self._verified[key] = None
+
+    async def _check_before_first_write(self, key: SessionKey, aead: AESGCM) -> None:
+        """Open the session's newest message once per session and instance, so a write never forks its keys.
+
+        A load through this store has done it already (at no cost); otherwise it costs one ``load(last=1)``.
+        """
+        if key in self._verified:
+            return
+        newest = await self.inner.load(key, last=1)
+        self._open_all(key, aead, newest, outcome="nothing was written")
+        self._verify(key)
 
     @staticmethod
     def _message_aad(key: SessionKey, message: Message) -> bytes:
@@ -196,12 +270,28 @@ class EncryptedStore(HistoryStore):
             additional_properties={_SEALED: {"v": 1, "dk": _DK_ID}},
         )
 
-    def _open(self, key: SessionKey, aead: AESGCM, message: Message) -> Message:
-        content = message.contents[0] if len(message.contents) == 1 else None
-        if not isinstance(content, DataContent) or content.media_type != SEALED_MEDIA_TYPE:
+    @staticmethod
+    def _refuse_plaintext(key: SessionKey, read: Sequence[Message], *, outcome: str) -> None:
+        """Raise naming every message of ``read`` that a store without keys wrote (it was not sealed)."""
+        plain = [m for m in read if not is_sealed(m)]
+        if plain:
             raise DecryptionError(
-                f"message {message.message_id} in {key} is not sealed; it was not written by EncryptedStore"
+                f"session {key.session_id!r} of tenant {key.tenant!r} is read through EncryptedStore, but "
+                f"{len(plain)} of the {len(read)} messages read are plaintext (message {_ids(plain)}): a store "
+                f"without EncryptedStore appended them, so {outcome}. Configure that writer with EncryptedStore; "
+                "read the plaintext messages with the wrapped store itself (store.inner) and remove them (pop() "
+                "takes the newest), appending them again through EncryptedStore if they are wanted"
             )
+
+    def _open_all(
+        self, key: SessionKey, aead: AESGCM, sealed: Sequence[Message], *, outcome: str = "nothing was returned"
+    ) -> list[Message]:
+        """Open every message, or raise naming every message of ``sealed`` that a store without keys wrote."""
+        self._refuse_plaintext(key, sealed, outcome=outcome)
+        return [self._open(key, aead, m) for m in sealed]
+
+    def _open(self, key: SessionKey, aead: AESGCM, message: Message) -> Message:
+        content = cast("DataContent", message.contents[0])  # is_sealed checked it (_open_all)
         raw = base64.b64decode(content.data)
         try:
             body = aead.decrypt(raw[:_NONCE], raw[_NONCE:], self._message_aad(key, message))
@@ -209,7 +299,8 @@ class EncryptedStore(HistoryStore):
         except (InvalidTag, ValidationError) as exc:
             raise DecryptionError(
                 f"message {message.message_id} in session {key.session_id!r} failed to decrypt: it was changed, "
-                "or moved from another session or tenant"
+                "or moved from another session or tenant, or sealed with another data key (written through another "
+                f"key store than {_where(self.key_store)})"
             ) from exc
         return Message(
             message_id=message.message_id,
@@ -224,21 +315,26 @@ class EncryptedStore(HistoryStore):
 
     async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
         """Seal and append (atomic and idempotent as ``inner`` is); the size limit applied to the plaintext."""
-        aead = await self._writing_key(key.tenant)
+        aead = await self._writing_key(key)
+        await self._check_before_first_write(key, aead)
         return await self.inner.append(key, [self._seal(key, aead, m) for m in messages])
 
     async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
         sealed = await self.inner.load(key, last=last)
         if not sealed:
+            self._verify(key)
             return []
-        aead = await self._reading_key(key.tenant)
-        return [self._open(key, aead, m) for m in sealed]
+        self._refuse_plaintext(key, sealed, outcome="nothing was returned")  # before the key: it names the cause
+        opened = self._open_all(key, await self._reading_key(key), sealed)
+        self._verify(key)  # the newest message opened: a first write needs no check of its own
+        return opened
 
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         aead: AESGCM | None = None
         async for message in self.inner.iter_messages(key, batch=batch):
+            self._refuse_plaintext(key, [message], outcome="the iteration stopped there")
             if aead is None:
-                aead = await self._reading_key(key.tenant)
+                aead = await self._reading_key(key)
             yield self._open(key, aead, message)
 
     async def _count(self, key: SessionKey) -> int:
@@ -255,7 +351,12 @@ class EncryptedStore(HistoryStore):
         sealed = await self.inner.pop(key)
         if sealed is None:
             return None
-        return self._open(key, await self._reading_key(key.tenant), sealed)
+        try:
+            return self._open_all(key, await self._reading_key(key), [sealed], outcome="it was put back")[0]
+        except DecryptionError:
+            # The pop already removed it, and it was the newest: appending it again puts it back in its place.
+            await self.inner.append(key, [sealed])
+            raise
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         return await self.inner.list_sessions(tenant, limit=limit, cursor=cursor)
@@ -264,7 +365,7 @@ class EncryptedStore(HistoryStore):
         self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
     ) -> str:
         """Seal the session's state and save it in ``inner``."""
-        aead = await self._writing_key(key.tenant)
+        aead = await self._writing_key(key)
         nonce = os.urandom(_NONCE)
         state = json.dumps(session.to_dict()["state"], separators=(",", ":")).encode()
         sealed = aead.encrypt(nonce, state, _lp("session", key.tenant, key.session_id))
@@ -283,8 +384,12 @@ class EncryptedStore(HistoryStore):
             return None
         sealed = found.session.state.get(_SEALED)
         if not isinstance(sealed, dict):
-            raise DecryptionError(f"the session document of {key} is not sealed; it was not written by EncryptedStore")
-        aead = await self._reading_key(key.tenant)
+            raise DecryptionError(
+                f"the session document of session {key.session_id!r} of tenant {key.tenant!r} is not sealed: a store "
+                "without EncryptedStore saved it; configure that writer with EncryptedStore, then save the session "
+                "again through EncryptedStore (or delete it)"
+            )
+        aead = await self._reading_key(key)
         raw = base64.b64decode(sealed["data"])
         try:
             state = json.loads(aead.decrypt(raw[:_NONCE], raw[_NONCE:], _lp("session", key.tenant, key.session_id)))

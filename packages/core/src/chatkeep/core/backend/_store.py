@@ -36,6 +36,7 @@ from chatkeep.core._messages import Message, encode_records
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession, validate_id
 from chatkeep.core._telemetry import TelemetryTarget, note_records, operation, operation_stream
 from chatkeep.core.backend._damage import damaged_record_error, damaged_session_error
+from chatkeep.core.backend._sealed import SealedSessions, is_sealed
 
 if TYPE_CHECKING:
     from chatkeep.core.backend._sync import SyncHistoryStore
@@ -300,10 +301,17 @@ class HistoryStore(abc.ABC):
     #: Each stored message record may be at most this many bytes (UTF-8).
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
+    #: Hand out records and session documents sealed by ``EncryptedStore`` as they are stored. When false (the
+    #: default), a store without keys raises :class:`EncryptedSessionError` instead of returning them (their text
+    #: would look empty). ``EncryptedStore`` sets it on the store it wraps; tools that copy records verbatim
+    #: (``chatkeep export`` and ``copy``) set it to move encrypted sessions as they are.
+    sealed_passthrough: bool = False
+
     def __init__(self, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.max_message_bytes = max_message_bytes
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._sealed = SealedSessions()  # the sessions this store, without keys, found encrypted
 
     # -- lifecycle shared by every backend -------------------------------------------------------
 
@@ -389,6 +397,8 @@ class HistoryStore(abc.ABC):
         records = encode_records(messages, max_bytes=self.max_message_bytes)
         if not records:
             return 0
+        if not self.sealed_passthrough:
+            self._sealed.refuse_append(key)
         ids = [message.message_id for message in messages]
         if len(set(ids)) != len(ids):  # the first of each id counts, as if appended one after another
             first = {message_id: n for n, message_id in reversed(list(enumerate(ids)))}
@@ -406,7 +416,10 @@ class HistoryStore(abc.ABC):
         if last is not None and _check_count(last, "last", minimum=0) == 0:
             return []
         with _naming_damage(key):
-            return await self._load(key, last)
+            messages = await self._load(key, last)
+        if not self.sealed_passthrough:
+            self._sealed.check(key, messages)
+        return messages
 
     @operation_stream("iter_messages")
     async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
@@ -416,6 +429,8 @@ class HistoryStore(abc.ABC):
         _check_count(batch, "batch", minimum=1)
         with _naming_damage(key):
             async for message in self._iter_messages(key, batch):
+                if message.additional_properties and not self.sealed_passthrough:
+                    self._sealed.check(key, (message,))
                 yield message
                 self._check_usable()
 
@@ -430,14 +445,16 @@ class HistoryStore(abc.ABC):
     async def delete(self, key: SessionKey) -> bool:
         """Delete the session's messages and document; ``True`` if anything was there."""
         self._check_usable()
-        return await self._delete(_check_key(key))
+        self._sealed.forget(_check_key(key))
+        return await self._delete(key)
 
     @operation("trim", lambda deleted: {"chatkeep.messages.deleted": deleted})
     async def trim(self, key: SessionKey, keep_last: int) -> int:
         """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
         self._check_usable()
         _check_key(key)
-        _check_count(keep_last, "keep_last", minimum=0)
+        keep_last = _check_count(keep_last, "keep_last", minimum=0)
+        self._sealed.forget(key)
         with _naming_damage(key):
             return await self._trim(key, keep_last)
 
@@ -452,7 +469,14 @@ class HistoryStore(abc.ABC):
         """
         self._check_usable()
         with _naming_damage(_check_key(key)):
-            return await self._pop(key)
+            popped = await self._pop(key)
+        self._sealed.forget(key)
+        if popped is not None and not self.sealed_passthrough and is_sealed(popped):
+            # A pop is atomic, so the sealed message is already gone: it was the newest, so appending it again
+            # puts it back in its place. Raising without doing so would lose it.
+            await self._append(key, [popped], encode_records([popped]))
+            self._sealed.check(key, (popped,), outcome="nothing was removed (the message was put back)")
+        return popped
 
     @operation("list_sessions", lambda page: {"db.response.returned_rows": len(page.items)})
     async def list_sessions(
@@ -534,6 +558,8 @@ class HistoryStore(abc.ABC):
             return None
         if owner is not None and found.owner is not None and found.owner != owner:
             raise owner_error()
+        if not self.sealed_passthrough:
+            self._sealed.check_document(key, found.session.state)
         return found
 
     @operation("prune", lambda deleted: {"chatkeep.sessions.deleted": deleted})
@@ -543,12 +569,14 @@ class HistoryStore(abc.ABC):
         cutoff = prune_cutoff(older_than)
         if tenant is not None:
             _check_tenant(tenant)
+        self._sealed.forget()
         return await self._prune(cutoff, tenant)
 
     @operation("delete_tenant", lambda deleted: {"chatkeep.sessions.deleted": deleted})
     async def delete_tenant(self, tenant: str) -> int:
         """Delete every session of a tenant; returns how many sessions were deleted."""
         self._check_usable()
+        self._sealed.forget()
         return await self._delete_tenant(_check_tenant(tenant))
 
     # -- what a backend implements ---------------------------------------------------------------

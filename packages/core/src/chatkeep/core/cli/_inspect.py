@@ -16,6 +16,7 @@ from typing import Any
 
 from chatkeep.core._errors import (
     ChatkeepError,
+    EncryptedSessionError,
     SessionFormatError,
     StoreConfigurationError,
     StoreFullError,
@@ -42,6 +43,7 @@ from chatkeep.core.backend import (
     SupportsMigrate,
     SupportsSchemaRevision,
 )
+from chatkeep.core.backend._sealed import KEYS_TENANT
 from chatkeep.core.backend._store import prune_cutoff
 from chatkeep.core.cli._app import store_url
 from chatkeep.core.cli._damaged import DAMAGE, DamagedSessions
@@ -122,6 +124,9 @@ def backends(args: argparse.Namespace) -> int:
 
 # -- doctor --------------------------------------------------------------------------------------
 
+#: How many of a tenant's newest sessions ``doctor`` reads (the newest message of each).
+DOCTOR_SAMPLE = 20
+
 
 def _hint(exc: BaseException, shown: str) -> str:
     """What to do about a failed check, beyond what the error itself says."""
@@ -146,11 +151,55 @@ def _hint(exc: BaseException, shown: str) -> str:
     return "the error above names what failed"
 
 
+async def _sample_sessions(store: HistoryStore, tenant: str) -> dict[str, Any]:
+    """Read the newest message of the tenant's newest sessions: which are encrypted, and whether this is a key store.
+
+    A store opened without keys cannot read what ``EncryptedStore`` sealed; saying so here spares a surprise in
+    ``sessions show`` or in an application configured without the wrapper.
+    """
+    page = await store.list_sessions(tenant, limit=DOCTOR_SAMPLE)
+    encrypted: list[str] = []
+    for info in page.items:
+        try:
+            await store.load(SessionKey(tenant, info.session_id), last=1)
+        except EncryptedSessionError:
+            encrypted.append(info.session_id)
+    key_store = bool((await store.list_sessions(KEYS_TENANT, limit=1)).items)
+    return {"tenant": tenant, "sampled": len(page.items), "encrypted": encrypted, "key_store": key_store}
+
+
+def _sample_detail(sample: dict[str, Any]) -> str:
+    tenant, sampled, encrypted = repr(sample["tenant"]), sample["sampled"], sample["encrypted"]
+    if not sampled:
+        detail = f"tenant {tenant} has no sessions"
+    elif not encrypted:
+        detail = f"the {plural(sampled, 'newest session')} of tenant {tenant} read, none encrypted"
+    else:
+        detail = (
+            f"{len(encrypted)} of the {plural(sampled, 'newest session')} of tenant {tenant} are encrypted "
+            f"({', '.join(map(repr, encrypted[:3]))}{', ...' if len(encrypted) > 3 else ''}): this command has no "
+            "keys, so read them through EncryptedStore in your code (export and copy move them sealed)"
+        )
+    if sample["key_store"]:
+        detail += "; it holds EncryptedStore data keys (a key store): back it up, never prune it"
+    return printable(detail)
+
+
 async def doctor(args: argparse.Namespace) -> int:
-    """Connect, write a probe in a tenant of its own, read it back, delete it; report latency and the schema."""
+    """Connect, write a probe in a tenant of its own, read it back, delete it; report latency and the schema.
+
+    Then read the newest message of the ``--tenant``'s newest sessions, and say which are encrypted.
+    """
     url = store_url(args)
     shown = redact_url(url)
-    report: dict[str, Any] = {"store": shown, "backend": None, "ok": False, "checks": [], "schema_revision": None}
+    report: dict[str, Any] = {
+        "store": shown,
+        "backend": None,
+        "ok": False,
+        "checks": [],
+        "schema_revision": None,
+        "sessions": None,
+    }
 
     def check(name: str, ms: float | None, detail: str, *, ok: bool = True) -> None:
         report["checks"].append({"name": name, "ok": ok, "ms": None if ms is None else round(ms, 2), "detail": detail})
@@ -229,6 +278,10 @@ async def doctor(args: argparse.Namespace) -> int:
                         (perf_counter() - started) * 1000,
                         f"probe tenant deleted ({plural(removed, 'session')})",
                     )
+            step = "sessions"
+            started = perf_counter()
+            report["sessions"] = await _sample_sessions(store, tenant_of(args))
+            check("sessions", (perf_counter() - started) * 1000, _sample_detail(report["sessions"]))
     except ChatkeepError as exc:
         check(step, None, "see the error below", ok=False)
         return finish(exc)

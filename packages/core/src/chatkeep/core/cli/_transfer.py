@@ -3,7 +3,8 @@
 The file format lives in :mod:`chatkeep.core.cli._jsonl`. Everything streams: sessions are listed a page at a
 time and histories read with ``iter_messages``, so memory stays constant whatever the size of the store. A
 damaged session stops ``export`` and ``copy`` with its name, or is named and skipped (``--skip-damaged``,
-:mod:`chatkeep.core.cli._damaged`).
+:mod:`chatkeep.core.cli._damaged`). Sessions ``EncryptedStore`` wrote move as they are stored (sealed): the
+commands hold no keys, and need none to back them up or move them.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ async def _export(args: argparse.Namespace, out: IO[str], damage: DamagedSession
     sessions = messages = documents = 0
     runs = lines = 0  # what the trailer counts: sessions with lines in the file, message lines (damaged ones too)
     async with open_existing_store(url) as store:
+        store.sealed_passthrough = True  # encrypted sessions are exported sealed, as stored
         total = None
         if args.session:
             key = SessionKey(tenant, args.session)
@@ -391,6 +393,7 @@ async def copy(args: argparse.Namespace) -> int:
     )
     try:
         async with open_existing_store(args.source) as source, open_store(args.target) as target:
+            source.sealed_passthrough = target.sealed_passthrough = True  # encrypted sessions move sealed, as stored
             with progress("copy") as bar:
                 for tenant in args.tenants:
                     async for key in _sessions_of(source, tenant):

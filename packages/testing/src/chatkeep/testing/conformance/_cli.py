@@ -176,10 +176,10 @@ class CLIConformance(ConformanceBase):
         assert report["ok"] is True, report
         names = [check["name"] for check in report["checks"]]
         if isinstance(store, SupportsSchemaRevision):
-            assert names == ["connect", "schema", "write", "read back", "clean up"]
+            assert names == ["connect", "schema", "write", "read back", "clean up", "sessions"]
             assert report["schema_revision"] == await store.schema_revision()
         else:
-            assert names == ["connect", "write", "read back", "clean up"]
+            assert names == ["connect", "write", "read back", "clean up", "sessions"]
             assert report["schema_revision"] is None
         assert all(check["ok"] for check in report["checks"])
         assert await store.count(SessionKey(report["probe_tenant"], "probe")) == 0
