@@ -7,7 +7,6 @@ No database server is needed: the test runs in every SQL session.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -15,6 +14,7 @@ import pytest
 
 from chatkeep.core import Message, SessionKey, StoreUnavailableError
 from chatkeep.sql import SQLHistoryStore
+from chatkeep.testing.faults import SilentPeer
 
 #: Every server driver, on its own transport and on SQLAlchemy's.
 URLS = [
@@ -30,20 +30,8 @@ URLS = [
 @pytest.fixture
 async def silent_peer() -> AsyncIterator[str]:
     """``host:port`` of a listener that accepts connections and never writes a byte."""
-    held: list[asyncio.StreamWriter] = []
-
-    async def accept(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)
-
-    server = await asyncio.start_server(accept, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        for writer in held:
-            writer.close()
-        server.close()
-        await server.wait_closed()
+    async with SilentPeer() as peer:
+        yield peer.address
 
 
 @pytest.mark.timeout(30)

@@ -25,7 +25,7 @@ from chatkeep.core import StoreConfigurationError
 from chatkeep.core.backend import record_retry
 from chatkeep.redis._config import RedisConfig
 from chatkeep.redis._resp import release_socket
-from chatkeep.redis._transport import TransportName, backoff, retrying
+from chatkeep.redis._transport import TransportName, backoff, bounded_greeting, retrying
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode, PipelineCommand
@@ -101,13 +101,40 @@ class RedisPyTransport:
         self._owns_client = client is None
         self.client: RedisClient = _new_client(config) if client is None else client
         self.cluster = isinstance(self.client, RedisCluster)
+        self._address = config.address
+        self._connect_timeout = config.settings.connect_timeout
+        self._greeted = False
+
+    async def _greet(self) -> None:
+        """Before the first command, and after a lost connection: reach the server within ``connect_timeout``.
+
+        redis-py bounds the TCP connect by ``socket_connect_timeout``, then waits for its first reply as long as
+        ``socket_timeout`` (a cluster: per startup node, with retries): a peer that accepts and never answers would
+        hold the call far longer than ``connect_timeout``. A ``PING`` (a cluster: reading its topology) bounded as a
+        whole finds it within the bound.
+        """
+        if self._greeted:
+            return
+        client = self.client
+        greet = client.initialize() if isinstance(client, RedisCluster) else client.execute_command("PING")
+        await bounded_greeting(greet, address=self._address, seconds=self._connect_timeout)
+        self._greeted = True
+
+    async def _greeted_then(self, send: Callable[[], Awaitable[T]]) -> T:
+        """``send()`` after :meth:`_greet`; a failed connection makes the next call greet again."""
+        try:
+            await self._greet()
+            return await send()
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError):
+            self._greeted = False
+            raise
 
     async def call(self, *args: Any) -> Any:
         """Run one command (a cluster client routes it by its key); a server error reply raises it."""
         client = self.client
         if self.cluster:
-            return await _once_more_if_closed_under(lambda: client.execute_command(*args))
-        return await retrying(lambda: client.execute_command(*args))
+            return await _once_more_if_closed_under(lambda: self._greeted_then(lambda: client.execute_command(*args)))
+        return await retrying(lambda: self._greeted_then(lambda: client.execute_command(*args)))
 
     async def pipeline(self, commands: Sequence[Sequence[Any]], *, key: str | None = None) -> list[Any]:
         """Run commands in one pipeline; replies in order, server error replies in their place.
@@ -116,8 +143,9 @@ class RedisPyTransport:
         without it, redis-py's cluster pipeline sends each command to the node of its own key.
         """
         if self.cluster and key is not None:
-            assert isinstance(self.client, RedisCluster)
-            return await _on_slot_owner(self.client, key, commands)
+            client = self.client
+            assert isinstance(client, RedisCluster)
+            return await self._greeted_then(lambda: _on_slot_owner(client, key, commands))
 
         async def send() -> list[Any]:
             pipe = self.client.pipeline(transaction=False)
@@ -125,7 +153,9 @@ class RedisPyTransport:
                 pipe.execute_command(*command)
             return list(await pipe.execute(raise_on_error=False))
 
-        return await (_once_more_if_closed_under(send) if self.cluster else retrying(send))
+        if self.cluster:
+            return await _once_more_if_closed_under(lambda: self._greeted_then(send))
+        return await retrying(lambda: self._greeted_then(send))
 
     async def aclose(self) -> None:
         """Close the client when the store made it."""

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from chatkeep.redis._transport import TransportName, retrying
+from chatkeep.redis._transport import TransportName, bounded_greeting, retrying
 from redis import exceptions as redis_errors
 
 try:
@@ -132,11 +132,7 @@ class _Protocol(asyncio.Protocol):
             self.transport.abort()
 
     def timed_out(self) -> None:
-        self.fail(
-            redis_errors.TimeoutError(
-                f"Timeout reading from {self.owner.address} (no reply within {self.owner.socket_timeout:g} s)"
-            )
-        )
+        self.fail(redis_errors.TimeoutError(f"Timeout reading from {self.owner.address}"))
 
     def send(self, commands: list[bytes], timeout: float) -> list[asyncio.Future[Any]]:
         """Write commands at once; returns a future per reply, each failing after ``timeout`` seconds."""
@@ -231,43 +227,42 @@ class RespTransport:
             return protocol
 
     async def _connect(self) -> _Protocol:
-        loop = asyncio.get_running_loop()
-        target = self.target
+        """A new connection, logged in and answering, within ``connect_timeout`` as a whole."""
         protocol = _Protocol(self)
         try:
-            if "path" in target:
-                opening = loop.create_unix_connection(lambda: protocol, target["path"])
-            else:
-                opening = loop.create_connection(
-                    lambda: protocol, target.get("host") or "localhost", int(target.get("port") or 6379)
-                )
-            await asyncio.wait_for(opening, self.connect_timeout)
-        except asyncio.TimeoutError as exc:
-            self._drop(protocol)
-            raise redis_errors.TimeoutError(
-                f"Timeout connecting to {self.address} (no answer within {self.connect_timeout:g} s)"
-            ) from exc
+            await bounded_greeting(self._open(protocol), address=self.address, seconds=self.connect_timeout)
         except OSError as exc:
             self._drop(protocol)
             raise redis_errors.ConnectionError(f"Error connecting to {self.address}: {exc}") from exc
         except BaseException:
             self._drop(protocol)
             raise
-        try:
-            password = target.get("password")
-            if password is not None:
-                username = target.get("username")
-                auth = ("AUTH", username, password) if username else ("AUTH", password)
-                try:
-                    await protocol.send([_pack(auth)], self.connect_timeout)[0]
-                except redis_errors.ResponseError as exc:
-                    raise redis_errors.AuthenticationError(f"{self.address} refused the password: {exc}") from exc
-            if int(target.get("db") or 0):
-                await protocol.send([_pack(("SELECT", int(target["db"])))], self.connect_timeout)[0]
-        except BaseException:
-            self._drop(protocol)
-            raise
         return protocol
+
+    async def _open(self, protocol: _Protocol) -> None:
+        """Connect ``protocol``, then log in, select the database or ping: a peer that never answers is found here."""
+        loop = asyncio.get_running_loop()
+        target = self.target
+        if "path" in target:
+            await loop.create_unix_connection(lambda: protocol, target["path"])
+        else:
+            host, port = target.get("host") or "localhost", int(target.get("port") or 6379)
+            await loop.create_connection(lambda: protocol, host, port)
+        greeted = False
+        password = target.get("password")
+        if password is not None:
+            username = target.get("username")
+            auth = ("AUTH", username, password) if username else ("AUTH", password)
+            try:
+                await protocol.send([_pack(auth)], self.connect_timeout)[0]
+            except redis_errors.ResponseError as exc:
+                raise redis_errors.AuthenticationError(f"{self.address} refused the password: {exc}") from exc
+            greeted = True
+        if int(target.get("db") or 0):
+            await protocol.send([_pack(("SELECT", int(target["db"])))], self.connect_timeout)[0]
+            greeted = True
+        if not greeted:
+            await protocol.send([_pack(("PING",))], self.connect_timeout)[0]
 
     @staticmethod
     def _drop(protocol: _Protocol) -> None:

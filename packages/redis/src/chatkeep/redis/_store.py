@@ -42,7 +42,7 @@ from chatkeep.core.backend import (
 from chatkeep.redis import _layout, _replicas, _scripts
 from chatkeep.redis._config import parse_url
 from chatkeep.redis._scripts import Script
-from chatkeep.redis._transport import RedisTransport
+from chatkeep.redis._transport import ConnectTimeoutError, RedisTransport
 from redis import exceptions as redis_errors
 
 if TYPE_CHECKING:
@@ -182,6 +182,19 @@ class RedisHistoryStore(HistoryStore):
                 "and check that the certificate names the host you connect to"
             )
             what = f"cannot reach Redis at {where}"
+        elif isinstance(exc, ConnectTimeoutError):
+            hint = (
+                f"no answer within connect_timeout={exc.seconds:g} s: check that the URL's host and port are the "
+                "server's and that it is not stuck; on a slow network raise it, e.g. ?connect_timeout=15"
+            )
+            what = f"cannot reach Redis at {where}"
+        elif isinstance(exc, redis_errors.TimeoutError):
+            seconds = self.config.settings.socket_timeout
+            hint = (
+                f"no reply within socket_timeout={seconds:g} s: the server is stuck or overloaded (check its "
+                "SLOWLOG and latency), or unreachable; for slower commands raise it, e.g. ?socket_timeout=30"
+            )
+            what = f"Redis at {where} did not answer"
         elif isinstance(exc, unreachable) or "reachable node" in str(exc):
             hint = "check that the server is running and reachable, and the URL's host, port and password"
             what = f"cannot reach Redis at {where}"

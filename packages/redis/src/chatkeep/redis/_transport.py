@@ -21,7 +21,16 @@ from typing import Any, Literal, Protocol, TypeVar
 from chatkeep.core.backend import record_retry
 from redis import exceptions as redis_errors
 
-__all__ = ["RETRIES", "TRANSPORTS", "RedisTransport", "TransportName", "backoff", "retrying"]
+__all__ = [
+    "RETRIES",
+    "TRANSPORTS",
+    "ConnectTimeoutError",
+    "RedisTransport",
+    "TransportName",
+    "backoff",
+    "bounded_greeting",
+    "retrying",
+]
 
 T = TypeVar("T")
 
@@ -33,7 +42,31 @@ TRANSPORTS: tuple[TransportName, ...] = ("resp", "redis-py")
 RETRIES = 2
 _BACKOFF_BASE = 0.05
 _BACKOFF_CAP = 0.5
-_RETRYABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError)
+
+
+class ConnectTimeoutError(redis_errors.TimeoutError):
+    """A new connection did not open and answer its greeting within ``connect_timeout`` seconds.
+
+    Attributes:
+        seconds: the ``connect_timeout`` that passed.
+    """
+
+    def __init__(self, address: str, seconds: float) -> None:
+        super().__init__(f"{address} did not answer a new connection's greeting within {seconds:g} s")
+        self.seconds = seconds
+
+
+async def bounded_greeting(greet: Awaitable[T], *, address: str, seconds: float) -> T:
+    """``greet`` (open a connection and exchange a first command), bounded as a whole by ``seconds``.
+
+    A driver's own connect timeout covers the TCP connect only; a peer that accepts and never answers (a wrong
+    port, a stuck server, a black-holed proxy) would then hold the first command for the socket timeout, once per
+    retry. Any timeout while greeting is reported as :class:`ConnectTimeoutError`.
+    """
+    try:
+        return await asyncio.wait_for(greet, seconds)
+    except (asyncio.TimeoutError, redis_errors.TimeoutError) as exc:
+        raise ConnectTimeoutError(address, seconds) from exc
 
 
 class RedisTransport(Protocol):
@@ -82,15 +115,16 @@ async def retrying(send: Callable[[], Awaitable[T]], *, retries: int = RETRIES) 
 
     Only what is safe to repeat is sent through here: the store's commands are reads, or scripts that are
     idempotent (appends by message id) or answer a retry as the first attempt (a pop's receipt). A refused
-    password is not retried: it stays wrong.
+    password is not retried: it stays wrong. Nor is a timeout: it already took the whole deadline the store was
+    given (``connect_timeout`` or ``socket_timeout``), and a retry would multiply it.
     """
     failures = 0
     while True:
         try:
             return await send()
-        except redis_errors.AuthenticationError:
+        except (redis_errors.AuthenticationError, redis_errors.TimeoutError):
             raise
-        except _RETRYABLE:
+        except redis_errors.ConnectionError:
             failures += 1
             if failures > retries:
                 raise

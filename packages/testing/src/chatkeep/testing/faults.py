@@ -1,4 +1,4 @@
-"""Faults on loopback for backend tests: a TCP proxy that cuts, refuses and black-holes, and free ports.
+"""Faults on loopback for backend tests: a TCP proxy that cuts, refuses and black-holes, a silent peer, free ports.
 
 Fault tests never stop a shared server: they put a :class:`LoopbackProxy` in front of it (or of a private
 instance) and break the path instead. Nothing here imports pytest.
@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import socket
 
-__all__ = ["LoopbackProxy", "free_cluster_ports", "free_port"]
+__all__ = ["LoopbackProxy", "SilentPeer", "free_cluster_ports", "free_port"]
 
 
 def free_port() -> int:
@@ -38,6 +38,51 @@ def free_cluster_ports(count: int) -> list[int]:
         if port + 10000 < 65536 and _bindable(port + 10000) and not {port, port + 10000} & taken:
             chosen.append(port)
     return chosen
+
+
+class SilentPeer:
+    """A listener on 127.0.0.1 that accepts TCP connections and never sends a byte.
+
+    It stands for a wrong port, a stuck server or a proxy with no backend: a client's connect succeeds, then
+    the greeting (or the answer) never comes. Use it as ``async with SilentPeer() as peer:`` and point the
+    client at :attr:`address`.
+    """
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    @property
+    def address(self) -> str:
+        """``host:port`` to connect to."""
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> int:
+        """Listen on a free loopback port; returns it (also :attr:`port`)."""
+
+        async def hold(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self._writers.append(writer)  # kept open, never written to
+
+        self._server = await asyncio.start_server(hold, "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self.port
+
+    async def aclose(self) -> None:
+        """Close the connections it holds and stop listening."""
+        for writer in self._writers:
+            writer.close()
+        self._writers.clear()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def __aenter__(self) -> SilentPeer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
 
 
 class LoopbackProxy:
