@@ -8,6 +8,7 @@ to repeat, so retries never duplicate a write.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 from collections.abc import Iterator
@@ -22,11 +23,25 @@ from chatkeep.blob._config import BlobConfig
 from chatkeep.core import MissingExtraError, StoreUnavailableError
 from chatkeep.core.backend import record_retry, redact_url
 
-__all__ = ["BlobClient", "ThrottledError", "error_code", "unavailable"]
+__all__ = ["BlobClient", "DeadlineError", "ThrottledError", "error_code", "unavailable"]
 
 
 class ThrottledError(ServiceResponseError):
     """The service answered 429 Too Many Requests (raised inside the pipeline, so the retry policy retries it)."""
+
+
+class DeadlineError(ServiceResponseError):
+    """A request (its retries included) got no answer within ``connect_timeout`` or ``read_timeout``.
+
+    Attributes:
+        option: the option whose bound passed (``connect_timeout`` or ``read_timeout``).
+        seconds: its value.
+    """
+
+    def __init__(self, option: str, seconds: float) -> None:
+        super().__init__(f"no answer within {option}={seconds:g} s")
+        self.option = option
+        self.seconds = seconds
 
 
 class ThrottlingTransport(AioHttpTransport):  # type: ignore[misc]
@@ -47,11 +62,29 @@ class ThrottlingTransport(AioHttpTransport):  # type: ignore[misc]
 
 
 class Backoff(_ExponentialRetry):
-    """Exponential retry from ``initial`` seconds, doubling, with ±25% jitter (the SDK's adds whole seconds)."""
+    """Exponential retry from ``initial`` seconds, doubling, with ±25% jitter (the SDK's adds whole seconds).
 
-    def __init__(self, initial: float, retries: int) -> None:
+    It also bounds each request, its retries included: until the service first answered, by ``connect_timeout``
+    (a peer that accepts and never answers fails within it, instead of read timeouts times retries: 126 s with
+    the SDK's defaults); after, by ``read_timeout``. The SDK's timeouts bound each attempt only.
+    """
+
+    def __init__(self, initial: float, retries: int, *, connect_timeout: float, read_timeout: float) -> None:
         super().__init__(initial_backoff=0, increment_base=2, retry_total=retries, random_jitter_range=0)
         self.initial = initial
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.answered = False  # the service has answered a request of this client
+
+    async def send(self, request: Any) -> Any:
+        """Send with the SDK's retries, within the bound that applies (see the class)."""
+        option, seconds = ("read_timeout", self.read_timeout) if self.answered else ("connect_timeout", self.connect_timeout)
+        try:
+            response = await asyncio.wait_for(super().send(request), seconds)
+        except asyncio.TimeoutError as exc:
+            raise DeadlineError(option, seconds) from exc
+        self.answered = True
+        return response
 
     def get_backoff_time(self, settings: dict[str, Any]) -> float:
         backoff = self.initial * 2 ** max(settings["count"] - 1, 0)
@@ -104,7 +137,12 @@ class BlobClient:
         )
         common: dict[str, Any] = {
             "transport": self._transport,
-            "retry_policy": Backoff(config.settings.retry_backoff, config.settings.retries),
+            "retry_policy": Backoff(
+                config.settings.retry_backoff,
+                config.settings.retries,
+                connect_timeout=config.settings.connect_timeout,
+                read_timeout=config.settings.read_timeout,
+            ),
             "connection_timeout": config.settings.connect_timeout,
             "read_timeout": config.settings.read_timeout,
             # One request per append or read: never split a body into several requests.
@@ -172,6 +210,12 @@ def unavailable(config: BlobConfig, exc: BaseException) -> NoReturn:
             f"the service is throttling (HTTP {status or 429}) and still was after {config.settings.retries} "
             "retries with backoff; spread the load, raise retries=/retry_backoff=, or use more accounts"
         )
+    elif isinstance(exc, DeadlineError):
+        if exc.option == "connect_timeout":
+            cause = "check that the endpoint (account URL or connection string) is the service's and not stuck"
+        else:
+            cause = "the service is stuck, overloaded or unreachable: check its status"
+        hint = f"{cause}; if it is known to be slow, raise {exc.option} (e.g. ?{exc.option}={max(15, round(exc.seconds * 3))})"
     elif status in (401, 403):
         hint = (
             "the account refused the credentials: check the connection string, the SAS token's permissions "

@@ -125,8 +125,14 @@ class BlobSettings(StoreSettings):
         DEFAULT_INDEX_WINDOW,
         description="newest messages whose ids and offsets each session's metadata blob keeps (exact windowed reads)",
     )
-    connect_timeout: Seconds = Field(10.0, description="seconds a connection attempt may take")
-    read_timeout: Seconds = Field(30.0, description="seconds a request may wait for the service's answer")
+    connect_timeout: Seconds = Field(
+        5.0,
+        description="seconds the store's first request may take to get an answer from the service, retries "
+        "included (a peer that accepts and never answers fails within it)",
+    )
+    read_timeout: Seconds = Field(
+        30.0, description="seconds any later request may wait for the service's answer, retries included"
+    )
     retries: NonNegativeInt = Field(
         3, description="retries of a failed request (503 and 429 throttling, 5xx, lost connections)"
     )
