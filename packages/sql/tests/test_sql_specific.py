@@ -510,7 +510,7 @@ async def test_a_call_blocked_by_another_transactions_lock_fails_at_the_statemen
         await store.append(key, [Message(role="user", text="before")])
         with sql_target.holding(sql_target.name, "SELECT id FROM chatkeep_sessions FOR UPDATE"):
             started = time.monotonic()
-            with pytest.raises(StoreUnavailableError, match="statement timeout of 1 s") as caught:
+            with pytest.raises(StoreUnavailableError, match="statement_timeout=1 s") as caught:
                 await store.append(key, [Message(role="user", text="blocked")])
             waited = time.monotonic() - started
             assert "statement_timeout" in str(caught.value)  # says which option to raise

@@ -12,6 +12,7 @@ from chatkeep.core.backend import redact_url
 __all__ = [
     "SERVER_HINT",
     "SQLITE_FILE_HINT",
+    "NoAnswerError",
     "connect_timed_out",
     "disk_full",
     "retryable",
@@ -155,14 +156,23 @@ def translate(exc: BaseException, *, description: str, hint: str, statement_time
         return StoreConfigurationError(
             f"the database at {description} refused this store ({detail}): {_REFUSED_HINTS[kind]}"
         )
-    if timed_out(exc):
-        limit = f" of {statement_timeout:g} s" if statement_timeout is not None else ""
+    if isinstance(exc, NoAnswerError):
         return StoreUnavailableError(
-            f"the database at {description} cancelled a statement of this call at its statement "
-            f"timeout{limit} ({detail}), and rolled back what it did. Most often another transaction holds a "
+            f"the database at {description} did not answer a statement of this call within "
+            f"statement_timeout={exc.seconds:g} s (the server cancels a statement at that bound and says so at "
+            "once): the server or the network to it stopped answering. The connection was dropped; what the "
+            "statement did, if it ran, is rolled back with it unless it had committed. Check that the server "
+            "runs and is not stuck, then retry; if statements are known to run longer, raise the bound in the URL "
+            "(e.g. ?statement_timeout=60)"
+        )
+    if timed_out(exc):
+        limit = f"statement_timeout={statement_timeout:g} s" if statement_timeout is not None else "statement timeout"
+        return StoreUnavailableError(
+            f"the database at {description} cancelled a statement of this call at its {limit} ({detail}), and "
+            "rolled back what it did. Most often another transaction holds a "
             "lock on the session for long (a stuck client, a long migration), or the server is overloaded: "
             "find what holds it (PostgreSQL: pg_stat_activity; MySQL/MariaDB: SHOW PROCESSLIST) and retry, or "
-            "open the store with a larger statement_timeout"
+            "raise the bound in the URL (e.g. ?statement_timeout=60)"
         )
     if disk_full(exc):
         return StoreFullError(
@@ -177,6 +187,18 @@ def translate(exc: BaseException, *, description: str, hint: str, statement_time
             "sqlite3 FILE 'PRAGMA integrity_check' and recover what it can with sqlite3 FILE .recover"
         )
     return StoreUnavailableError(f"the database at {description} failed or could not be reached ({detail}); {hint}")
+
+
+class NoAnswerError(TimeoutError):
+    """A statement got no answer from the server by ``statement_timeout`` plus a grace (the server is silent).
+
+    Attributes:
+        seconds: the ``statement_timeout``.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no answer to a statement within statement_timeout={seconds:g} s")
+        self.seconds = seconds
 
 
 def connect_timed_out(address: str, connect_timeout: float) -> StoreUnavailableError:

@@ -22,12 +22,12 @@ class _AsyncpgConnection(Leased):
         super().__init__(lease, reused=reused)
         self._raw = raw
 
-    async def fetch(self, statement: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
+    async def _fetch(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
         rows = await self._raw.fetch(statement, *params)
         self.answered = True
         return rows  # type: ignore[no-any-return]
 
-    async def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
+    async def _execute(self, statement: str, params: Sequence[Any]) -> int:
         status = await self._raw.execute(statement, *params)  # e.g. "DELETE 3", "INSERT 0 2", "BEGIN"
         self.answered = True
         count = status.rsplit(" ", 1)[-1]
@@ -68,10 +68,10 @@ class _AsyncmyConnection(Leased):
             self.answered = True
             return (await cur.fetchall() if cur.description else ()), int(changed)
 
-    async def fetch(self, statement: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
+    async def _fetch(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
         return (await self._run(statement, params))[0]
 
-    async def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
+    async def _execute(self, statement: str, params: Sequence[Any]) -> int:
         return (await self._run(statement, params))[1]
 
 

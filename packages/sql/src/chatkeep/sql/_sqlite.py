@@ -42,7 +42,7 @@ class _SQLiteConnection(Connection):
         self.transport = transport
         self._cursor = raw.cursor()  # one cursor for every statement: each call reads its rows before the next
 
-    async def fetch(self, statement: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
+    async def _fetch(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
         try:
             return self._cursor.execute(statement, params).fetchall()
         except sqlite3.OperationalError as exc:
@@ -50,7 +50,7 @@ class _SQLiteConnection(Connection):
                 raise
         return (await self.transport.waiting(self.raw, statement, params))[0]  # it failed whole: nothing was done
 
-    async def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
+    async def _execute(self, statement: str, params: Sequence[Any]) -> int:
         try:
             return self._cursor.execute(statement, params).rowcount
         except sqlite3.OperationalError as exc:

@@ -13,15 +13,16 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from chatkeep.core import ChatkeepError
 from chatkeep.core.backend import record_retry
-from chatkeep.sql._errors import SERVER_HINT, translate
+from chatkeep.sql._errors import SERVER_HINT, NoAnswerError, translate
 from chatkeep.sql._sql import Statements
 
-__all__ = ["Cancelled", "Connection", "Flag", "Transport"]
+__all__ = ["ANSWER_GRACE", "Cancelled", "Connection", "Flag", "Transport"]
 
 T = TypeVar("T")
 C = TypeVar("C", bound="Connection")
@@ -42,11 +43,16 @@ class Cancelled(Exception):
 
 _NEVER = Flag()  # the flag of a call nobody can cancel half way (it never suspends, or it is a read)
 
+#: Seconds past ``statement_timeout`` a statement waits for the server's answer before the call gives up on it: the
+#: server cancels a statement at its timeout and says so at once, so no answer by then means a server (or the
+#: network to it) that stopped answering; the driver would wait for it as long as the socket stays open.
+ANSWER_GRACE = 1.0
+
 
 class Connection(abc.ABC):
     """One pooled connection, lent to one store call."""
 
-    __slots__ = ("answered", "cancel", "reused")
+    __slots__ = ("answered", "cancel", "reused", "statement_timeout")
 
     def __init__(self, *, reused: bool = False) -> None:
         #: Whether the server has answered a statement of this call (after that, a failed call is not re-run).
@@ -54,19 +60,51 @@ class Connection(abc.ABC):
         #: Whether it was used by an earlier call (a connection just opened is not suspected of being stale).
         self.reused = reused
         self.cancel = _NEVER
+        #: The server's statement timeout (``None``: none); a statement unanswered :data:`ANSWER_GRACE` past it
+        #: raises :class:`~chatkeep.sql._errors.NoAnswerError`.
+        self.statement_timeout: float | None = None
 
     @property
     def cancelled(self) -> bool:
         """Whether the calling task was cancelled: a write rolls back instead of committing."""
         return self.cancel.is_set
 
-    @abc.abstractmethod
     async def fetch(self, statement: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
         """Run one statement; its rows (none for a statement that returns none)."""
+        if self.statement_timeout is None:
+            return await self._fetch(statement, params)
+        return await self._bounded(self._fetch(statement, params))
 
-    @abc.abstractmethod
     async def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
         """Run one statement; how many rows it changed."""
+        if self.statement_timeout is None:
+            return await self._execute(statement, params)
+        return await self._bounded(self._execute(statement, params))
+
+    async def _bounded(self, work: Awaitable[T]) -> T:
+        assert self.statement_timeout is not None
+        seconds = self.statement_timeout + ANSWER_GRACE
+        if sys.version_info < (3, 11):  # pragma: no cover - CI runs 3.11
+            try:
+                return await asyncio.wait_for(work, seconds)
+            except asyncio.TimeoutError as exc:
+                raise NoAnswerError(self.statement_timeout) from exc
+        timer = asyncio.timeout(seconds)  # a timer on the running task: no task of its own per statement
+        try:
+            async with timer:
+                return await work
+        except TimeoutError as exc:
+            if not timer.expired():
+                raise  # the driver's own
+            raise NoAnswerError(self.statement_timeout) from exc
+
+    @abc.abstractmethod
+    async def _fetch(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        """The driver's run of one statement, returning its rows."""
+
+    @abc.abstractmethod
+    async def _execute(self, statement: str, params: Sequence[Any]) -> int:
+        """The driver's run of one statement, returning how many rows it changed."""
 
 
 class Transport(abc.ABC, Generic[C]):
@@ -114,13 +152,15 @@ class Transport(abc.ABC, Generic[C]):
             for attempt in (0, 1):
                 conn = await self._checkout()
                 conn.cancel = cancel
+                conn.statement_timeout = self.statement_timeout
                 try:
                     result = await op(conn)
                 except ChatkeepError:
                     await self._checkin(conn)  # raised by the operation after a clean rollback: the connection is fine
                     raise
                 except BaseException as exc:
-                    stale = isinstance(exc, Exception) and self._stale(conn, exc)
+                    # An unanswered statement is not re-run: it already took its deadline, and may have run.
+                    stale = isinstance(exc, Exception) and not isinstance(exc, NoAnswerError) and self._stale(conn, exc)
                     await self._discard(conn, exc, stale=stale)
                     if stale and conn.reused and not conn.answered and attempt == 0:
                         record_retry("connection lost")
