@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
+from collections.abc import Awaitable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import openai
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, Timeout
 from typing_extensions import Self
 
 from chatkeep.core._agent import BaseChatClient
@@ -19,7 +21,24 @@ from chatkeep.core._messages import Content, FunctionCallContent, Message, TextC
 if TYPE_CHECKING:
     from chatkeep.core._chat import ChatOptions
 
-__all__ = ["CallSettings", "OpenAIClientBase", "assistant_message", "model_error"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "CallSettings",
+    "OpenAIClientBase",
+    "assistant_message",
+    "model_error",
+]
+
+T = TypeVar("T")
+
+#: Seconds a connection to the model server may take to open (TCP and TLS).
+DEFAULT_CONNECT_TIMEOUT = 5.0
+#: Seconds the model server may stay silent: for the whole answer of a call (its retries included), and between
+#: the chunks of a stream. A call that is not streamed gets nothing until the model is done: long answers of large
+#: or reasoning models take a minute or more, so 120 s leaves them room while a server that accepts and never
+#: answers fails in 2 minutes instead of the openai package's 10 minutes, three times over (its retries).
+DEFAULT_TIMEOUT = 120.0
 
 # The API key sent to a server on this machine when none is configured: local servers (Ollama, vLLM,
 # llama.cpp) ignore it, and the openai package refuses to start without one.
@@ -70,14 +89,19 @@ class OpenAIClientBase(BaseChatClient):
         model: the model name; defaults to ``OPENAI_MODEL``, then the subclass's own variable (``_model_env``).
         base_url: the API's base URL; defaults to ``OPENAI_BASE_URL``, then OpenAI's.
         api_key: defaults to ``OPENAI_API_KEY``; with neither set and a loopback ``base_url``, ``"not-needed"``.
-        client: an ``AsyncOpenAI`` to use as it is; ``base_url`` and ``api_key`` are then ignored, and
-            :meth:`close` leaves it open.
+        client: an ``AsyncOpenAI`` to use as it is; ``base_url``, ``api_key`` and the timeouts are then its
+            own, and :meth:`close` leaves it open.
+        timeout: seconds the server may stay silent: for a call's whole answer, retries included (then
+            :class:`~chatkeep.core.ModelError` names it), and between the chunks of a stream; default
+            :data:`DEFAULT_TIMEOUT` (120).
+        connect_timeout: seconds a connection may take to open; default :data:`DEFAULT_CONNECT_TIMEOUT` (5).
         default_options: the subclass's ``**default_options``; ``instructions``, ``temperature`` and
             ``max_tokens`` are taken out of it, the rest is sent with every call.
 
     Raises:
         AgentConfigurationError: no model or no API key is configured, a default option is one the client sets
-            itself (``_reserved_options``), or :meth:`_check_config` refuses the configuration.
+            itself (``_reserved_options``), a timeout is given with ``client``, or :meth:`_check_config` refuses
+            the configuration.
     """
 
     #: The agent run span's ``gen_ai.provider.name`` (OpenTelemetry GenAI semantic conventions).
@@ -100,6 +124,8 @@ class OpenAIClientBase(BaseChatClient):
         api_key: str | None,
         client: AsyncOpenAI | None,
         default_options: dict[str, Any],
+        timeout: float | None = None,
+        connect_timeout: float | None = None,
     ) -> None:
         name = self._client_name
         resolved_model = model or _env("OPENAI_MODEL", self._model_env)
@@ -113,6 +139,14 @@ class OpenAIClientBase(BaseChatClient):
             raise AgentConfigurationError(
                 f"{name} sets {', '.join(reserved)} itself, so it cannot be a default option; {self._reserved_hint}"
             )
+        if client is not None and (timeout is not None or connect_timeout is not None):
+            raise AgentConfigurationError(
+                f"{name}(client=...) uses the client's own timeouts; give them to your AsyncOpenAI "
+                "(AsyncOpenAI(timeout=...)), or drop client= to let chatkeep make one"
+            )
+        for option, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+            if value is not None and not value > 0:
+                raise AgentConfigurationError(f"{name}({option}={value!r}): it must be a number of seconds above 0")
         self._check_config()
         self.model: str = resolved_model
         self._default_instructions: str | None = default_options.pop("instructions", None)
@@ -120,6 +154,10 @@ class OpenAIClientBase(BaseChatClient):
         self._default_max_tokens: int | None = default_options.pop("max_tokens", None)
         self._default_body: dict[str, Any] = default_options
         self._owns_client = client is None
+        #: Seconds the server may stay silent (``None``: the handed-in client's own timeouts apply).
+        self.timeout: float | None = None
+        #: Seconds a connection may take to open (``None``: the handed-in client's own).
+        self.connect_timeout: float | None = None
         if client is None:
             url = base_url or _env("OPENAI_BASE_URL")
             key = api_key or _env("OPENAI_API_KEY")
@@ -130,9 +168,38 @@ class OpenAIClientBase(BaseChatClient):
                         "environment variable (a server on localhost needs none)"
                     )
                 key = _LOCAL_API_KEY
-            client = AsyncOpenAI(base_url=url, api_key=key)
+            self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+            self.connect_timeout = DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else float(connect_timeout)
+            client = AsyncOpenAI(base_url=url, api_key=key, timeout=Timeout(self.timeout, connect=self.connect_timeout))
         self._client = client
         self._closed = False
+
+    async def _answered(self, call: Awaitable[T]) -> T:
+        """``call``'s result; a server that does not answer within :attr:`timeout`, retries included, raises.
+
+        The openai package bounds each attempt and retries a timed-out one twice: without a bound of the whole,
+        a server that accepts and never answers would hold the call three times as long.
+
+        Raises:
+            ModelError: no answer within :attr:`timeout` (named with its value).
+        """
+        if self.timeout is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, self.timeout)
+        except asyncio.TimeoutError as exc:
+            raise ModelError(
+                f"{self._api_name} call failed: {self._where} did not answer within timeout={self.timeout:g} s; "
+                "check that the server is up and not overloaded, or for a slow model raise the bound: "
+                f"{self._client_name}(timeout=...)"
+            ) from exc
+
+    @property
+    def _timeouts(self) -> str:
+        """The client's timeouts, for messages (empty for a handed-in client's own)."""
+        if self.timeout is None:
+            return ""
+        return f" (connect_timeout={self.connect_timeout:g} s, timeout={self.timeout:g} s)"
 
     def _check_config(self) -> None:
         """Refuse a contradictory configuration (after the model and reserved-option checks); none by default."""
@@ -187,6 +254,7 @@ def model_error(
     not_found_hint: str,
     bad_request_hint: str,
     extra_hint: str | None = None,
+    timeouts: str = "",
 ) -> ModelError:
     """The :class:`~chatkeep.core.ModelError` for a failed call, with a hint chosen by the kind of failure.
 
@@ -202,12 +270,17 @@ def model_error(
         bad_request_hint: the hint when the server answers 400.
         extra_hint: a hint the caller chose for this error (e.g. an unknown conversation id); when given, it
             wins over every hint but those for a timeout, a connection failure or a refused key.
+        timeouts: the client's timeouts with their values (`` (connect_timeout=5 s, timeout=120 s)``), said
+            after a timeout.
 
     Returns:
         The error to raise, from ``exc``.
     """
     if isinstance(exc, openai.APITimeoutError):
-        hint = f"the request to {where} timed out; check that the server is up and not overloaded"
+        hint = (
+            f"the request to {where} timed out{timeouts}; check that the server is up and not overloaded, or "
+            "for a slow model raise timeout="
+        )
     elif isinstance(exc, openai.APIConnectionError):
         hint = (
             f"could not connect to {where}; check that the server is running and that base_url "

@@ -71,6 +71,10 @@ class OpenAIChatClient(OpenAIClientBase):
             need no key; any other server needs one.
         client: an ``AsyncOpenAI`` to use as it is (its own base URL, key, retries and timeouts);
             ``base_url`` and ``api_key`` are then ignored, and :meth:`close` leaves it open.
+        timeout: seconds the server may stay silent: for a call's whole answer, retries included, and between the
+            chunks of a stream; default 120 (a call that is not streamed gets nothing until the model is done).
+            Then :class:`~chatkeep.core.ModelError` names it.
+        connect_timeout: seconds a connection to the server may take to open; default 5.
         **default_options: defaults for every call: ``instructions``, ``temperature`` and ``max_tokens``
             (used when a call's :class:`~chatkeep.core.ChatOptions` leaves them unset), and any other
             Chat Completions request field (``top_p``, ``seed``, ``reasoning_effort``...), sent as given
@@ -94,9 +98,19 @@ class OpenAIChatClient(OpenAIClientBase):
         base_url: str | None = None,
         api_key: str | None = None,
         client: AsyncOpenAI | None = None,
+        timeout: float | None = None,
+        connect_timeout: float | None = None,
         **default_options: Any,
     ) -> None:
-        super().__init__(model, base_url=base_url, api_key=api_key, client=client, default_options=default_options)
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            client=client,
+            default_options=default_options,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+        )
 
     @property
     def keeps_history(self) -> bool:
@@ -121,7 +135,7 @@ class OpenAIChatClient(OpenAIClientBase):
         """
         request = self._request(messages, options)
         try:
-            completion = await self._client.chat.completions.create(**request.kwargs())
+            completion = await self._answered(self._client.chat.completions.create(**request.kwargs()))
         except openai.OpenAIError as exc:
             raise self._model_error(exc, request.model) from exc
         return _response_from_completion(completion, request.model)
@@ -145,8 +159,10 @@ class OpenAIChatClient(OpenAIClientBase):
         request = self._request(messages, options)
         assembler = _StreamAssembler()
         try:
-            stream = await self._client.chat.completions.create(
-                **request.kwargs(), stream=True, stream_options={"include_usage": True}
+            stream = await self._answered(
+                self._client.chat.completions.create(
+                    **request.kwargs(), stream=True, stream_options={"include_usage": True}
+                )
             )
             async with stream:
                 async for chunk in stream:
@@ -189,6 +205,7 @@ class OpenAIChatClient(OpenAIClientBase):
                 "base_url ends with /v1"
             ),
             bad_request_hint=f"refused the request; check that model {model!r} supports the options and tools sent",
+            timeouts=self._timeouts,
         )
 
 

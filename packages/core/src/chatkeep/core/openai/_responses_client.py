@@ -75,8 +75,12 @@ class OpenAIResponsesClient(OpenAIClientBase):
         base_url: the API's base URL (ending with ``/v1``); defaults to ``OPENAI_BASE_URL``, then OpenAI's.
         api_key: defaults to ``OPENAI_API_KEY``. When neither is set and ``base_url`` is a loopback address,
             the placeholder ``"not-needed"`` is sent; any other server needs a key.
-        client: an ``AsyncOpenAI`` to use as it is; ``base_url`` and ``api_key`` are then ignored, and
-            :meth:`close` leaves it open.
+        client: an ``AsyncOpenAI`` to use as it is; ``base_url``, ``api_key`` and the timeouts are then its own,
+            and :meth:`close` leaves it open.
+        timeout: seconds the server may stay silent: for a call's whole answer, retries included, and between the
+            chunks of a stream; default 120 (a call that is not streamed gets nothing until the model is done).
+            Then :class:`~chatkeep.core.ModelError` names it.
+        connect_timeout: seconds a connection to the server may take to open; default 5.
         store: let the service keep the conversation (service-managed history).
         use_conversations: chain new sessions in a Conversations object instead of by previous response id.
         **default_options: defaults for every call: ``instructions``, ``temperature`` and ``max_tokens``
@@ -107,11 +111,21 @@ class OpenAIResponsesClient(OpenAIClientBase):
         client: AsyncOpenAI | None = None,
         store: bool = True,
         use_conversations: bool = False,
+        timeout: float | None = None,
+        connect_timeout: float | None = None,
         **default_options: Any,
     ) -> None:
         self.store = store
         self.use_conversations = use_conversations
-        super().__init__(model, base_url=base_url, api_key=api_key, client=client, default_options=default_options)
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            client=client,
+            default_options=default_options,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+        )
 
     def _check_config(self) -> None:
         if self.use_conversations and not self.store:
@@ -152,7 +166,7 @@ class OpenAIResponsesClient(OpenAIClientBase):
         """
         request = await self._request(messages, options)
         try:
-            response = await self._client.responses.create(**request.kwargs())
+            response = await self._answered(self._client.responses.create(**request.kwargs()))
         except openai.OpenAIError as exc:
             raise self._model_error(exc, request) from exc
         return _chat_response(response, request)
@@ -178,7 +192,7 @@ class OpenAIResponsesClient(OpenAIClientBase):
         request = await self._request(messages, options)
         assembler = _StreamAssembler()
         try:
-            stream = await self._client.responses.create(**request.kwargs(), stream=True)
+            stream = await self._answered(self._client.responses.create(**request.kwargs(), stream=True))
             async with stream:
                 async for event in stream:
                     text = assembler.add(event, request)
@@ -199,7 +213,7 @@ class OpenAIResponsesClient(OpenAIClientBase):
         request = _Request(model=options.model or self.model, store=self.store)
         if conversation_id is None and self.use_conversations:
             try:
-                conversation = await self._client.conversations.create()
+                conversation = await self._answered(self._client.conversations.create())
             except openai.OpenAIError as exc:
                 raise self._model_error(exc, request) from exc
             conversation_id = conversation.id
@@ -239,6 +253,7 @@ class OpenAIResponsesClient(OpenAIClientBase):
             ),
             bad_request_hint=f"refused the request; check that model {request.model!r} supports the options and tools",
             extra_hint=unknown_id,
+            timeouts=self._timeouts,
         )
 
 
