@@ -72,7 +72,7 @@ async def test_after_a_timeout_the_same_store_works_again(proxy: LoopbackProxy, 
         with pytest.raises(StoreUnavailableError):
             await store.count(KEY)
         proxy.cut()  # the black-holed connections go; new ones are black-holed too: the greeting times out
-        with pytest.raises(StoreUnavailableError, match="connect_timeout=0.5 s"):
+        with pytest.raises(StoreUnavailableError, match=r"connect_timeout=0\.5 s"):
             await store.count(KEY)
         proxy.restore()
         assert await store.append(KEY, [Message(role="user", text="back")]) == 1

@@ -76,11 +76,13 @@ class Backoff(_ExponentialRetry):
         self.read_timeout = read_timeout
         self.answered = False  # the service has answered a request of this client
 
-    async def send(self, request: Any) -> Any:
+    async def send(self, request: Any) -> Any:  # type: ignore[override]  # the SDK types its async policy as sync
         """Send with the SDK's retries, within the bound that applies (see the class)."""
-        option, seconds = ("read_timeout", self.read_timeout) if self.answered else ("connect_timeout", self.connect_timeout)
+        option, seconds = (
+            ("read_timeout", self.read_timeout) if self.answered else ("connect_timeout", self.connect_timeout)
+        )
         try:
-            response = await asyncio.wait_for(super().send(request), seconds)
+            response = await asyncio.wait_for(super().send(request), seconds)  # type: ignore[no-untyped-call]
         except asyncio.TimeoutError as exc:
             raise DeadlineError(option, seconds) from exc
         self.answered = True
@@ -215,7 +217,8 @@ def unavailable(config: BlobConfig, exc: BaseException) -> NoReturn:
             cause = "check that the endpoint (account URL or connection string) is the service's and not stuck"
         else:
             cause = "the service is stuck, overloaded or unreachable: check its status"
-        hint = f"{cause}; if it is known to be slow, raise {exc.option} (e.g. ?{exc.option}={max(15, round(exc.seconds * 3))})"
+        example = max(15, round(exc.seconds * 3))
+        hint = f"{cause}; if it is known to be slow, raise {exc.option} (e.g. ?{exc.option}={example})"
     elif status in (401, 403):
         hint = (
             "the account refused the credentials: check the connection string, the SAS token's permissions "

@@ -116,7 +116,7 @@ class RedisPyTransport:
         if self._greeted:
             return
         client = self.client
-        greet = client.initialize() if isinstance(client, RedisCluster) else client.execute_command("PING")
+        greet: Awaitable[Any] = client.initialize() if isinstance(client, RedisCluster) else client.ping()
         await bounded_greeting(greet, address=self._address, seconds=self._connect_timeout)
         self._greeted = True
 
