@@ -266,8 +266,8 @@ class HistoryStore(abc.ABC):
     ``_pop``, ``_prune``, ``_prune_session``, ``_list_tenants``, ``_delete_tenant``, ``_aclose`` and
     ``_on_loop_change``). A hook is only called with valid arguments, on an open store, on the store's own
     event loop (on any running loop when :attr:`serves_any_loop` is set). ``_pop``'s default refuses (a backend
-    written before ``pop`` existed raises :class:`UnsupportedOperationError`); ``_prune`` and ``_delete_tenant`` default to paging through
-    ``_list_sessions`` and deleting session by session (``_prune_session``, ``_delete``).
+    written before ``pop`` existed raises :class:`UnsupportedOperationError`); ``_prune`` and ``_delete_tenant``
+    default to paging through ``_list_sessions`` and deleting session by session (``_prune_session``, ``_delete``).
 
     The base class keeps the rules every backend shares: ``close()`` is idempotent, and a closed store raises
     :class:`StoreClosedError`. Drivers' connections belong to one event loop: a backend that keeps a driver
