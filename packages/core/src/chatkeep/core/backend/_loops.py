@@ -47,7 +47,7 @@ class PerLoop(Generic[T]):
         self._abandon = abandon
         self._first = first
         self._clients: dict[asyncio.AbstractEventLoop, T] = {}
-        self._guards: dict[asyncio.AbstractEventLoop, AsyncGenerator[None, None]] = {}
+        self._guards: dict[asyncio.AbstractEventLoop, AsyncGenerator[None, None] | None] = {}
         self._lock = threading.Lock()  # loops in several threads add and drop clients
 
     def get(self) -> T:
@@ -85,8 +85,15 @@ class PerLoop(Generic[T]):
             _finish(guard)
         return client
 
-    def _watch(self, loop: asyncio.AbstractEventLoop) -> AsyncGenerator[None, None]:
-        """Start a generator on ``loop`` whose ``finally`` closes its client when the loop shuts down."""
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> AsyncGenerator[None, None] | None:
+        """Start a generator on ``loop`` whose ``finally`` closes its client when the loop shuts down.
+
+        Not on a loop that finished its async generators already and runs on (the Agents SDK's ``run_sync`` keeps
+        its loop for the next run): it would warn and never close it. That loop's client is closed by ``aclose``,
+        or dropped once the loop is closed.
+        """
+        if getattr(loop, "_asyncgens_shutdown_called", False):
+            return None
 
         async def guard() -> AsyncGenerator[None, None]:
             try:
