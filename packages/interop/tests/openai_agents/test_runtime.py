@@ -9,7 +9,7 @@ import textwrap
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from subprocess import PIPE
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, TResponseInputItem, function_tool
@@ -254,7 +254,8 @@ async def test_run_sync_in_a_worker_thread_shares_the_session_with_the_apps_loop
     try:
         assert await asyncio.to_thread(in_a_worker) == ANSWER
         items = await session.get_items()
-        assert _kinds(items)[0] == "message" and items[0].get("content") == "from the app's loop"  # type: ignore[union-attr]
+        assert _kinds(items)[0] == "message"
+        assert cast(dict[str, Any], items[0])["content"] == "from the app's loop"
         assert len(items) > 2
     finally:
         await session.clear_session()
