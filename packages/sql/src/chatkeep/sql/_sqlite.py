@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from chatkeep.core import ChatkeepError
 from chatkeep.sql._errors import SQLITE_FILE_HINT
@@ -54,13 +54,14 @@ class _SQLiteConnection(Connection):
         time.sleep(seconds)  # noqa: ASYNC251 - run by _run_through in the worker thread, never on an event loop
 
 
-def _run_through(operation: Coroutine[Any, Any, T]) -> T:
+def _run_through(operation: Awaitable[T]) -> T:
     """Run an operation's coroutine to its end in this thread: on a SQLite connection it never suspends."""
+    coroutine = cast(Coroutine[Any, Any, T], operation)
     try:
-        operation.send(None)
+        coroutine.send(None)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    operation.close()
+        return cast(T, done.value)
+    coroutine.close()
     raise AssertionError("a SQLite operation waited on the event loop; it must run whole in its thread")
 
 
@@ -167,7 +168,7 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
             conn = _SQLiteConnection(self.connect())
         conn.cancel = cancel
         try:
-            result = _run_through(op(conn))  # type: ignore[arg-type]
+            result = _run_through(op(conn))
         except BaseException:
             self._give_back(conn, failed=True)
             raise
