@@ -85,6 +85,8 @@ INTEROP: dict[str, list[str]] = {
         "langchain-openai==1.7.4",
         "langchain-community==0.4.2",
         "langchain-postgres==0.0.19",
+        # LangChain's own tests run under its blocking-call guard; the adapter's tests do too (tests/langchain).
+        "blockbuster==1.5.29",
     ],
     # llama-index-llms-openai drives the tests' model and needs openai<3; the Redis chat store is the benchmark's.
     "llama-index": [

@@ -104,7 +104,7 @@ def test_no_account_configured(monkeypatch: pytest.MonkeyPatch) -> None:
         open_store("azblob://container")
 
 
-def test_account_url_without_sas_uses_default_credential(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_account_url_without_sas_uses_default_credential(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AZURE_STORAGE_SAS_TOKEN", raising=False)
     store = open_store("azblob://container?account_url=https://acct.blob.core.windows.net")
     try:
@@ -113,8 +113,9 @@ def test_account_url_without_sas_uses_default_credential(monkeypatch: pytest.Mon
         with pytest.raises(MissingExtraError, match=r"chatkeep-blob\[identity\]"):
             store._container()
     else:
-        store._container()
-        assert store._client._credential is not None  # a DefaultAzureCredential the store closes with itself
+        store._container()  # this event loop's client
+        assert store._clients.get()._credential is not None  # a DefaultAzureCredential the store closes with itself
+    await store.close()
 
 
 async def test_an_error_message_never_shows_the_account_key(service: Any) -> None:

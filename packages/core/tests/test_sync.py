@@ -499,8 +499,14 @@ def test_two_asyncio_runs_in_a_row_share_one_async_store() -> None:
     asyncio.run(store.close())
 
 
-def test_one_async_store_on_two_running_loops_at_once_raises_store_loop_error() -> None:
-    store = MemoryHistoryStore(namespace=namespace())
+class _OneLoopStore(MemoryHistoryStore):
+    """A backend written for one event loop (as a third party's may be): it does not set serves_any_loop."""
+
+    serves_any_loop = False
+
+
+def _from_two_running_loops(store: MemoryHistoryStore) -> BaseException | int:
+    """What ``count`` on a second running loop gives while the first loop, which appended, still runs."""
     bound, tried = threading.Event(), threading.Event()
     outcome: list[BaseException | int] = []
 
@@ -528,8 +534,19 @@ def test_one_async_store_on_two_running_loops_at_once_raises_store_loop_error() 
     for thread in threads:
         thread.join(timeout=30)
     assert len(outcome) == 1
-    assert isinstance(outcome[0], StoreLoopError), f"expected StoreLoopError, got {outcome[0]!r}"
-    assert "one store per event loop" in str(outcome[0])
+    return outcome[0]
+
+
+def test_a_store_serving_one_loop_refuses_a_second_running_loop_and_says_why() -> None:
+    outcome = _from_two_running_loops(_OneLoopStore(namespace=namespace()))
+    assert isinstance(outcome, StoreLoopError), f"expected StoreLoopError, got {outcome!r}"
+    assert "serves one event loop at a time" in str(outcome)
+    assert "one store per event loop" in str(outcome)
+
+
+def test_a_store_that_serves_any_loop_serves_a_second_running_loop() -> None:
+    store = MemoryHistoryStore(namespace=namespace())
+    assert _from_two_running_loops(store) == 1
     asyncio.run(store.close())
 
 

@@ -23,7 +23,8 @@ def make_messages(n: int, label: str = "m") -> list[Message]:
 
 
 def resp_of(store: RedisHistoryStore) -> RespTransport:
-    link = store._link
+    """The running event loop's transport of ``store``."""
+    link = store._transport()
     assert isinstance(link, RespTransport), "the store did not use the resp transport"
     return link
 
@@ -261,8 +262,9 @@ async def test_password_username_and_database_from_the_url(secured_redis: Any) -
 def test_a_new_event_loop_drops_the_old_connection(private_redis: Any) -> None:
     store = open_store(private_redis.url)
 
-    async def first() -> None:
+    async def first() -> RespTransport:
         await store.append(KEY, make_messages(2))
+        return resp_of(store)
 
     async def second() -> list[Message]:
         try:
@@ -270,11 +272,10 @@ def test_a_new_event_loop_drops_the_old_connection(private_redis: Any) -> None:
         finally:
             await store.close()
 
-    asyncio.run(first())
-    old = resp_of(store)
+    old = asyncio.run(first())
+    assert old.closed  # released as its loop shut down
     assert len(asyncio.run(second())) == 2
-    assert store._link is None
-    assert old.closed
+    assert store._links.all() == []
 
 
 async def test_close_releases_the_socket(private_redis: Any) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import datetime
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -259,19 +260,23 @@ def test_a_window_asks_the_store_for_just_that_many() -> None:
 # -- sync and async on one instance -----------------------------------------------------------------------
 
 
-async def test_sync_calls_made_inside_the_running_loop_mix_with_async_ones(history: HistoryFactory) -> None:
+async def test_sync_calls_made_inside_the_running_loop_mix_with_async_ones(
+    history: HistoryFactory, blocking_on_purpose: Callable[[], AbstractContextManager[None]]
+) -> None:
     chat = history()
 
     def sync_tool() -> int:
         """A plain function that async code calls directly, as a sync LangChain callback or tool would."""
-        chat.add_user_message("from sync code")
-        return len(chat.messages)
+        with blocking_on_purpose():
+            chat.add_user_message("from sync code")
+            return len(chat.messages)
 
     await chat.aadd_messages([HumanMessage("from async code")])
     assert sync_tool() == 2
     await chat.aadd_messages([AIMessage("async again")])
     assert contents(await chat.aget_messages()) == ["from async code", "from sync code", "async again"]
-    chat.clear()
+    with blocking_on_purpose():
+        chat.clear()
     assert await chat.aget_messages() == []
 
 

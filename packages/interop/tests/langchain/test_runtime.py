@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -35,6 +36,12 @@ SYSTEM = "You are terse."
 
 def model(server: FakeOpenAIServer) -> ChatOpenAI:
     return ChatOpenAI(model="fake-model", base_url=server.base_url, api_key="test-key", max_retries=0)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def llm(openai_server: FakeOpenAIServer) -> ChatOpenAI:
+    """The model, made outside the test's event loop: its first construction imports httpx's modules (file reads)."""
+    return model(openai_server)
 
 
 def chat_chain(
@@ -131,9 +138,12 @@ def test_history_survives_a_new_process_and_turn_2_sends_turn_1_once(
 
 
 async def test_ainvoke_astream_and_a_sync_stream_inside_the_loop_share_one_history(
-    openai_server: FakeOpenAIServer, histories: Callable[[str], ChatkeepChatMessageHistory]
+    openai_server: FakeOpenAIServer,
+    llm: ChatOpenAI,
+    histories: Callable[[str], ChatkeepChatMessageHistory],
+    blocking_on_purpose: Callable[[], AbstractContextManager[None]],
 ) -> None:
-    chain = chat_chain(model(openai_server), histories)
+    chain = chat_chain(llm, histories)
     openai_server.reply_text("one")
     first = await chain.ainvoke({"input": [HumanMessage("turn 1")]}, config("mixed"))
     openai_server.reply_text("two words")
@@ -142,9 +152,10 @@ async def test_ainvoke_astream_and_a_sync_stream_inside_the_loop_share_one_histo
     )
     openai_server.reply_text("three")
     # A sync call from async code: LangChain's sync path blocks this loop, and must not deadlock it.
-    blocking = "".join(
-        str(chunk.content) for chunk in chain.stream({"input": [HumanMessage("turn 3")]}, config("mixed"))
-    )
+    with blocking_on_purpose():
+        blocking = "".join(
+            str(chunk.content) for chunk in chain.stream({"input": [HumanMessage("turn 3")]}, config("mixed"))
+        )
 
     assert (first.content, streamed, blocking) == ("one", "two words", "three")
     assert sent(openai_server) == [
@@ -162,15 +173,15 @@ async def test_ainvoke_astream_and_a_sync_stream_inside_the_loop_share_one_histo
 
 
 async def test_a_tool_calling_turn_keeps_the_call_and_the_tool_message_exactly(
-    openai_server: FakeOpenAIServer, histories: Callable[[str], ChatkeepChatMessageHistory]
+    openai_server: FakeOpenAIServer, llm: ChatOpenAI, histories: Callable[[str], ChatkeepChatMessageHistory]
 ) -> None:
     def get_weather(city: str) -> str:
         """The weather in a city."""
         return f"18°C in {city}"
 
-    chain = chat_chain(model(openai_server).bind_tools([get_weather]), histories)
+    chain = chat_chain(llm.bind_tools([get_weather]), histories)
     openai_server.reply_tool_calls([("call_1", "get_weather", '{"city": "Paris"}')])
-    call = chain.invoke({"input": [HumanMessage("Weather in Paris?")]}, config("tools"))
+    call = await chain.ainvoke({"input": [HumanMessage("Weather in Paris?")]}, config("tools"))
     assert isinstance(call, AIMessage)
     assert call.tool_calls == [{"name": "get_weather", "args": {"city": "Paris"}, "id": "call_1", "type": "tool_call"}]
 
@@ -194,7 +205,7 @@ async def test_a_tool_calling_turn_keeps_the_call_and_the_tool_message_exactly(
         },
         {"role": "tool", "content": "18°C in Paris", "tool_call_id": "call_1"},
     ]
-    stored: list[BaseMessage] = histories("tools").messages
+    stored: list[BaseMessage] = await histories("tools").aget_messages()
     assert stored == [HumanMessage("Weather in Paris?"), call, result, answer]
     assert isinstance(stored[2], ToolMessage)
     assert (stored[2].artifact, stored[2].status, stored[2].name) == ({"temp_c": 18}, "success", "get_weather")

@@ -9,7 +9,7 @@ import textwrap
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from subprocess import PIPE
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, TResponseInputItem, function_tool
@@ -226,3 +226,37 @@ def test_run_sync_keeps_the_history_across_calls(openai_server: FakeOpenAIServer
         loop.run_until_complete(client.close())
         asyncio.set_event_loop(None)
         loop.close()
+
+
+@pytest.mark.filterwarnings(
+    "ignore:asynchronous generator .* was scheduled after loop.shutdown_asyncgens:ResourceWarning"
+)
+async def test_run_sync_in_a_worker_thread_shares_the_session_with_the_apps_loop(
+    openai_server: FakeOpenAIServer, store_url: str, tenant: str
+) -> None:
+    # The app's loop keeps using the session while Runner.run_sync, in a worker thread, runs on a loop of its own.
+    session = ChatkeepSession("s1", store=store_url, tenant=tenant)
+    await session.add_items([{"role": "user", "content": "from the app's loop"}])
+
+    def in_a_worker() -> str:
+        loop = asyncio.new_event_loop()  # run_sync runs on the thread's event loop and leaves it open
+        asyncio.set_event_loop(loop)
+        client = AsyncOpenAI(base_url=openai_server.base_url, api_key="test-key", max_retries=0)
+        agent = _agent(OpenAIResponsesModel(model="fake-model", openai_client=client))
+        try:
+            return str(Runner.run_sync(agent, QUESTION, session=session).final_output)
+        finally:
+            loop.run_until_complete(client.close())
+            asyncio.set_event_loop(None)
+            loop.close()
+
+    _script_turn_1(openai_server)
+    try:
+        assert await asyncio.to_thread(in_a_worker) == ANSWER
+        items = await session.get_items()
+        assert _kinds(items)[0] == "message"
+        assert cast(dict[str, Any], items[0])["content"] == "from the app's loop"
+        assert len(items) > 2
+    finally:
+        await session.clear_session()
+        await session.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -266,3 +267,22 @@ async def test_close_leaves_a_store_object_to_its_owner() -> None:
         await session.add_items(_items("a"))
         await session.close()
         assert _contents(await ChatkeepSession("s1", store=store).get_items()) == ["a"]
+
+
+async def test_add_items_from_a_thread_pool_while_this_loop_uses_the_session(make_session: SessionFactory) -> None:
+    # Each worker thread runs its own event loop (asyncio.run), as code calling the SDK from a thread pool does.
+    session = await make_session()
+    await session.add_items(_items("first"))
+
+    def add(n: int) -> None:
+        asyncio.run(session.add_items(_items(f"{n}-a", f"{n}-b")))
+
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        added = [asyncio.wrap_future(pool.submit(add, n)) for n in range(10)]
+        await session.add_items(_items("meanwhile"))
+        await asyncio.gather(*added)
+    contents = cast(list[str], _contents(await session.get_items()))
+    assert contents[0] == "first"
+    assert sorted(contents) == sorted(["first", "meanwhile", *(f"{n}-{s}" for n in range(10) for s in "ab")])
+    for n in range(10):  # each add_items stays one atomic append
+        assert contents.index(f"{n}-b") == contents.index(f"{n}-a") + 1

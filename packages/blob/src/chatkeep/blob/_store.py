@@ -24,6 +24,7 @@ import io
 import json
 import random
 import re
+import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
@@ -50,6 +51,7 @@ from chatkeep.core import (
 )
 from chatkeep.core.backend import (
     HistoryStore,
+    PerLoop,
     StoredSession,
     TelemetryTarget,
     conflict_error,
@@ -187,8 +189,13 @@ class BlobHistoryStore(HistoryStore):
         self.config = config
         self.layout = _layout.Layout(config.settings.prefix)
         self._handed_in = client
-        self._client = BlobClient(config)
+        # The SDK's clients (aiohttp sessions) belong to one event loop: one per loop, unless a client is handed in.
+        self._clients: PerLoop[BlobClient] = PerLoop(
+            lambda: BlobClient(config), close=BlobClient.aclose, abandon=BlobClient.abandon
+        )
+        self.serves_any_loop = client is None
         self._cache: collections.OrderedDict[SessionKey, tuple[SessionMeta, str]] = collections.OrderedDict()
+        self._cache_lock = threading.Lock()
         self._messages_read = 0
         #: Bytes of segment data this store has downloaded (the benchmark's and the docs' cost check).
         self.bytes_read = 0
@@ -223,14 +230,14 @@ class BlobHistoryStore(HistoryStore):
         return f"<{type(self).__name__} {self.config.shown_url}{' closed' if self.closed else ''}>"
 
     def _container(self) -> ContainerClient:
-        return self._handed_in if self._handed_in is not None else self._client.container()
+        return self._handed_in if self._handed_in is not None else self._clients.get().container()
 
-    def _on_loop_change(self) -> None:
-        self._client.abandon()
+    def _one_loop_reason(self) -> str:
+        return "it runs on the ContainerClient handed to it (client=), whose connections belong to one loop"
 
     async def _aclose(self) -> None:
         self._cache.clear()
-        await self._client.aclose()
+        await self._clients.aclose()
 
     async def _ensure_container(self) -> None:
         if not self.config.settings.create_container:
@@ -251,10 +258,11 @@ class BlobHistoryStore(HistoryStore):
             return await operation()
 
     def _remember(self, key: SessionKey, meta: SessionMeta, etag: str) -> None:
-        self._cache[key] = (meta, etag)
-        self._cache.move_to_end(key)
-        while len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
+        with self._cache_lock:  # loops in other threads use the cache too
+            self._cache[key] = (meta, etag)
+            self._cache.move_to_end(key)
+            while len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
 
     # -- blobs -----------------------------------------------------------------------------------
 

@@ -137,6 +137,7 @@ class EncryptedStore(HistoryStore):
                 raise ValueError(f"master key {key_id!r} must be 32 bytes (AES-256), got {len(key)}")
         self.inner = inner
         self.key_store = key_store
+        self.serves_any_loop = inner.serves_any_loop and key_store.serves_any_loop  # it keeps nothing per loop
         # The limit applies to what the caller stores; the sealed record is larger (base64 of the
         # ciphertext plus clear metadata), so the inner store is allowed that expansion.
         inner.max_message_bytes = self.max_message_bytes * 4 // 3 + 4096

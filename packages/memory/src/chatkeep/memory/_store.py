@@ -110,6 +110,8 @@ class MemoryHistoryStore(HistoryStore):
         MemoryURLError: the URL or an option is unknown or malformed.
     """
 
+    serves_any_loop = True  # its data is guarded by a threading.Lock: nothing belongs to an event loop
+
     def __init__(self, url: str | None = None, **options: Any) -> None:
         settings = parse_url(url, **options)
         super().__init__(max_message_bytes=settings.max_message_bytes)

@@ -25,6 +25,7 @@ from chatkeep.core import (
 )
 from chatkeep.core.backend import (
     HistoryStore,
+    PerLoop,
     StoredSession,
     TelemetryTarget,
     conflict_error,
@@ -111,7 +112,10 @@ class RedisHistoryStore(HistoryStore):
         self._owns_client = client is None
         # A client handed in without a URL connects where it was made to: the default URL would name a guess.
         self._knows_server = url is not None or client is None
+        # A client handed in is its owner's, on its one event loop; one the store makes is made per loop.
         self._link: RedisTransport | None = None
+        self._links: PerLoop[RedisTransport] = PerLoop(self._new_link, close=_close_link, abandon=_abandon_link)
+        self.serves_any_loop = client is None
         self._cluster = config.cluster
         if client is not None:
             from chatkeep.redis._redispy import RedisPyTransport, decodes_responses
@@ -143,32 +147,29 @@ class RedisHistoryStore(HistoryStore):
         return TelemetryTarget("redis", *self.config.endpoint)
 
     def _transport(self) -> RedisTransport:
-        link = self._link
-        if link is None:
-            config = self.config
-            if config.transport == "resp":
-                from chatkeep.redis._resp import RespTransport, resp_target
+        """The transport of the running event loop (a client handed in: the one transport on it)."""
+        return self._link or self._links.get()
 
-                link = RespTransport(
-                    resp_target(config.url),
-                    address=config.address,
-                    socket_timeout=config.settings.socket_timeout,
-                    connect_timeout=config.settings.connect_timeout,
-                )
-            else:
-                from chatkeep.redis._redispy import RedisPyTransport
+    def _new_link(self) -> RedisTransport:
+        config = self.config
+        if config.transport == "resp":
+            from chatkeep.redis._resp import RespTransport, resp_target
 
-                link = RedisPyTransport(config)
-            self._link = link
-        return link
+            return RespTransport(
+                resp_target(config.url),
+                address=config.address,
+                socket_timeout=config.settings.socket_timeout,
+                connect_timeout=config.settings.connect_timeout,
+            )
+        from chatkeep.redis._redispy import RedisPyTransport
 
-    def _on_loop_change(self) -> None:
-        link = self._link
-        if link is not None and self._owns_client:  # a client handed in is its owner's to move
-            self._link = None
-            link.abandon()
+        return RedisPyTransport(config)
+
+    def _one_loop_reason(self) -> str:
+        return "it runs on the Redis client handed to it (client=), whose connections belong to one loop"
 
     async def _aclose(self) -> None:
+        await self._links.aclose()
         link, self._link = self._link, None
         if link is not None:
             await link.aclose()  # a client handed in stays open
@@ -207,7 +208,7 @@ class RedisHistoryStore(HistoryStore):
     async def _call(self, *args: Any) -> Any:
         """One command's reply (a failure raises ``StoreUnavailableError``)."""
         try:
-            return await (self._link or self._transport()).call(*args)
+            return await self._transport().call(*args)
         except _DRIVER_ERRORS as exc:
             self._unavailable(exc)
 
@@ -233,7 +234,7 @@ class RedisHistoryStore(HistoryStore):
         With ``wait`` (a ``WAIT`` command), it follows the script in one write on one connection, and the result
         is both replies.
         """
-        link = self._link or self._transport()
+        link = self._transport()
 
         async def send(command: Sequence[Any]) -> Any:
             if wait is None:
@@ -584,6 +585,14 @@ def _after(cursor: str) -> tuple[int, bytes]:
     """A ``list_sessions`` cursor's position: the last score and session id (UTF-8, as the index holds it)."""
     score, session_id = decode_cursor(cursor, int, str)
     return int(score), str(session_id).encode()
+
+
+async def _close_link(link: RedisTransport) -> None:
+    await link.aclose()
+
+
+def _abandon_link(link: RedisTransport) -> None:
+    link.abandon()
 
 
 def open_store(url: str = "redis://localhost:6379/0", **options: Any) -> RedisHistoryStore:

@@ -18,11 +18,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatkeep.core import ChatkeepError
-from chatkeep.core.backend import redact_url
+from chatkeep.core.backend import PerLoop, redact_url
 from chatkeep.sql._errors import SQLITE_FILE_HINT, NoAnswerError, connect_timed_out
 from chatkeep.sql._schema import ensure_schema
 from chatkeep.sql._sql import Statements
-from chatkeep.sql._transport import Connection, Transport
+from chatkeep.sql._transport import Connection, LendingTransport
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection as SAConnection
@@ -80,20 +80,33 @@ class _DBAPIConnection(Leased):
         return (await self._spawn(self._step, statement, params))[1]  # type: ignore[no-any-return]
 
 
-class EngineTransport(Transport[L]):
+class EngineTransport(LendingTransport[L]):
     """A SQLAlchemy ``AsyncEngine``: PostgreSQL, MySQL/MariaDB, or SQLite on aiosqlite (see the module docstring)."""
 
     name = "sqlalchemy"
 
     def __init__(
-        self, engine: AsyncEngine, *, owned: bool, schema: str | None = None, statement_timeout: float | None = None
+        self,
+        engine: AsyncEngine,
+        *,
+        owned: bool,
+        schema: str | None = None,
+        statement_timeout: float | None = None,
+        make: Callable[[], AsyncEngine] | None = None,
     ) -> None:
         from sqlalchemy.exc import SQLAlchemyError
         from sqlalchemy.pool import QueuePool
         from sqlalchemy.util import greenlet_spawn
 
-        self.engine = engine if owned else engine.execution_options(isolation_level="AUTOCOMMIT")
         self.owned = owned
+        # An engine the store made from its URL is made again for each event loop that uses the store (its pooled
+        # connections belong to one loop); an engine handed in is its owner's, used on its one loop.
+        self.serves_any_loop = owned and make is not None
+        self._engines: PerLoop[AsyncEngine] | None = None
+        self._only = engine if owned else engine.execution_options(isolation_level="AUTOCOMMIT")
+        if self.serves_any_loop:
+            assert make is not None
+            self._engines = PerLoop(make, close=_dispose, abandon=_forget, first=engine)
         self.schema = schema
         self.statement_timeout = statement_timeout
         dialect = engine.dialect
@@ -109,13 +122,18 @@ class EngineTransport(Transport[L]):
             found_rows=not (owned and dialect.driver in _MYSQL_DRIVERS),
         )
         # A QueuePool closes a connection returned beyond its size: that close needs SQLAlchemy's greenlet.
-        self._queue_pool = isinstance(self.engine.sync_engine.pool, QueuePool)
+        self._queue_pool = isinstance(engine.sync_engine.pool, QueuePool)
         self._spawn = greenlet_spawn
         errors: list[type[BaseException]] = [SQLAlchemyError, OSError, asyncio.TimeoutError]
         dbapi = getattr(dialect, "loaded_dbapi", None)
         if dbapi is not None and isinstance(getattr(dbapi, "Error", None), type):
             errors.append(dbapi.Error)
         self.errors = (*errors, *self._driver_errors())
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine of the running event loop (made on its first call there), or the one engine handed in."""
+        return self._only if self._engines is None else self._engines.get()
 
     def _driver_errors(self) -> tuple[type[BaseException], ...]:
         """The driver's own exceptions, for a transport that calls the driver directly."""
@@ -212,18 +230,25 @@ class EngineTransport(Transport[L]):
         except self.errors as exc:
             raise self.translate(exc) from exc
 
-    async def release(self) -> None:
-        """Close the pooled connections of an engine the store made (it stays usable and opens new ones)."""
-        if self.owned:
-            await self.engine.dispose()
-
     def on_loop_change(self) -> None:
-        # The pooled connections died with their loop; start a new pool without touching them.
-        self.engine.sync_engine.dispose(close=False)
+        # An engine handed in, moved to a new loop: the pooled connections died with the old one.
+        if self._engines is None:
+            self._only.sync_engine.dispose(close=False)
 
     async def aclose(self) -> None:
-        if self.owned:
-            await self.engine.dispose()
+        if self._engines is not None:
+            await self._engines.aclose()
+        elif self.owned:
+            await self._only.dispose()
+
+
+async def _dispose(engine: AsyncEngine) -> None:
+    await engine.dispose()
+
+
+def _forget(engine: AsyncEngine) -> None:
+    """Drop an engine whose event loop is gone: its pooled connections died with the loop (not closed again)."""
+    engine.sync_engine.dispose(close=False)
 
 
 def _milliseconds(seconds: float) -> int:

@@ -8,7 +8,6 @@ database, with a growing, jittered pause; it commits only if the caller was not 
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -51,7 +50,7 @@ async def _retried(
             if n + 1 == ATTEMPTS or conn.cancelled or not may_retry(exc):
                 raise
         record_retry("conflict")
-        await asyncio.sleep(random.uniform(0.001, 0.01) * (n + 1))
+        await conn.pause(random.uniform(0.001, 0.01) * (n + 1))
     raise AssertionError("unreachable")
 
 

@@ -1,11 +1,11 @@
-"""The ``sqlite3`` transport: SQLite through the standard library, on the event loop, waiting only in a thread.
+"""The ``sqlite3`` transport: SQLite through the standard library, each store call whole in a worker thread.
 
-A SQLite statement costs a few microseconds, and a hop to a worker thread 50-100 µs, more than a whole
-turn's statements: so statements run right on the event loop, on connections whose busy timeout is 0. In
-WAL mode readers never wait for a writer, and a writer's ``BEGIN IMMEDIATE`` either gets the write lock at
-once or fails with SQLITE_BUSY before anything was written; only then is the statement run again in a
-worker thread, where it waits up to ``busy_timeout`` while the event loop goes on. Connections are kept in a
-small pool; each is in WAL mode.
+A SQLite statement costs microseconds, but it reads and writes a file (and a commit may sync it), and a
+writer may wait for another process's lock: so nothing of SQLite runs on the event loop. A store call hands
+its whole operation (every statement of it, a transaction included) to a worker thread at once, one hop per
+call rather than per statement, where a statement that finds the database locked waits up to
+``busy_timeout``. The event loop, any loop, only waits for the thread. Connections (each in WAL mode) are
+kept in a small pool shared by every thread and loop that uses the store.
 """
 
 from __future__ import annotations
@@ -13,20 +13,21 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from chatkeep.core import ChatkeepError
 from chatkeep.sql._errors import SQLITE_FILE_HINT
 from chatkeep.sql._schema import ensure_schema
 from chatkeep.sql._sql import Statements
-from chatkeep.sql._transport import Connection, Transport
+from chatkeep.sql._transport import Connection, Flag, Transport
 
 __all__ = ["SQLiteTransport"]
 
-_Rows = tuple[Sequence[Sequence[Any]], int]
+T = TypeVar("T")
 
 
 def _busy(exc: BaseException) -> bool:
@@ -34,37 +35,41 @@ def _busy(exc: BaseException) -> bool:
 
 
 class _SQLiteConnection(Connection):
-    __slots__ = ("_cursor", "raw", "transport")
+    """A pooled connection, used by one worker thread at a time: its statements run right away (no suspension)."""
 
-    def __init__(self, raw: sqlite3.Connection, transport: SQLiteTransport) -> None:
+    __slots__ = ("_cursor", "raw")
+
+    def __init__(self, raw: sqlite3.Connection) -> None:
         super().__init__()
         self.raw = raw
-        self.transport = transport
         self._cursor = raw.cursor()  # one cursor for every statement: each call reads its rows before the next
 
     async def _fetch(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        try:
-            return self._cursor.execute(statement, params).fetchall()
-        except sqlite3.OperationalError as exc:
-            if not _busy(exc):
-                raise
-        return (await self.transport.waiting(self.raw, statement, params))[0]  # it failed whole: nothing was done
+        return self._cursor.execute(statement, params).fetchall()
 
     async def _execute(self, statement: str, params: Sequence[Any]) -> int:
-        try:
-            return self._cursor.execute(statement, params).rowcount
-        except sqlite3.OperationalError as exc:
-            if not _busy(exc):
-                raise
-        return (await self.transport.waiting(self.raw, statement, params))[1]
+        return self._cursor.execute(statement, params).rowcount
+
+    async def pause(self, seconds: float) -> None:
+        time.sleep(seconds)  # noqa: ASYNC251 - run by _run_through in the worker thread, never on an event loop
+
+
+def _run_through(operation: Awaitable[T]) -> T:
+    """Run an operation's coroutine to its end in this thread: on a SQLite connection it never suspends."""
+    coroutine = cast(Coroutine[Any, Any, T], operation)
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    coroutine.close()
+    raise AssertionError("a SQLite operation waited on the event loop; it must run whole in its thread")
 
 
 class SQLiteTransport(Transport[_SQLiteConnection]):
     """SQLite through the built-in ``sqlite3`` module, on the event loop (see the module docstring)."""
 
     name = "sqlite3"
-    shields_writes = False  # a call suspends only while a statement waits in a thread, which it then waits out
-    loop_bound = False
+    serves_any_loop = True  # nothing of it belongs to an event loop
     hint = SQLITE_FILE_HINT
     errors = (sqlite3.Error, OSError)
 
@@ -76,14 +81,12 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
         self.pool_size = max(1, pool_size)
         self.statements = Statements("sqlite", "qmark")
         self._idle: list[_SQLiteConnection] = []
+        self._lock = threading.Lock()  # the pool and the executor, shared by every thread and event loop
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
 
-    def connect(self, *, wait: bool = True) -> sqlite3.Connection:
-        """A new connection to the file, set up for chatkeep (creating the file and its folder on first use).
-
-        ``wait=False``: for the event loop, its busy timeout is 0 once it is set up.
-        """
+    def connect(self) -> sqlite3.Connection:
+        """A new connection to the file, set up for chatkeep (creating the file and its folder on first use)."""
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         conn = sqlite3.connect(
             self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False, cached_statements=256
@@ -94,8 +97,6 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
             # commits. FULL syncs the WAL at every commit, so a commit also survives a power loss.
             conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys=ON")
-            if not wait:
-                conn.execute("PRAGMA busy_timeout=0")
         except BaseException:
             conn.close()
             raise
@@ -122,53 +123,67 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    async def _in_thread(self, work: Any, *args: Any) -> Any:
-        """Run blocking ``work`` in a worker thread; a cancelled caller still waits for it (it holds a connection)."""
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.pool_size, thread_name_prefix="chatkeep-sqlite")
-        done = asyncio.get_running_loop().run_in_executor(self._executor, work, *args)
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.pool_size, thread_name_prefix="chatkeep-sqlite")
+            return self._executor
+
+    async def _in_thread(self, work: Callable[..., T], *args: Any, cancel: Flag | None = None) -> T:
+        """Run blocking ``work`` in a worker thread; a cancelled caller still waits for it (it holds a connection).
+
+        ``cancel`` is set when the caller is cancelled, so that a write still running rolls back instead of
+        committing; either way the outcome is final when the cancellation reaches the caller.
+        """
+        done = asyncio.get_running_loop().run_in_executor(self._pool(), work, *args)
         try:
             return await asyncio.shield(done)
         except asyncio.CancelledError:
+            if cancel is not None:
+                cancel.is_set = True
             while not done.done():
                 try:
-                    await asyncio.shield(done)
+                    await asyncio.wait([done])
                 except asyncio.CancelledError:
                     continue
+            if not done.cancelled():
+                done.exception()  # seen: the caller is told of its cancellation instead
             raise
 
-    async def waiting(self, raw: sqlite3.Connection, statement: str, params: Sequence[Any]) -> _Rows:
-        """Run a statement that found the database busy again in a thread, waiting up to ``busy_timeout``."""
-        return await self._in_thread(self._wait_and_run, raw, statement, params)  # type: ignore[no-any-return]
-
-    def _wait_and_run(self, raw: sqlite3.Connection, statement: str, params: Sequence[Any]) -> _Rows:
-        raw.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+    async def run(self, op: Callable[[_SQLiteConnection], Awaitable[T]], *, write: bool = False) -> T:
+        """Run ``op`` whole in a worker thread on a pooled connection (see the module docstring)."""
+        cancel = Flag()
         try:
-            cur = raw.execute(statement, params)
-            return cur.fetchall(), cur.rowcount
-        finally:
-            raw.execute("PRAGMA busy_timeout=0")
+            return await self._in_thread(self._lend_here, op, cancel, cancel=cancel if write else None)
+        except ChatkeepError:
+            raise
+        except self.errors as exc:
+            raise self.translate(exc) from exc
 
-    async def _checkout(self) -> _SQLiteConnection:
-        if self._idle:
-            return self._idle.pop()
-        # Opening may create the file and switch it to WAL, which waits for other processes: in a thread.
-        return _SQLiteConnection(await self._in_thread(lambda: self.connect(wait=False)), self)
+    def _lend_here(self, op: Callable[[_SQLiteConnection], Awaitable[T]], cancel: Flag) -> T:
+        """In the worker thread: a connection from the pool, ``op`` on it, the connection back."""
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = _SQLiteConnection(self.connect())
+        conn.cancel = cancel
+        try:
+            result = _run_through(op(conn))
+        except BaseException:
+            self._give_back(conn, failed=True)
+            raise
+        self._give_back(conn, failed=False)
+        return result
 
-    async def _checkin(self, conn: _SQLiteConnection) -> None:
-        if not self._closed and len(self._idle) < self.pool_size:
-            self._idle.append(conn)
-        else:
-            conn.raw.close()
-
-    async def _discard(self, conn: _SQLiteConnection, exc: BaseException, *, stale: bool) -> None:
-        if conn.raw.in_transaction:
+    def _give_back(self, conn: _SQLiteConnection, *, failed: bool) -> None:
+        if failed and conn.raw.in_transaction:
             conn.raw.close()  # its rollback failed: do not hand a connection in an unknown state to the next call
-        else:
-            await self._checkin(conn)
-
-    def _stale(self, conn: _SQLiteConnection, exc: Exception) -> bool:
-        return False  # a file does not go away between calls the way a server connection does
+            return
+        with self._lock:
+            if not self._closed and len(self._idle) < self.pool_size:
+                self._idle.append(conn)
+                return
+        conn.raw.close()
 
     def _prepare(self, upgrade: bool) -> str:
         from sqlalchemy import create_engine
@@ -185,16 +200,18 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
         from sqlalchemy.exc import SQLAlchemyError
 
         try:
-            return await self._in_thread(self._prepare, upgrade)  # type: ignore[no-any-return]
+            return await self._in_thread(self._prepare, upgrade)
         except ChatkeepError:
             raise
         except (sqlite3.Error, OSError, SQLAlchemyError) as exc:
             raise self.translate(exc) from exc
 
     async def aclose(self) -> None:
-        self._closed = True
-        idle, self._idle = self._idle, []
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            executor, self._executor = self._executor, None
         for conn in idle:
             conn.raw.close()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
+        if executor is not None:
+            executor.shutdown(wait=False)

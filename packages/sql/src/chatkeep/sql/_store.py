@@ -18,6 +18,7 @@ from chatkeep.core import (
 )
 from chatkeep.core.backend import (
     HistoryStore,
+    PerLoop,
     StoredSession,
     TelemetryTarget,
     checked,
@@ -86,11 +87,11 @@ class SQLHistoryStore(HistoryStore):
         super().__init__(max_message_bytes=config.settings.max_message_bytes)
         self.config = config
         self._transport = transport
+        self.serves_any_loop = transport.serves_any_loop
         self._sql = transport.statements
         self._ready = False
-        self._prepare_lock: asyncio.Lock | None = None  # one first-use schema check at a time (made on its loop)
-        self._guarded_loop: asyncio.AbstractEventLoop | None = None
-        self._guard: AsyncIterator[None] | None = None
+        # One first-use schema check at a time on each event loop (loops racing it is safe, as processes are).
+        self._prepare_locks: PerLoop[asyncio.Lock] = PerLoop(asyncio.Lock, close=_nothing, abandon=_forget)
         self._records_read = 0
 
     # -- plumbing ------------------------------------------------------------------------------------
@@ -132,29 +133,25 @@ class SQLHistoryStore(HistoryStore):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._transport.description}{' closed' if self.closed else ''}>"
 
+    def _one_loop_reason(self) -> str:
+        return "it runs on the SQLAlchemy engine handed to it (client=), whose connections belong to one loop"
+
     async def _prepare(self) -> None:
         """Check (or create) the schema once: concurrent first calls wait for the first instead of racing it."""
-        if self._prepare_lock is None:
-            self._prepare_lock = asyncio.Lock()
-        async with self._prepare_lock:
+        async with self._prepare_locks.get():
             if not self._ready:
                 await self._transport.prepare()
                 self._ready = True
 
     def _on_loop_change(self) -> None:
-        self._prepare_lock = None
         self._transport.on_loop_change()
 
     async def _aclose(self) -> None:
-        guard, self._guard = self._guard, None
-        if guard is not None and self._guarded_loop is asyncio.get_running_loop():
-            await guard.aclose()  # type: ignore[attr-defined]
         await self._transport.aclose()
+        await self._prepare_locks.aclose()
 
     async def _run(self, op: Callable[[Connection], Awaitable[T]], *, write: bool = False) -> T:
         """Run ``op`` on a connection the transport lends; a ``write`` is final when a cancellation reaches us."""
-        if self._transport.loop_bound and self._guarded_loop is not asyncio.get_running_loop():
-            await self._watch_loop()
         if not self._ready:
             await self._prepare()
         return await self._transport.run(op, write=write)
@@ -162,26 +159,6 @@ class SQLHistoryStore(HistoryStore):
     async def _fetch(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
         """The rows of one read statement (autocommit: one consistent snapshot)."""
         return await self._run(lambda conn: conn.fetch(statement, params))
-
-    async def _watch_loop(self) -> None:
-        """Release the pool's connections when this event loop shuts down (``asyncio.run`` ending).
-
-        The loop closes the async generators it started before it stops, so the generator's ``finally``
-        runs while the loop still works and the connections close cleanly; a later ``asyncio.run`` then
-        opens new ones.
-        """
-        self._guarded_loop = asyncio.get_running_loop()
-
-        async def guard() -> AsyncIterator[None]:
-            try:
-                yield
-            finally:
-                if not self.closed and self._guarded_loop is asyncio.get_running_loop():
-                    self._guarded_loop = None
-                    await self._transport.release()
-
-        self._guard = guard()
-        await self._guard.__anext__()
 
     @checked
     async def migrate(self) -> str:
@@ -342,8 +319,20 @@ def _open_transport(config: SQLConfig) -> Transport[Any]:
     kind = natives.get(config.transport, EngineTransport)
     settings = config.settings
     return kind(
-        create_engine(config), owned=True, schema=settings.schema_, statement_timeout=settings.statement_timeout
+        create_engine(config),
+        owned=True,
+        schema=settings.schema_,
+        statement_timeout=settings.statement_timeout,
+        make=lambda: create_engine(config),
     )
+
+
+async def _nothing(_lock: asyncio.Lock) -> None:
+    """A lock holds nothing to close."""
+
+
+def _forget(_lock: asyncio.Lock) -> None:
+    """A lock of a closed loop is simply dropped."""
 
 
 def open_store(url: str = "sqlite://", **options: Any) -> SQLHistoryStore:

@@ -2,9 +2,10 @@
 
 The operations are written once against :class:`Connection` (``fetch`` and ``execute`` of one statement in
 the driver's parameter style, autocommit unless the operation says ``BEGIN``). A :class:`Transport` lends a
-connection for one store call: it checks one out of its pool, runs the call, and returns it; a pooled
-connection found dead before the server answered any statement of the call is replaced and the call runs
-once more; a driver error becomes a chatkeep error (``_errors.translate``). Transports: ``sqlite3`` (``_sqlite``),
+connection for one store call. A :class:`LendingTransport` does it on the event loop: it checks one out of its
+pool, runs the call, and returns it; a pooled connection found dead before the server answered any statement of
+the call is replaced and the call runs once more. A driver error becomes a chatkeep error (``_errors.translate``).
+Transports: ``sqlite3`` (``_sqlite``, the whole call in a worker thread),
 ``asyncpg`` and ``asyncmy`` (``_native``), and ``sqlalchemy``, any SQLAlchemy ``AsyncEngine`` (``_engine``).
 """
 
@@ -22,7 +23,7 @@ from chatkeep.core.backend import record_retry
 from chatkeep.sql._errors import SERVER_HINT, NoAnswerError, translate
 from chatkeep.sql._sql import Statements
 
-__all__ = ["ANSWER_GRACE", "Cancelled", "Connection", "Flag", "Transport"]
+__all__ = ["ANSWER_GRACE", "Cancelled", "Connection", "Flag", "LendingTransport", "Transport"]
 
 T = TypeVar("T")
 C = TypeVar("C", bound="Connection")
@@ -106,17 +107,18 @@ class Connection(abc.ABC):
     async def _execute(self, statement: str, params: Sequence[Any]) -> int:
         """The driver's run of one statement, returning how many rows it changed."""
 
+    async def pause(self, seconds: float) -> None:
+        """Wait before an operation's next attempt (the event loop runs on; a transport off the loop sleeps)."""
+        await asyncio.sleep(seconds)
+
 
 class Transport(abc.ABC, Generic[C]):
     """A driver's pool of connections, lending one per store call (see the module docstring)."""
 
     #: The transport's name, as ``store.transport`` and the ``transport`` option spell it.
     name: ClassVar[str]
-    #: Whether a write runs in a task of its own, so that a cancelled caller finds its outcome final: a transport
-    #: whose calls suspend on the network needs it; one that runs its statements inline does not.
-    shields_writes: ClassVar[bool] = True
-    #: Whether its connections belong to the event loop that opened them.
-    loop_bound: ClassVar[bool] = True
+    #: Whether the store may call it from several running event loops at once (its pools are kept per loop).
+    serves_any_loop: bool = False
 
     statements: Statements
     description: str
@@ -129,13 +131,40 @@ class Transport(abc.ABC, Generic[C]):
     #: The driver's exceptions, translated into chatkeep's (:func:`chatkeep.sql._errors.translate`).
     errors: tuple[type[BaseException], ...] = (OSError,)
 
+    @abc.abstractmethod
+    async def run(self, op: Callable[[C], Awaitable[T]], *, write: bool = False) -> T:
+        """Run ``op`` on a lent connection; a driver error raises its translation (see :meth:`translate`).
+
+        A ``write`` whose caller is cancelled rolls back unless it had already committed, and the outcome is
+        final when the cancellation reaches the caller.
+        """
+
+    def translate(self, exc: BaseException) -> ChatkeepError:
+        """The error a caller sees for a driver error of this transport."""
+        return translate(exc, description=self.description, hint=self.hint, statement_timeout=self.statement_timeout)
+
+    @abc.abstractmethod
+    async def prepare(self, *, upgrade: bool = False) -> str:
+        """Check (and in an empty database create, or with ``upgrade`` migrate) the schema; returns its revision."""
+
+    def on_loop_change(self) -> None:
+        """Drop connections that belonged to an event loop that is gone (one serving a single loop at a time)."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release every connection."""
+
+
+class LendingTransport(Transport[C]):
+    """A transport lending pooled connections on the event loop: checkout, the call, checkin (or discard)."""
+
     async def run(self, op: Callable[[C], Awaitable[T]], *, write: bool = False) -> T:
         """Run ``op`` on a lent connection; a driver error raises its translation (see :meth:`translate`).
 
         A ``write`` whose caller is cancelled rolls back unless it had already committed, and the outcome is
         final (the connection back in the pool) when the cancellation reaches the caller.
         """
-        if not (write and self.shields_writes):
+        if not write:
             return await self._lend(op, _NEVER)
         flag = Flag()
         task = asyncio.ensure_future(self._lend(op, flag))
@@ -174,10 +203,6 @@ class Transport(abc.ABC, Generic[C]):
         except self.errors as exc:
             raise self.translate(exc) from exc
 
-    def translate(self, exc: BaseException) -> ChatkeepError:
-        """The error a caller sees for a driver error of this transport."""
-        return translate(exc, description=self.description, hint=self.hint, statement_timeout=self.statement_timeout)
-
     @abc.abstractmethod
     async def _checkout(self) -> C:
         """A connection from the pool (opening one if none is idle)."""
@@ -197,17 +222,3 @@ class Transport(abc.ABC, Generic[C]):
     def _stale(self, conn: C, exc: Exception) -> bool:
         """Whether ``exc`` means the connection is dead (not a SQL error)."""
         return isinstance(exc, OSError)
-
-    @abc.abstractmethod
-    async def prepare(self, *, upgrade: bool = False) -> str:
-        """Check (and in an empty database create, or with ``upgrade`` migrate) the schema; returns its revision."""
-
-    async def release(self) -> None:
-        """Close the connections that belong to the running event loop (it is shutting down)."""
-
-    def on_loop_change(self) -> None:
-        """Drop connections that belonged to an event loop that is gone."""
-
-    @abc.abstractmethod
-    async def aclose(self) -> None:
-        """Release every connection."""

@@ -38,6 +38,7 @@ from chatkeep.core.backend._converters import (
 from chatkeep.core.backend._damage import damaged_record_error, damaged_session_error
 from chatkeep.core.backend._keys import hashed_key, length_prefixed
 from chatkeep.core.backend._lazy import lazy_exports
+from chatkeep.core.backend._loops import PerLoop
 from chatkeep.core.backend._paging import decode_cursor, encode_cursor
 from chatkeep.core.backend._settings import DriverOptions, StoreSettings, TTLStoreSettings
 from chatkeep.core.backend._spec import BackendSpec, hookimpl
@@ -64,6 +65,7 @@ __all__ = [
     "HistoryStore",
     "NonEmptyText",
     "NonNegativeInt",
+    "PerLoop",
     "PositiveInt",
     "Seconds",
     "SessionInfo",

@@ -265,14 +265,16 @@ class HistoryStore(abc.ABC):
     ``_delete``, ``_trim``, ``_list_sessions``, ``_save_session`` and ``_load_session`` (and optionally
     ``_pop``, ``_prune``, ``_prune_session``, ``_list_tenants``, ``_delete_tenant``, ``_aclose`` and
     ``_on_loop_change``). A hook is only called with valid arguments, on an open store, on the store's own
-    event loop. ``_pop``'s default refuses (a backend written before ``pop`` existed raises
-    :class:`UnsupportedOperationError`); ``_prune`` and ``_delete_tenant`` default to paging through
-    ``_list_sessions`` and deleting session by session (``_prune_session``, ``_delete``).
+    event loop (on any running loop when :attr:`serves_any_loop` is set). ``_pop``'s default refuses (a backend
+    written before ``pop`` existed raises :class:`UnsupportedOperationError`); ``_prune`` and ``_delete_tenant``
+    default to paging through ``_list_sessions`` and deleting session by session (``_prune_session``, ``_delete``).
 
-    The base class keeps the rules every backend shares: ``close()`` is idempotent, a closed store raises
-    :class:`StoreClosedError`, and a store used from another running event loop than its own raises
-    :class:`StoreLoopError` (drivers' connections belong to one loop); once its loop is closed (an
-    ``asyncio.run`` ended), the next loop adopts the store.
+    The base class keeps the rules every backend shares: ``close()`` is idempotent, and a closed store raises
+    :class:`StoreClosedError`. Drivers' connections belong to one event loop: a backend that keeps a driver
+    client per loop (:class:`~chatkeep.core.backend.PerLoop`) sets :attr:`serves_any_loop` and is then used from
+    any number of running loops at once, its hooks called on each. Otherwise a store used from another running
+    loop than its own raises :class:`StoreLoopError`; once its loop is closed (an ``asyncio.run`` ended), the next
+    loop adopts the store.
 
     Contract, per call:
 
@@ -300,6 +302,10 @@ class HistoryStore(abc.ABC):
 
     #: Each stored message record may be at most this many bytes (UTF-8).
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: Whether the store serves calls from several running event loops at once (a backend that keeps its driver
+    #: clients per loop, with :class:`~chatkeep.core.backend.PerLoop`, sets it). When ``False`` (the default, for a
+    #: backend written for one loop), a call from another running loop raises :class:`StoreLoopError`.
+    serves_any_loop: bool = False
 
     #: Hand out records and session documents sealed by ``EncryptedStore`` as they are stored. When false (the
     #: default), a store without keys raises :class:`EncryptedSessionError` instead of returning them (their text
@@ -319,6 +325,8 @@ class HistoryStore(abc.ABC):
         """Raise unless this store is open and used from its own event loop (the base calls it; backends don't)."""
         if self._closed:
             raise StoreClosedError(f"{type(self).__name__} is closed; open a new store to keep using it")
+        if self.serves_any_loop:
+            return
         loop = asyncio.get_running_loop()
         if self._loop is loop:
             return
@@ -330,10 +338,14 @@ class HistoryStore(abc.ABC):
             self._on_loop_change()
         else:
             raise StoreLoopError(
-                f"{type(self).__name__} was opened on another event loop than the one running now; "
-                "open one store per event loop (for example one per thread running asyncio.run), "
-                "or use store.sync() from plain threads"
+                f"{type(self).__name__} was opened on another event loop than the one running now, and "
+                f"{self._one_loop_reason()}; open one store per event loop (for example one per thread running "
+                "asyncio.run), or use store.sync() from plain threads"
             )
+
+    def _one_loop_reason(self) -> str:
+        """Why this store serves one event loop at a time (for :class:`StoreLoopError`'s message)."""
+        return "its backend serves one event loop at a time"
 
     def _on_loop_change(self) -> None:  # noqa: B027 - optional hook
         """Drop connections bound to a closed event loop (override when the backend keeps any)."""
@@ -344,7 +356,7 @@ class HistoryStore(abc.ABC):
             return
         self._closed = True
         loop = asyncio.get_running_loop()
-        if self._loop is not None and self._loop is not loop and self._loop.is_closed():
+        if not self.serves_any_loop and self._loop is not None and self._loop is not loop and self._loop.is_closed():
             # Connections of a loop that is gone cannot be closed gracefully: drop them, then release the rest.
             self._loop = loop
             self._on_loop_change()

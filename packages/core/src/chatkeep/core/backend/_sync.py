@@ -75,8 +75,9 @@ class SyncHistoryStore:
         ``store.close()`` or use it as ``with SyncHistoryStore(...) as store:``.
 
     Args:
-        store: the async store. The view owns it: closing the view closes the store. Use it only through the
-            view while the view is open (on another running event loop it raises :class:`StoreLoopError`).
+        store: the async store. The view owns it: closing the view closes the store. A store that
+            ``serves_any_loop`` (every bundled store opened from a URL) may be awaited on other loops meanwhile;
+            another raises :class:`StoreLoopError` there.
     """
 
     def __init__(self, store: HistoryStore) -> None:

@@ -253,9 +253,18 @@ class LifecycleConformance(ConformanceBase):
             await store.count(key)
         assert await (await kit.open()).count(key) == 3
 
-    async def test_store_refuses_another_running_loop(self, kit: StoreKit, store: HistoryStore) -> None:
+    async def test_another_running_loop_is_served_or_refused(self, kit: StoreKit, store: HistoryStore) -> None:
+        """A store that ``serves_any_loop`` works on another running loop; any other raises ``StoreLoopError``."""
         key = kit.key()
         await store.append(key, make_messages(1))
+        if store.serves_any_loop:
+            # Every call works there while this loop keeps running (it awaits the thread).
+            outcomes = await asyncio.to_thread(lambda: asyncio.run(_outcomes(self._calls(store, key))))
+            failed = {name: exc for name, exc in outcomes.items() if exc is not None}
+            assert not failed, f"calls from another running event loop failed: {failed!r}"
+            await store.append(key, make_messages(1))
+            assert await store.count(key) >= 1, "the store stopped working on its own loop"
+            return
 
         def use_from_another_loop() -> dict[str, BaseException | None]:
             return asyncio.run(_outcomes(self._calls(store, key)))
@@ -265,6 +274,35 @@ class LifecycleConformance(ConformanceBase):
         wrong = {name: exc for name, exc in outcomes.items() if not isinstance(exc, StoreLoopError)}
         assert not wrong, f"calls from another running event loop did not raise StoreLoopError: {wrong!r}"
         assert await store.count(key) == 1, "the store stopped working on its own loop"
+
+    async def test_loops_sharing_a_store_lose_and_duplicate_nothing(self, kit: StoreKit, store: HistoryStore) -> None:
+        """Appends from this loop and two threads' loops at once, each batch also sent twice: all kept, once each."""
+        if not store.serves_any_loop:
+            pytest.skip(f"{type(store).__name__} serves one event loop at a time (serves_any_loop is False)")
+        key = kit.key()
+        batches = [make_messages(6) for _ in range(3)]
+
+        async def append_each(batch: list[Message]) -> None:
+            for message in batch:
+                await store.append(key, [message])
+            assert await store.append(key, batch) == 0, "a batch appended again stored messages twice"
+
+        def in_a_thread_loop(batch: list[Message]) -> None:
+            asyncio.run(append_each(batch))
+
+        await asyncio.gather(
+            asyncio.to_thread(in_a_thread_loop, batches[0]),
+            asyncio.to_thread(in_a_thread_loop, batches[1]),
+            append_each(batches[2]),
+        )
+        stored = message_ids(await store.load(key))
+        assert await store.count(key) == len(stored) == 18
+        for batch in batches:  # each loop's messages, once each and in the order that loop appended them
+            assert [i for i in stored if i in set(message_ids(batch))] == message_ids(batch)
+        # The threads' loops are closed now: their connections were released when they shut down, and the store
+        # still serves this loop and a new one.
+        assert await asyncio.to_thread(lambda: asyncio.run(store.count(key))) == 18
+        assert await store.count(key) == 18
 
     async def test_store_survives_sequential_event_loops(self, kit: StoreKit) -> None:
         key = kit.key()
