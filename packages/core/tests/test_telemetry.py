@@ -52,11 +52,12 @@ async def test_every_public_operation_is_a_client_span_with_the_database_convent
     await store.trim(key, 0)
     await store.delete(key)
     await store.prune(older_than=timedelta(days=1), tenant="acme")
+    await store.list_tenants()
     await store.delete_tenant("acme")
 
     operations = [
         "append", "load", "iter_messages", "count", "save_session", "load_session",
-        "list_sessions", "pop", "trim", "delete", "prune", "delete_tenant",
+        "list_sessions", "pop", "trim", "delete", "prune", "list_tenants", "delete_tenant",
     ]  # fmt: skip
     spans = [span for span in telemetry.spans() if span.parent is None]
     assert [span.name for span in spans] == operations

@@ -18,14 +18,10 @@ from chatkeep.testing import RetentionConformance, StoreFactory, StoreKit
 
 
 class _DefaultRetention(MemoryHistoryStore):
-    """Memory's storage with the base's retention: no _prune, _prune_session or _delete_tenant of its own."""
+    """Memory's storage and _list_tenants, with the base's retention: no _prune, _prune_session or _delete_tenant."""
 
     _prune = HistoryStore._prune
     _delete_tenant = HistoryStore._delete_tenant
-
-    async def _list_tenants(self) -> list[str]:
-        with self._data.lock:
-            return list(self._data.tenants)
 
 
 class _NoTenantListing(_DefaultRetention):
@@ -71,7 +67,9 @@ async def test_prune_of_every_tenant_needs_a_tenant_listing_and_says_so() -> Non
     store = _NoTenantListing(f"memory://retention-tenants-{uuid.uuid4().hex}")
     key = SessionKey("t", "s")
     await store.append(key, [Message(role="user", text="kept")])
-    with pytest.raises(UnsupportedOperationError, match=r"_NoTenantListing cannot list its tenants, so prune\(\)"):
+    with pytest.raises(UnsupportedOperationError, match=r"_NoTenantListing cannot list its tenants: name them"):
         await store.prune(older_than=timedelta(0))
+    with pytest.raises(UnsupportedOperationError, match=r"prune\(older_than=\.\.\., tenant=\.\.\.\)"):
+        await store.list_tenants()
     assert await store.count(key) == 1
     assert await store.prune(older_than=datetime.now(timezone.utc) + timedelta(seconds=1), tenant="t") == 1

@@ -883,6 +883,44 @@ class BlobHistoryStore(HistoryStore):
         self._cache.clear()
         return removed
 
+    async def _list_tenants(self) -> list[str]:
+        """One listing of the metadata folders (one per tenant, named by its hash), then each one's tenant name.
+
+        A folder exists while it holds a metadata blob; the tenant's name is inside its metadata blobs (the
+        listing metadata has only the session id), so one of them is read per tenant.
+        """
+        with driver_errors(self.config):
+            try:
+                walk = self._container().walk_blobs(name_starts_with=self.layout.metas(), delimiter="/")
+                folders = [str(item.name) async for item in walk if str(item.name).endswith("/")]
+            except ResourceNotFoundError:
+                return []
+            found = [await self._tenant_in(folder) for folder in folders]
+        return [tenant for tenant in found if tenant is not None]
+
+    async def _tenant_in(self, folder: str) -> str | None:
+        """The tenant named by the first readable metadata blob in ``folder`` (``None``: the folder emptied)."""
+        container, damaged = self._container(), 0
+        async for blob in container.list_blobs(name_starts_with=folder):
+            try:
+                raw = await (await container.get_blob_client(blob.name).download_blob()).readall()
+            except ResourceNotFoundError:
+                continue  # deleted since it was listed
+            try:
+                tenant = json.loads(raw.decode("utf-8", "surrogatepass"))["tenant"]
+            except (ValueError, KeyError, TypeError):
+                tenant = None
+            if isinstance(tenant, str):
+                return tenant
+            damaged += 1  # another session of the tenant may name it
+        if damaged:
+            raise SessionFormatError(
+                f"every session metadata blob under {folder} is damaged ({damaged}), so the tenant they belong to "
+                "cannot be named; restore those blobs from a backup, or delete them (and their segments under "
+                f"{self.layout.prefix}/d/ in the folder of the same name)"
+            )
+        return None
+
     async def _delete_tenant(self, tenant: str) -> int:
         metas = await self._names(self.layout.metas(tenant))
         removed = await self._delete_blobs(metas)

@@ -412,6 +412,10 @@ class EncryptedStore(HistoryStore):
         """As ``inner`` (data keys stay: a pruned tenant may write again)."""
         return await self.inner.prune(older_than=cutoff, tenant=tenant)
 
+    async def _list_tenants(self) -> list[str]:
+        """As ``inner`` (tenant names are stored in clear)."""
+        return await self.inner.list_tenants()
+
     async def _delete_tenant(self, tenant: str) -> int:
         """Delete the tenant's data in ``inner`` and its data key."""
         removed = await self.inner.delete_tenant(tenant)

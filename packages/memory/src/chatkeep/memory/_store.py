@@ -281,6 +281,11 @@ class MemoryHistoryStore(HistoryStore):
                         removed += 1
         return removed
 
+    async def _list_tenants(self) -> list[str]:
+        with self._data.lock:
+            # live() drops expired sessions, and a tenant left without any.
+            return [tenant for tenant in list(self._data.tenants) if next(self._data.live(tenant), None)]
+
     async def _delete_tenant(self, tenant: str) -> int:
         with self._data.lock:
             removed = len(list(self._data.live(tenant)))

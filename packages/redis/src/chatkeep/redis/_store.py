@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 __all__ = ["RedisHistoryProvider", "RedisHistoryStore", "open_store"]
 
 _SCAN_BATCH = 500
+# How many tenants list_tenants checks at once.
+_TENANT_PROBES = 16
 _POP_RECEIPT_MS = 60_000  # longer than any retry of the command takes (see _scripts.POP)
 # What the driver raises: its own errors (RedisClusterException is not a RedisError), sockets, timeouts.
 _DRIVER_ERRORS = (redis_errors.RedisError, redis_errors.RedisClusterException, OSError, asyncio.TimeoutError)
@@ -561,6 +563,30 @@ class RedisHistoryStore(HistoryStore):
             removed += sum(1 for out in outcomes if out == 1)
             dropped = await self._scripts(_scripts.DROP_INDEX_ENTRY, drops)
             offset += len(entries) - sum(int(d) for d in dropped)
+
+    async def _list_tenants(self) -> list[str]:
+        """The tenants of the tenants' index that still have a live session (never a keyspace scan).
+
+        The index keeps a tenant whose sessions were deleted one by one or expired (only ``prune`` and
+        ``delete_tenant`` drop entries), so each tenant's own index is asked for one live session, a batch of
+        tenants at a time: one round trip per batch, plus about two per tenant, a few tenants at once.
+        """
+        found: list[str] = []
+        offset = 0
+        while True:
+            rows = await self._call("ZRANGE", self._tenants_key, offset, offset + _SCAN_BATCH - 1)
+            if not rows:
+                return found
+            names = [member.decode() for member in rows]
+            for start in range(0, len(names), _TENANT_PROBES):  # a few at once: each may take a connection
+                chunk = names[start : start + _TENANT_PROBES]
+                pages = await asyncio.gather(*(self._list_sessions(n, 1, None) for n in chunk), return_exceptions=True)
+                for name, page in zip(chunk, pages, strict=True):  # all finish before a failure is raised
+                    if isinstance(page, BaseException):
+                        raise page
+                    if page.items:
+                        found.append(name)
+            offset += len(rows)
 
     async def _delete_tenant(self, tenant: str) -> int:
         """Delete every session of ``tenant`` (as listed in its index); returns how many existed."""

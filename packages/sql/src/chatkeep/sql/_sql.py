@@ -187,6 +187,11 @@ class Statements:
         self.old_sessions = c(f"SELECT id FROM {SESSIONS} WHERE updated_at < ? LIMIT ?")
         self.old_tenant_sessions = c(f"SELECT id FROM {SESSIONS} WHERE tenant_hash = ? AND updated_at < ? LIMIT ?")
         self.tenant_sessions = c(f"SELECT id FROM {SESSIONS} WHERE tenant_hash = ? LIMIT ?")
+        # Each distinct tenant_hash read from the (tenant_hash, updated_at, id) index, then one row's tenant for it.
+        self.tenants = (
+            f"SELECT (SELECT s.tenant FROM {SESSIONS} s WHERE s.tenant_hash = t.tenant_hash LIMIT 1) "
+            f"FROM (SELECT DISTINCT tenant_hash FROM {SESSIONS}) t"
+        )
 
     def _c(self, sql: str) -> str:
         return _convert(sql, self._paramstyle)

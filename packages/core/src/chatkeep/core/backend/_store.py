@@ -293,7 +293,8 @@ class HistoryStore(abc.ABC):
     * ``list_sessions`` lists one tenant's sessions, newest first, by pages.
     * ``save_session``/``load_session`` keep whole-session documents with opaque versions. A version is
       never reused for a key, even after a delete, so a stale writer cannot overwrite a newer document.
-    * ``prune`` and ``delete_tenant`` remove old sessions and whole tenants.
+    * ``prune`` and ``delete_tenant`` remove old sessions and whole tenants; ``list_tenants`` names the tenants
+      that hold a session.
     * With a TTL, a session (messages and document) expires as a whole; every write restarts its TTL,
       and an expired session is invisible to every call, ``list_sessions`` included.
     * ``owner=None`` asserts nothing: a document bound to an owner still loads without one.
@@ -584,6 +585,20 @@ class HistoryStore(abc.ABC):
         self._sealed.forget()
         return await self._prune(cutoff, tenant)
 
+    @operation("list_tenants", lambda tenants: {"db.response.returned_rows": len(tenants)})
+    async def list_tenants(self) -> list[str]:
+        """Every tenant holding at least one session (messages or a document), sorted by code point.
+
+        Not paged: tenants are accounts, far fewer than sessions, and every backend finds them with one walk of
+        an index it already keeps (a million tenant names is tens of megabytes). A tenant whose last session was
+        deleted, pruned or expired is not listed.
+
+        Raises:
+            UnsupportedOperationError: the backend's plugin does not implement ``_list_tenants``.
+        """
+        self._check_usable()
+        return sorted(set(await self._list_tenants()))
+
     @operation("delete_tenant", lambda deleted: {"chatkeep.sessions.deleted": deleted})
     async def delete_tenant(self, tenant: str) -> int:
         """Delete every session of a tenant; returns how many sessions were deleted."""
@@ -681,15 +696,15 @@ class HistoryStore(abc.ABC):
         return await self._delete(key)
 
     async def _list_tenants(self) -> list[str]:
-        """Every tenant with at least one session; the default ``_prune`` needs it for ``prune()`` without a tenant.
+        """Every tenant with at least one live session, in any order (the base sorts them and drops repeats).
 
-        Optional: without it, ``prune(tenant=None)`` raises :class:`UnsupportedOperationError` (a backend
-        that overrides ``_prune`` needs neither).
+        ``list_tenants()`` calls it, and so does the default ``_prune`` for ``prune()`` without a tenant.
+        Optional: without it, ``list_tenants()`` and that ``prune`` raise :class:`UnsupportedOperationError`.
         """
         raise UnsupportedOperationError(
-            f"{type(self).__name__} cannot list its tenants, so prune() needs a tenant: call "
-            "prune(older_than=..., tenant=...) for each of yours (the backend's author can add "
-            "HistoryStore._list_tenants or _prune)"
+            f"{type(self).__name__} cannot list its tenants: name them instead (prune(older_than=..., "
+            "tenant=...) or chatkeep copy --tenant T for each of yours); the backend's author can add "
+            "HistoryStore._list_tenants"
         )
 
     async def _delete_tenant(self, tenant: str) -> int:

@@ -117,6 +117,7 @@ class SyncHistoryStore:
     save_session = _blocking(HistoryStore.save_session)
     load_session = _blocking(HistoryStore.load_session)
     prune = _blocking(HistoryStore.prune)
+    list_tenants = _blocking(HistoryStore.list_tenants)
     delete_tenant = _blocking(HistoryStore.delete_tenant)
 
     def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> Iterator[Message]:

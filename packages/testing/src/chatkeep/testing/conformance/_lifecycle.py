@@ -156,6 +156,22 @@ class RetentionConformance(ConformanceBase):
         assert await fresh.load_session(kept) is not None
         assert await store.delete_tenant(tenant) == 0
 
+    async def test_list_tenants_names_each_tenant_that_holds_a_session(
+        self, kit: StoreKit, store: HistoryStore
+    ) -> None:
+        # The backing may hold other tests' tenants: only ours are checked, and the order of the whole list.
+        labels = ("talk \u00fc/\u4e2d", "doc", "emptied", "deleted")
+        talk, documented, emptied, deleted = (kit.tenant(label) for label in labels)
+        for key in (SessionKey(talk, "a"), SessionKey(talk, "b"), SessionKey(emptied, "a"), SessionKey(deleted, "a")):
+            await _seed(store, key, document=False)
+        await store.save_session(SessionKey(documented, "a"), AgentSession(session_id="a", tenant=documented))
+        await store.delete(SessionKey(emptied, "a"))
+        await store.delete_tenant(deleted)
+
+        listed = await (await kit.open()).list_tenants()
+        assert listed == sorted(set(listed))
+        assert [t for t in listed if t in (talk, documented, emptied, deleted)] == sorted([talk, documented])
+
 
 class TTLConformance(ConformanceBase):
     """With ``native_ttl``: a store opened with ``ttl=`` lets idle sessions expire; every write restarts the clock."""
