@@ -47,11 +47,12 @@ def store_url(args: argparse.Namespace) -> str:
     return DEFAULT_STORE
 
 
-def _common(*, store: bool = True) -> argparse.ArgumentParser:
+def _common(*, store: bool = True, tenant_option: bool = True) -> argparse.ArgumentParser:
     """The options every command takes, placed after the command's name."""
     common = argparse.ArgumentParser(add_help=False)
     if store:
         common.add_argument("--store", type=_store_option, metavar="URL", help=STORE_HELP)
+    if store and tenant_option:
         common.add_argument("--tenant", type=tenant, default=None, help="the tenant to work in (default: default)")
     common.add_argument("--json", action="store_true", help="print stable JSON for scripts instead of text")
     return common
@@ -131,10 +132,14 @@ def _parser() -> argparse.ArgumentParser:
         dest="tenants",
         type=tenant,
         action="append",
-        required=True,
         help="a tenant to copy (repeat for several)",
     )
     _skip_damaged(copy, "copy the other sessions when one is damaged (each is named)")
+    copy.add_argument(
+        "--all-tenants", action="store_true", help="copy every tenant of --from (instead of --tenant): a whole store"
+    )
+
+    _tenant_commands(commands, _common(tenant_option=False))
 
     prune = _command(commands, "prune", "_inspect:prune", "delete sessions not updated for a while", parents=[common])
     prune.add_argument("--older-than", type=duration, required=True, metavar="AGE", help="e.g. 30d, 12h, 90m, 45s")
@@ -172,6 +177,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def _skip_damaged(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--skip-damaged", action="store_true", help=f"{what}; the exit status is then 3")
+
+
+def _tenant_commands(commands: Any, store_only: argparse.ArgumentParser) -> None:
+    """``tenants list`` and ``erase`` (whose ``--tenant`` has no default: erasing is for good)."""
+    tenants = commands.add_parser("tenants", help="list the tenants a store holds")
+    tenant_commands = tenants.add_subparsers(dest="tenants_command", metavar="ACTION", required=True)
+    _command(tenant_commands, "list", "_tenants:tenants_list", "every tenant holding a session", parents=[store_only])
+    erase_help = "remove a tenant's sessions (or one, with --session) for good, and print what was removed"
+    erase = _command(commands, "erase", "_tenants:erase", erase_help, parents=[store_only])
+    erase.add_argument("--tenant", type=tenant, required=True, help="the tenant to erase (no default)")
+    erase.add_argument("--session", type=session_id, metavar="ID", help="only this session (default: every session)")
+    erase.add_argument("--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
+    erase.add_argument("--dry-run", action="store_true", help="say what it would remove, and remove nothing")
 
 
 def _checked_id(text: str, what: str, *, instead: str = "") -> str:

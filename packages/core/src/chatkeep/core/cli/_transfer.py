@@ -375,7 +375,8 @@ async def _copy_session(source: HistoryStore, target: HistoryStore, key: Session
 async def copy(args: argparse.Namespace) -> int:
     """Copy every session of the given tenants from one store to another, then verify each by count and sha256.
 
-    The store contract has no way to list tenants, so tenants are named (``--tenant``, repeatable). An
+    Tenants are named (``--tenant``, repeatable), or ``--all-tenants`` takes what the source's ``list_tenants``
+    names when the copy starts (a tenant created later is copied by the next run). An
     interrupted copy is resumed by running it again: appends are idempotent by message id, and every way the
     copy can stop says so. A message over the target's ``max_message_bytes`` stops the copy there (a size check
     up front would read the whole source twice); the error says how to raise the limit, and the rerun resumes.
@@ -384,6 +385,10 @@ async def copy(args: argparse.Namespace) -> int:
     """
     if args.source == args.target:
         raise UsageError("--from and --to name the same store; copy needs two different stores")
+    if not args.all_tenants and not args.tenants:
+        raise UsageError("say which tenants to copy: --tenant TENANT (repeat for several), or --all-tenants")
+    if args.all_tenants:
+        args = await _with_every_tenant(args)
     shown_from, shown_to = redact_url(args.source), redact_url(args.target)
     report: dict[str, Any] = {"from": shown_from, "to": shown_to, "tenants": list(args.tenants)}
     sessions = messages = new = 0
@@ -421,8 +426,8 @@ async def copy(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report)
     else:
-        tenants = ", ".join(repr(t) for t in args.tenants)
-        say(f"copied {plural(sessions, 'session')} ({plural(messages, 'message')}, {new} new) of tenant {tenants}")
+        tenants = _tenants_copied(args)
+        say(f"copied {plural(sessions, 'session')} ({plural(messages, 'message')}, {new} new) of {tenants}")
         say(f"  from {shown_from}")
         say(f"  to   {shown_to}")
         for bad in mismatches:
@@ -438,3 +443,18 @@ async def copy(args: argparse.Namespace) -> int:
         else:
             say("verified: every session has the same message count and sha256 in both stores")
     return damage.exit_status(0 if not mismatches else 1)
+
+
+async def _with_every_tenant(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` naming every tenant of the ``--from`` store as ``--tenant`` would (``--all-tenants``)."""
+    if args.tenants:
+        raise UsageError("give --tenant or --all-tenants, not both")
+    async with open_existing_store(args.source) as source:
+        tenants = await source.list_tenants()
+    return argparse.Namespace(**{**vars(args), "tenants": tenants})
+
+
+def _tenants_copied(args: argparse.Namespace) -> str:
+    """What the copy covered, for its report: ``tenant 'a', 'b'`` or ``every tenant (2: 'a', 'b')``."""
+    named = ", ".join(repr(t) for t in args.tenants)
+    return f"every tenant ({len(args.tenants)}: {named})" if args.all_tenants else f"tenant {named}"

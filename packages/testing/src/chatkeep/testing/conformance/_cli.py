@@ -2,7 +2,8 @@
 
 Every operator command runs against the backend under test, bad input included: doctor, sessions
 list/show/delete, export and import (a corrupt line, a record over the target's limit), copy to and from
-SQLite and memory, prune, migrate, an unreachable server, and a copy killed with SIGKILL midway then rerun.
+SQLite and memory (of named tenants, and of every tenant), tenants list, erase, prune, migrate, an unreachable
+server, and a copy killed with SIGKILL midway then rerun.
 """
 
 from __future__ import annotations
@@ -364,6 +365,64 @@ class CLIConformance(ConformanceBase):
         assert text.code == 0, text.err
         assert "copied 3 sessions (12 messages, 0 new)" in text.out
         assert "verified:" in text.out
+
+    async def test_copy_of_every_tenant_into_the_store_resumes_and_is_verified(
+        self, cli: _Runner, store_url: str, kit: StoreKit, store: HistoryStore
+    ) -> None:
+        source_url = f"memory://cli-kit-{uuid.uuid4().hex}"
+        _require_backend(source_url)
+        tenants = sorted([kit.tenant("all-a"), kit.tenant("all-b \u00fc")])
+        async with open_store(source_url) as source:
+            for n, tenant in enumerate(tenants):
+                await seed(source, tenant, sessions=n + 1)
+            expected = {tenant: await snapshot(source, tenant) for tenant in tenants}
+            # As if a copy died midway: two messages of one session reached the target.
+            started = SessionKey(tenants[1], "chat-0")
+            await store.append(started, (await source.load(started))[:2])
+        argv = ("copy", "--from", source_url, "--to", store_url, "--all-tenants")
+        report = (await cli(*argv, "--json")).json()
+        assert (report["ok"], report["tenants"], report["mismatches"]) == (True, tenants, []), report
+        assert (report["sessions"], report["messages"], report["new_messages"]) == (3, 12, 10)
+        for tenant in tenants:
+            assert await snapshot(store, tenant) == expected[tenant]
+        again = await cli(*argv)
+        assert again.code == 0, again.err
+        assert "copied 3 sessions (12 messages, 0 new) of every tenant (2: " in again.out
+        assert "verified:" in again.out
+
+    async def test_tenants_list_and_erase_of_a_session_then_of_the_tenant(
+        self, cli: _Runner, store_url: str, kit: StoreKit, store: HistoryStore
+    ) -> None:
+        doomed, kept = kit.tenant("erase \u00fc"), kit.tenant("kept")
+        keys = await seed(store, doomed)
+        await seed(store, kept, sessions=1)
+        listed = (await cli("tenants", "list", "--store", store_url, "--json")).json()["tenants"]
+        assert listed == sorted(listed)
+        assert {doomed, kept} <= set(listed)
+        assert doomed in (await cli("tenants", "list", "--store", store_url)).out.splitlines()
+
+        erase = ("erase", "--store", store_url, "--tenant", doomed)
+        dry = (await cli(*erase, "--dry-run", "--json")).json()
+        assert (dry["dry_run"], dry["sessions"], dry["messages"]) == (True, 3, 12)
+        assert sorted(s["session_id"] for s in dry["would_erase"]) == ["chat-0", "chat-1", "chat-2"]
+        assert await store.count(keys[1]) == 4
+        one = (await cli(*erase, "--session", "chat-1", "--yes", "--json")).json()
+        assert (one["sessions"], one["messages"], one["remaining_sessions"]) == (1, 4, 0)
+        assert (await store.count(keys[1]), await store.load_session(keys[1])) == (0, None)
+        assert await store.count(keys[0]) == 4
+        erased = await cli(*erase, "--yes")
+        assert erased.code == 0, erased.err
+        assert erased.out.startswith(f"erased tenant '{doomed}': 2 sessions (8 messages) with their session")
+
+        fresh = await kit.open()
+        assert await session_ids(fresh, doomed) == []
+        tenants = await fresh.list_tenants()
+        assert doomed not in tenants
+        assert kept in tenants
+        assert await fresh.count(SessionKey(kept, "chat-0")) == 4
+        again = await cli(*erase, "--yes")
+        assert again.code == 0, again.err
+        assert again.out.startswith(f"nothing to erase: no tenant '{doomed}' in ")
 
     async def test_prune_deletes_only_the_tenants_idle_sessions(
         self, cli: _Runner, store_url: str, kit: StoreKit, store: HistoryStore
