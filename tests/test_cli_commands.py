@@ -114,6 +114,11 @@ async def snapshot(url: str, tenant: str) -> dict[str, Any]:
     return result
 
 
+async def delete_tenant(url: str, tenant: str) -> int:
+    async with open_store(url) as store:
+        return await store.delete_tenant(tenant)
+
+
 async def count(url: str, key: SessionKey) -> int:
     store: HistoryStore
     async with open_store(url) as store:
@@ -648,6 +653,144 @@ def test_prune_with_nothing_idle_does_not_ask(cli: CLI, memory_url: str) -> None
     assert out.startswith("pruned 0 sessions of tenant 'acme'")
 
 
+# -- tenants list, erase, copy --all-tenants --------------------------------------------------------
+
+
+def test_tenants_list_names_every_tenant_holding_a_session(cli: CLI, store_url: str) -> None:
+    run(seed(store_url, "globex", 1))  # creates the store: the listing below reads an existing one
+    run(delete_tenant(store_url, "globex"))
+    code, out, err = cli("tenants", "list", "--store", store_url)
+    assert (code, out, err) == (0, f"no tenants in {store_url}\n", "")
+    for tenant in ("globex", "acme", "\u00e9t\u00e9"):
+        run(seed(store_url, tenant, 1, document=False))
+    code, out, err = cli("tenants", "list", "--store", store_url)
+    assert (code, out.splitlines(), err) == (0, ["acme", "globex", "\u00e9t\u00e9"], "")
+    assert cli.json("tenants", "list", "--store", store_url) == {
+        "store": store_url,
+        "tenants": ["acme", "globex", "\u00e9t\u00e9"],
+    }
+    code, _, err = cli("tenants", "list", "--store", store_url, "--tenant", "acme")
+    assert code == 2  # it lists every tenant: a --tenant would be a mistake, not a filter
+    assert "unrecognized arguments: --tenant" in err
+
+
+def test_a_store_that_cannot_list_tenants_says_to_name_them(
+    cli: CLI, memory_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(seed(memory_url, "acme", 1, document=False))
+    monkeypatch.setattr(MemoryHistoryStore, "_list_tenants", HistoryStore._list_tenants)
+    target = f"sqlite:///{tmp_path / 'all.db'}"
+    for argv in (
+        ("tenants", "list", "--store", memory_url),
+        ("copy", "--from", memory_url, "--to", target, "--all-tenants"),
+    ):
+        code, out, err = cli(*argv)
+        assert (code, out) == (1, "")
+        assert "MemoryHistoryStore cannot list its tenants: name them instead" in err
+        assert "Traceback" not in err
+
+
+def test_copy_takes_named_tenants_or_all_tenants(cli: CLI, memory_url: str, tmp_path: Path) -> None:
+    run(seed(memory_url, "acme", 2))
+    run(seed(memory_url, "globex", 1, document=False))
+    target = f"sqlite:///{tmp_path / 'all.db'}"
+    for scope in ((), ("--tenant", "acme", "--all-tenants")):
+        code, out, err = cli("copy", "--from", memory_url, "--to", target, *scope)
+        assert (code, out) == (2, "")
+        assert "--all-tenants" in err
+    report = cli.json("copy", "--from", memory_url, "--to", target, "--all-tenants")
+    assert (report["ok"], report["tenants"], report["sessions"], report["new_messages"]) == (
+        True,
+        ["acme", "globex"],
+        3,
+        12,
+    )
+    for tenant in ("acme", "globex"):
+        assert run(snapshot(target, tenant)) == run(snapshot(memory_url, tenant))
+    code, out, err = cli("copy", "--from", memory_url, "--to", target, "--all-tenants")
+    assert code == 0, err
+    assert out.splitlines()[0] == "copied 3 sessions (12 messages, 0 new) of every tenant (2: 'acme', 'globex')"
+
+
+def test_erase_says_what_it_removed_and_leaves_other_tenants(cli: CLI, store_url: str) -> None:
+    keys = run(seed(store_url, "acme", 3))
+    run(seed(store_url, "globex", 1, document=False))
+    code, out, err = cli("erase", "--store", store_url, "--tenant", "acme", "--session", "chat-1", "--yes")
+    assert (code, err) == (0, "")
+    assert out == (
+        f"erased session 'chat-1' of tenant 'acme' from {store_url}: 1 session with 4 messages (and its session "
+        "document)\n"
+    )
+    assert run(snapshot(store_url, "acme")).keys() == {"chat-0", "chat-2"}
+    code, out, err = cli("erase", "--store", store_url, "--tenant", "acme", "--dry-run")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == (
+        f"would erase tenant 'acme' from {store_url}: 2 sessions with 8 messages (and their session documents) "
+        "(--dry-run: nothing erased)"
+    )
+    assert lines[1].split() == ["SESSION", "MESSAGES", "UPDATED", "(UTC)"]
+    assert sorted(line.split()[0] for line in lines[2:]) == ["chat-0", "chat-2"]
+    assert run(count(store_url, keys[0])) == 4
+    report = cli.json("erase", "--store", store_url, "--tenant", "acme", "--yes")
+    assert report == {
+        "store": store_url,
+        "tenant": "acme",
+        "session_id": None,
+        "dry_run": False,
+        "sessions": 2,
+        "messages": 8,
+        "remaining_sessions": 0,
+    }
+    assert run(snapshot(store_url, "acme")) == {}
+    assert cli.json("tenants", "list", "--store", store_url)["tenants"] == ["globex"]
+    assert run(count(store_url, SessionKey("globex", "chat-0"))) == 4
+    for scope in ((), ("--session", "chat-0")):
+        code, out, err = cli("erase", "--store", store_url, "--tenant", "acme", *scope, "--yes")
+        assert (code, err) == (0, "")
+        assert out.startswith("nothing to erase: no ")
+
+
+def test_erase_needs_a_tenant_and_asks_first(cli: CLI, memory_url: str) -> None:
+    keys = run(seed(memory_url, "default", 1, document=False))
+    code, out, err = cli("erase", "--store", memory_url, "--yes")
+    assert (code, out) == (2, "")
+    assert "the following arguments are required: --tenant" in err  # never the tenant 'default' by omission
+    code, out, err = cli("erase", "--store", memory_url, "--tenant", "default")
+    assert (code, out) == (2, "")
+    assert "not erasing tenant 'default': stdin is not a terminal to ask on; add --yes to erase without asking" in err
+    assert run(count(memory_url, keys[0])) == 4
+
+
+def test_erase_of_an_encrypted_tenant_and_of_its_data_key(cli: CLI, tmp_path: Path) -> None:
+    from chatkeep.core.encryption import KEYS_TENANT, DecryptionError, EncryptedStore
+
+    data_url, keys_url = f"sqlite:///{tmp_path / 'data.db'}", f"sqlite:///{tmp_path / 'keys.db'}"
+    kept, erased = SessionKey("acme", "kept"), SessionKey("acme", "erased")
+
+    def encrypted() -> EncryptedStore:
+        return EncryptedStore(open_store(data_url), key_store=open_store(keys_url), master_keys={"k": b"k" * 32})
+
+    async def write() -> None:
+        async with encrypted() as store:
+            for key in kept, erased:
+                await store.append(key, [Message(role="user", text="secret")])
+
+    async def read(key: SessionKey) -> list[str]:
+        async with encrypted() as store:
+            return [m.text for m in await store.load(key)]
+
+    run(write())
+    report = cli.json("erase", "--store", data_url, "--tenant", "acme", "--session", "erased", "--yes")
+    assert (report["sessions"], report["messages"]) == (1, 1)
+    assert (run(read(erased)), run(read(kept))) == ([], ["secret"])
+    # The command line has no master keys: the data key is erased in the key store, where it is a session.
+    report = cli.json("erase", "--store", keys_url, "--tenant", KEYS_TENANT, "--session", "acme", "--yes")
+    assert report["sessions"] == 1
+    with pytest.raises(DecryptionError):
+        run(read(kept))
+
+
 HOSTILE_ID = "evil\x1b[2J\x1b]0;pwned\x07\nchat-9  99  2026-01-01 00:00:00\r\u202e"
 
 
@@ -720,6 +863,7 @@ def filecheck() -> Iterator[None]:
         ["export", "-o", "out.jsonl"],
         ["prune", "--older-than", "1d", "--yes"],
         ["prune", "--older-than", "1d", "--dry-run"],
+        ["erase", "--yes"],
     ],
 )
 def test_read_commands_report_a_store_that_does_not_exist_and_create_nothing(
@@ -876,6 +1020,16 @@ def test_delete_on_a_terminal_asks_first(tmp_path: Path, answer: bytes, status: 
     )
     assert code == status
     assert "Delete session 'chat-0' of tenant 'acme' (4 messages)" in out
+    assert run(count(url, SessionKey("acme", "chat-0"))) == left
+
+
+@pytest.mark.parametrize(("answer", "status", "left"), [(b"y\n", 0, 0), (b"n\n", 1, 4)])
+def test_erase_on_a_terminal_asks_first(tmp_path: Path, answer: bytes, status: int, left: int) -> None:
+    url = f"sqlite:///{tmp_path / 'ask.db'}"
+    run(seed(url, "acme", 2, document=False))
+    code, out, _ = on_a_terminal("erase", "--store", url, "--tenant", "acme", cwd=tmp_path, answer=answer)
+    assert code == status
+    assert f"Erase tenant 'acme' from {url}: 2 sessions with 8 messages (and their session documents), for good?" in out
     assert run(count(url, SessionKey("acme", "chat-0"))) == left
 
 

@@ -184,7 +184,7 @@ def _tenant_commands(commands: Any, store_only: argparse.ArgumentParser) -> None
     tenants = commands.add_parser("tenants", help="list the tenants a store holds")
     tenant_commands = tenants.add_subparsers(dest="tenants_command", metavar="ACTION", required=True)
     _command(tenant_commands, "list", "_tenants:tenants_list", "every tenant holding a session", parents=[store_only])
-    erase_help = "remove a tenant's sessions (or one, with --session) for good, and print what was removed"
+    erase_help = "erase a tenant's sessions (or one session) for good"
     erase = _command(commands, "erase", "_tenants:erase", erase_help, parents=[store_only])
     erase.add_argument("--tenant", type=tenant, required=True, help="the tenant to erase (no default)")
     erase.add_argument("--session", type=session_id, metavar="ID", help="only this session (default: every session)")

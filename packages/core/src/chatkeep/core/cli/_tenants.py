@@ -77,10 +77,7 @@ async def erase(args: argparse.Namespace) -> int:
         messages = sum(f.messages for f in found)
         if not found or args.dry_run:
             return _dry_run(args, shown, what, found)
-        question = (
-            f"Erase {what} from {shown}: {plural(len(found), 'session')} ({plural(messages, 'message')}) "
-            "and their session documents, for good?"
-        )
+        question = f"Erase {what} from {shown}: {_amount(len(found), messages)}, for good?"
         if not args.yes and not await _confirm(question, refused=f"not erasing {what}", yes_to="erase without asking"):
             say("nothing erased")
             return 1
@@ -93,10 +90,7 @@ async def erase(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(_summary(args, shown, found, removed=removed, left=left))
     else:
-        say(
-            f"erased {what}: {plural(removed, 'session')} ({plural(messages, 'message')}) with their session "
-            f"documents, from {shown}"
-        )
+        say(f"erased {what} from {shown}: {_amount(removed, messages)}")
     if left:
         say(
             f"chatkeep: {plural(left, 'session')} of tenant {printable(repr(tenant))} appeared while erasing (a "
@@ -105,6 +99,12 @@ async def erase(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _amount(sessions: int, messages: int) -> str:
+    """``2 sessions with 8 messages (and their session documents)``."""
+    whose = "its session document" if sessions == 1 else "their session documents"
+    return f"{plural(sessions, 'session')} with {plural(messages, 'message')} (and {whose})"
 
 
 def _scope(tenant: str, session_id: str | None) -> str:
@@ -142,10 +142,7 @@ def _dry_run(args: argparse.Namespace, shown: str, what: str, found: list[_Found
         say(f"nothing to erase: no {what} in {shown}")
         return 0
     messages = sum(f.messages for f in found)
-    say(
-        f"would erase {what}: {plural(len(found), 'session')} ({plural(messages, 'message')}) and their session "
-        f"documents from {shown} (--dry-run: nothing erased)"
-    )
+    say(f"would erase {what} from {shown}: {_amount(len(found), messages)} (--dry-run: nothing erased)")
     if args.session is None:
         rows = [(f.session_id, f.messages, "" if f.updated_at is None else when(f.updated_at)) for f in found]
         table(("SESSION", "MESSAGES", "UPDATED (UTC)"), rows, right=(1,))
