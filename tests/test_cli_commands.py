@@ -641,9 +641,18 @@ def test_prune_dry_run_lists_what_it_would_delete_and_deletes_nothing(cli: CLI, 
     assert report["dry_run"] is True
     assert [(s["session_id"], s["message_count"]) for s in report["would_delete"]] == [("chat-1", 4)]
     assert run(count(memory_url, SessionKey("acme", "chat-1"))) == 4  # still there
-    code, _, err = cli("prune", "--store", memory_url, "--all-tenants", "--older-than", "1s", "--dry-run")
-    assert code == 2
-    assert "--dry-run needs --tenant TENANT" in err
+    run(seed(memory_url, "globex", 1, document=False))  # new: not idle
+    code, out, err = cli("prune", "--store", memory_url, "--all-tenants", "--older-than", "1s", "--dry-run")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("would prune 1 session of every tenant not updated since ")
+    assert lines[1].split() == ["TENANT", "SESSION", "MESSAGES", "UPDATED", "(UTC)"]
+    assert lines[2].split()[:3] == ["acme", "chat-1", "4"]
+    assert len(lines) == 3
+    report = cli.json("prune", "--store", memory_url, "--all-tenants", "--older-than", "1s", "--dry-run")
+    assert [(s["tenant"], s["session_id"]) for s in report["would_delete"]] == [("acme", "chat-1")]
+    assert report["tenant"] is None
+    assert run(count(memory_url, SessionKey("acme", "chat-1"))) == 4
 
 
 def test_prune_with_nothing_idle_does_not_ask(cli: CLI, memory_url: str) -> None:

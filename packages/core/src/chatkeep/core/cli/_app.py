@@ -145,9 +145,7 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("--older-than", type=duration, required=True, metavar="AGE", help="e.g. 30d, 12h, 90m, 45s")
     prune.add_argument("--all-tenants", action="store_true", help="prune every tenant (instead of --tenant)")
     prune.add_argument("--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
-    prune.add_argument(
-        "--dry-run", action="store_true", help="list the sessions it would delete, and delete nothing (needs --tenant)"
-    )
+    prune.add_argument("--dry-run", action="store_true", help="list the sessions it would delete, and delete nothing")
 
     _command(
         commands, "migrate", "_inspect:migrate", "create or upgrade a store's schema (SQL databases)", parents=[common]

@@ -491,17 +491,15 @@ async def prune(args: argparse.Namespace) -> int:
         raise UsageError("give --tenant or --all-tenants, not both")
     if not args.all_tenants and args.tenant is None:
         raise UsageError("say which sessions to prune: --tenant TENANT, or --all-tenants for every tenant")
-    if args.dry_run and args.all_tenants:
-        # The contract has no public listing of tenants to preview from (chatkeep tenants list is still to come).
-        raise UsageError("--dry-run needs --tenant TENANT: run it for each tenant to see what it would delete")
     url = store_url(args)
     tenant = None if args.all_tenants else str(args.tenant)
     cutoff = prune_cutoff(args.older_than)
     scope = "every tenant" if tenant is None else f"tenant {printable(repr(tenant))}"
     async with open_existing_store(url) as store:
+        if args.dry_run:  # every tenant's idle sessions, one tenant after another, as list_tenants names them
+            tenants = [tenant] if tenant is not None else await store.list_tenants()
+            return _report_dry_run(args, tenant, cutoff, [s for t in tenants for s in await _idle(store, t, cutoff)])
         idle = None if tenant is None else await _idle(store, tenant, cutoff)
-        if args.dry_run:
-            return _report_dry_run(args, tenant, cutoff, idle or [])
         if not args.yes and idle != []:
             what = "every session" if idle is None else plural(len(idle), "session")
             question = f"Delete {what} of {scope} not updated since {when(cutoff)} UTC from {redact_url(url)}?"
@@ -522,20 +520,22 @@ def _report_dry_run(args: argparse.Namespace, tenant: str | None, cutoff: dateti
     if args.json:
         sessions = [
             {"session_id": s.session_id, "message_count": s.message_count, "updated_at": iso(s.updated_at)}
+            | ({} if tenant is not None else {"tenant": s.tenant})
             for s in idle
         ]
         emit_json({"dry_run": True, "would_delete": sessions, "tenant": tenant, "cutoff": iso(cutoff)})
         return 0
+    scope = "every tenant" if tenant is None else f"tenant {printable(repr(tenant))}"
     say(
-        f"would prune {plural(len(idle), 'session')} of tenant {printable(repr(tenant))} not updated since "
-        f"{when(cutoff)} UTC (--dry-run: nothing deleted)"
+        f"would prune {plural(len(idle), 'session')} of {scope} not updated since {when(cutoff)} UTC "
+        "(--dry-run: nothing deleted)"
     )
-    if idle:
-        table(
-            ("SESSION", "MESSAGES", "UPDATED (UTC)"),
-            [(s.session_id, s.message_count, when(s.updated_at)) for s in idle],
-            right=(1,),
-        )
+    if idle and tenant is not None:
+        rows = [(s.session_id, s.message_count, when(s.updated_at)) for s in idle]
+        table(("SESSION", "MESSAGES", "UPDATED (UTC)"), rows, right=(1,))
+    elif idle:
+        rows = [(s.tenant, s.session_id, s.message_count, when(s.updated_at)) for s in idle]
+        table(("TENANT", "SESSION", "MESSAGES", "UPDATED (UTC)"), rows, right=(2,))
     return 0
 
 
