@@ -534,8 +534,8 @@ def _report_dry_run(args: argparse.Namespace, tenant: str | None, cutoff: dateti
         rows = [(s.session_id, s.message_count, when(s.updated_at)) for s in idle]
         table(("SESSION", "MESSAGES", "UPDATED (UTC)"), rows, right=(1,))
     elif idle:
-        rows = [(s.tenant, s.session_id, s.message_count, when(s.updated_at)) for s in idle]
-        table(("TENANT", "SESSION", "MESSAGES", "UPDATED (UTC)"), rows, right=(2,))
+        with_tenant = [(s.tenant, s.session_id, s.message_count, when(s.updated_at)) for s in idle]
+        table(("TENANT", "SESSION", "MESSAGES", "UPDATED (UTC)"), with_tenant, right=(2,))
     return 0
 
 
