@@ -775,7 +775,7 @@ def test_erase_of_an_encrypted_tenant_and_of_its_data_key(cli: CLI, tmp_path: Pa
     from chatkeep.core.encryption import KEYS_TENANT, DecryptionError, EncryptedStore
 
     data_url, keys_url = f"sqlite:///{tmp_path / 'data.db'}", f"sqlite:///{tmp_path / 'keys.db'}"
-    kept, erased = SessionKey("acme", "kept"), SessionKey("acme", "erased")
+    kept, erased, document = SessionKey("acme", "kept"), SessionKey("acme", "erased"), SessionKey("acme", "document")
 
     def encrypted() -> EncryptedStore:
         return EncryptedStore(open_store(data_url), key_store=open_store(keys_url), master_keys={"k": b"k" * 32})
@@ -784,6 +784,7 @@ def test_erase_of_an_encrypted_tenant_and_of_its_data_key(cli: CLI, tmp_path: Pa
         async with encrypted() as store:
             for key in kept, erased:
                 await store.append(key, [Message(role="user", text="secret")])
+            await store.save_session(document, AgentSession(session_id="document", tenant="acme", state={"a": 1}))
 
     async def read(key: SessionKey) -> list[str]:
         async with encrypted() as store:
@@ -792,6 +793,9 @@ def test_erase_of_an_encrypted_tenant_and_of_its_data_key(cli: CLI, tmp_path: Pa
     run(write())
     report = cli.json("erase", "--store", data_url, "--tenant", "acme", "--session", "erased", "--yes")
     assert (report["sessions"], report["messages"]) == (1, 1)
+    # A sealed document alone: erase reads no contents, so a store without keys erases it as stored.
+    report = cli.json("erase", "--store", data_url, "--tenant", "acme", "--session", "document", "--yes")
+    assert (report["sessions"], report["messages"]) == (1, 0)
     assert (run(read(erased)), run(read(kept))) == ([], ["secret"])
     # The command line has no master keys: the data key is erased in the key store, where it is a session.
     report = cli.json("erase", "--store", keys_url, "--tenant", KEYS_TENANT, "--session", "acme", "--yes")

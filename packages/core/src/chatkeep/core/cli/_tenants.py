@@ -70,6 +70,7 @@ async def erase(args: argparse.Namespace) -> int:
     key = None if args.session is None else SessionKey(tenant, args.session)
     shown, what = redact_url(url), _scope(tenant, args.session)
     async with open_existing_store(url) as store:
+        store.sealed_passthrough = True  # erase reads no contents: encrypted sessions go as they are stored
         if key is None:
             found = await _tenant_sessions(store, tenant)
         else:
