@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -147,5 +148,6 @@ async def test_the_commands_name_a_session_with_damaged_metadata_instead_of_pass
         "copy", "--from", blob_url, "--to", target, "--tenant", KEY.tenant, "--skip-damaged"
     )
     assert code == 3
-    assert "copied 1 session (2 messages, 0 new)" in out
+    # The good session is new here unless the listing gave it before the damaged one to the copy that stopped.
+    assert re.search(r"copied 1 session \(2 messages, [02] new\)", out), out
     assert "skipped damaged session 's-damaged' of tenant 't-damaged'" in err
