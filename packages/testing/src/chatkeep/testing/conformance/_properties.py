@@ -299,10 +299,10 @@ def _is_count(value: Any, minimum: int) -> bool:
 
 
 def _is_messages(value: Any) -> bool:
+    """An iterable of messages (an empty one too: nothing to store), which is not a string or a lone message."""
     if isinstance(value, (str, bytes, Message)) or not hasattr(value, "__iter__"):
         return False
-    items = list(value)
-    return bool(items) and all(isinstance(item, Message) for item in items)  # [] and {} are valid: nothing to store
+    return all(isinstance(item, Message) for item in value)
 
 
 async def _drain(store: HistoryStore, key: SessionKey, batch: Any) -> None:
@@ -315,7 +315,7 @@ _LONG_AGO = timedelta(days=36500)
 #: name -> (the call with the wrong value in one place, whether that value is in fact valid there).
 _WRONG_CALLS: dict[str, tuple[_Call, Callable[[Any], bool]]] = {
     "append(key=)": (lambda s, k, w: s.append(w, _KEPT), lambda w: False),
-    "append(messages=)": (lambda s, k, w: s.append(k, w), lambda w: _is_messages(w) or w in ([], {}, (), "")),
+    "append(messages=)": (lambda s, k, w: s.append(k, w), _is_messages),
     "load(key=)": (lambda s, k, w: s.load(w), lambda w: False),
     "load(last=)": (lambda s, k, w: s.load(k, last=w), lambda w: w is None or _is_count(w, 0)),
     "iter_messages(batch=)": (lambda s, k, w: _drain(s, k, w), lambda w: _is_count(w, 1)),
@@ -336,7 +336,7 @@ _WRONG_CALLS: dict[str, tuple[_Call, Callable[[Any], bool]]] = {
     "save_session(session=)": (lambda s, k, w: s.save_session(k, w), lambda w: False),
     "save_session(expected_version=)": (
         lambda s, k, w: s.save_session(k, AgentSession(tenant=k.tenant), expected_version=w),
-        lambda w: False,  # None would write: never drawn as wrong below
+        lambda w: w is None or isinstance(w, str),  # None writes; a string is checked against the stored version
     ),
     "save_session(owner=)": (
         lambda s, k, w: s.save_session(k, AgentSession(tenant=k.tenant), owner=w),
@@ -353,8 +353,8 @@ _WRONG_CALLS: dict[str, tuple[_Call, Callable[[Any], bool]]] = {
 async def _check_wrong_argument(property_target: _Target, key: SessionKey, drawn: tuple[str, Any]) -> None:
     name, wrong = drawn
     call, valid = _WRONG_CALLS[name]
-    if valid(wrong) or (name == "save_session(expected_version=)" and (wrong is None or isinstance(wrong, str))):
-        return  # not a wrong value for this parameter (a string version is checked against the stored one)
+    if valid(wrong):
+        return  # not a wrong value for this parameter
     store = property_target.store
     try:
         await call(store, key, wrong)
