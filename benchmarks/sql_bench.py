@@ -11,6 +11,9 @@ A turn is what an agent does per user message: ``load(last=20)`` then ``append``
   SQLite and MariaDB a transaction (``BEGIN [IMMEDIATE]``, the upsert ``RETURNING`` the range, the idempotent
   insert, ``COMMIT``). It reads the newest 20 with chatkeep's own statement (the session found by its key's
   hash), where ``raw sync`` reads by a row id it keeps.
+* ``raw + guarantees, off the loop`` (SQLite only): the same, each call (the read, the append) in a worker
+  thread through ``asyncio.to_thread``, as an async program must run a blocking driver (the OpenAI Agents SDK's
+  ``SQLiteSession`` does this); the 20 records are decoded on the loop. chatkeep's SQLite store hops the same way.
 * ``SQLAlchemy Core sync`` and ``SQLAlchemy async``: the two plain statements through SQLAlchemy's engines.
 * ``chatkeep``: ``SQLHistoryStore.load(key, last=20)`` then ``append`` (pydantic messages in and out).
 
@@ -55,6 +58,7 @@ SIZES = (10, 1_000, 100_000)
 WHOLE = 10_000
 PG_URL = os.environ.get("CHATKEEP_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("CHATKEEP_BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+OFF_LOOP = "raw + guarantees, off the loop"
 SHORT, LONG = "x" * 130, "y" * 530  # with the record's other fields: ~200 and ~600 bytes
 
 
@@ -221,6 +225,22 @@ def _guarded_turn(conn: Any, db: _Database, key: SessionKey, lap: Callable[[str]
     lap(_PART_NAMES[2])
 
 
+async def _guarded_turn_off_loop(conn: Any, db: _Database, key: SessionKey, lap: Callable[[str], None]) -> None:
+    """``_guarded_turn`` as an async program runs a blocking driver: each call in a worker thread."""
+
+    def read() -> list[Any]:
+        cur = conn.cursor()
+        cur.execute(_STATEMENTS[db.family].load_last, (key_hash(key.tenant, key.session_id), 20))
+        return cur.fetchall()
+
+    [json.loads(row[0]) for row in await asyncio.to_thread(read)]
+    lap(_PART_NAMES[0])
+    records = _raw_records()
+    lap(_PART_NAMES[1])
+    await asyncio.to_thread(lambda: _guarded_append(conn.cursor(), db, key, *records))
+    lap(_PART_NAMES[2])
+
+
 def _guarded_append(cur: Any, db: _Database, key: SessionKey, *records: tuple[bytes, str]) -> None:
     (h1, r1), (h2, r2) = records
     head = (key_hash(key.tenant, key.session_id), tenant_hash(key.tenant), key.tenant.encode(), key.session_id.encode())
@@ -303,7 +323,7 @@ async def _bench_database(family: str, iterations: int, synchronous: str) -> tup
 
         # Each path has a connection of its own: on SQLite a connection keeps its page cache only while no other
         # connection wrote, so two paths sharing one would run warm where every other path runs cold.
-        conn, guarded_conn = db.sync_connect(), db.sync_connect()
+        conn, guarded_conn, offloop_conn = db.sync_connect(), db.sync_connect(), db.sync_connect()
         from sqlalchemy import create_engine, text
         from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -331,7 +351,7 @@ async def _bench_database(family: str, iterations: int, synchronous: str) -> tup
         # Raw paths write to sessions of their own (same sizes), so every path appends to a session it owns.
         raw_keys = {}
         for size in SIZES:
-            for label in ("raw", "guarded", "core", "async"):
+            for label in ("raw", "guarded", "offloop", "core", "async"):
                 raw_key = SessionKey("bench", f"{label}{size}-{uuid.uuid4().hex[:6]}")
                 raw_keys[(label, size)] = raw_key
                 await _seed(store, raw_key, size)
@@ -395,19 +415,17 @@ async def _bench_database(family: str, iterations: int, synchronous: str) -> tup
                 await store.append(key, messages)  # encoding them is part of the append here
                 lap(_PART_NAMES[2])
 
-            results += await _interleaved(
-                size,
-                {
-                    "raw sync": lambda: _raw_turn(conn, db, ref, counters[("raw", size)], _laps(size, "raw sync")),
-                    "raw sync + guarantees": lambda: _guarded_turn(
-                        guarded_conn, db, guarded_key, _laps(size, "raw sync + guarantees")
-                    ),
-                    "SQLAlchemy Core sync": core_turn,
-                    "SQLAlchemy async": async_turn,
-                    "chatkeep": chatkeep_turn,
-                },
-                iterations=iterations,
-            )
+            paths: dict[str, Callable[[], Any]] = {
+                "raw sync": lambda: _raw_turn(conn, db, ref, counters[("raw", size)], _laps(size, "raw sync")),
+                "raw sync + guarantees": lambda: _guarded_turn(
+                    guarded_conn, db, guarded_key, _laps(size, "raw sync + guarantees")
+                ),
+            }
+            if family == "sqlite":
+                offloop_key = raw_keys[("offloop", size)]
+                paths[OFF_LOOP] = lambda: _guarded_turn_off_loop(offloop_conn, db, offloop_key, _laps(size, OFF_LOOP))
+            paths |= {"SQLAlchemy Core sync": core_turn, "SQLAlchemy async": async_turn, "chatkeep": chatkeep_turn}
+            results += await _interleaved(size, paths, iterations=iterations)
 
         whole_ref, _ = _session_ref(conn, db, whole_key)
 
@@ -424,6 +442,7 @@ async def _bench_database(family: str, iterations: int, synchronous: str) -> tup
         )
         conn.close()
         guarded_conn.close()
+        offloop_conn.close()
         sync_engine.dispose()
         await async_engine.dispose()
     finally:
@@ -442,7 +461,8 @@ def _fastest_raw(results: list[Result]) -> Callable[[Result], Result]:
 
 def _parts_table(family: str, size: int) -> str:
     """The p50 of each part of a turn, per path, at one session size (the parts' p50s need not add up)."""
-    paths = ("raw sync", "raw sync + guarantees", "chatkeep")
+    every = ("raw sync", "raw sync + guarantees", OFF_LOOP, "chatkeep")
+    paths = tuple(path for path in every if (size, path, _PART_NAMES[0]) in _PARTS)
     lines = [
         f"### {family}: where a turn's time goes, sessions of {size:,} messages (p50 of each part, µs)",
         "",
@@ -483,19 +503,21 @@ def _settings_table(by_setting: dict[str, list[Result]]) -> str:
     lines = [
         "### sqlite: one turn at each synchronous setting (p50 ms; every path at the row's setting)",
         "",
-        "| synchronous | messages in session | raw sync | raw sync + guarantees | chatkeep | chatkeep vs raw | "
-        "chatkeep vs raw + guarantees | chatkeep vs chatkeep at normal |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| synchronous | messages in session | raw sync | raw sync + guarantees | raw + guarantees, off the loop | "
+        "chatkeep | chatkeep vs raw | chatkeep vs raw + guarantees | chatkeep vs raw + guarantees off the loop | "
+        "chatkeep vs chatkeep at normal |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for setting, results in by_setting.items():
         for size in SIZES:
             row = {r.name: r for r in results if r.size == size}
-            raw, guarded, chatkeep = row["raw sync"], row["raw sync + guarantees"], row["chatkeep"]
+            raw, guarded, off, chatkeep = row["raw sync"], row["raw sync + guarantees"], row[OFF_LOOP], row["chatkeep"]
             normal = next((r for r in by_setting.get("normal", []) if r.size == size and r.name == "chatkeep"), None)
             vs_normal = f"{chatkeep.p50 / normal.p50:.2f}x" if normal is not None else ""
             lines.append(
-                f"| {setting} | {size:,} | {raw.p50 * 1e3:.3f} | {guarded.p50 * 1e3:.3f} | {chatkeep.p50 * 1e3:.3f} | "
-                f"{chatkeep.p50 / raw.p50:.2f}x | {chatkeep.p50 / guarded.p50:.2f}x | {vs_normal} |"
+                f"| {setting} | {size:,} | {raw.p50 * 1e3:.3f} | {guarded.p50 * 1e3:.3f} | {off.p50 * 1e3:.3f} | "
+                f"{chatkeep.p50 * 1e3:.3f} | {chatkeep.p50 / raw.p50:.2f}x | {chatkeep.p50 / guarded.p50:.2f}x | "
+                f"{chatkeep.p50 / off.p50:.2f}x | {vs_normal} |"
             )
     return "\n".join(lines)
 

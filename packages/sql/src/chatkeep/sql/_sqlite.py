@@ -4,8 +4,9 @@ A SQLite statement costs microseconds, but it reads and writes a file (and a com
 writer may wait for another process's lock: so nothing of SQLite runs on the event loop. A store call hands
 its whole operation (every statement of it, a transaction included) to a worker thread at once, one hop per
 call rather than per statement, where a statement that finds the database locked waits up to
-``busy_timeout``. The event loop, any loop, only waits for the thread. Connections (each in WAL mode) are
-kept in a small pool shared by every thread and loop that uses the store.
+``busy_timeout``. The event loop, any loop, only waits for the thread. The store has up to ``pool_size``
+worker threads (``_workers.Workers``), shared by every thread and loop that uses it, and each worker thread
+keeps one connection (in WAL mode) of its own.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 from chatkeep.core import ChatkeepError
@@ -24,6 +24,7 @@ from chatkeep.sql._errors import SQLITE_FILE_HINT
 from chatkeep.sql._schema import ensure_schema
 from chatkeep.sql._sql import Statements
 from chatkeep.sql._transport import Connection, Flag, Transport
+from chatkeep.sql._workers import Workers
 
 __all__ = ["SQLiteTransport"]
 
@@ -80,10 +81,8 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
         self.busy_timeout = busy_timeout
         self.pool_size = max(1, pool_size)
         self.statements = Statements("sqlite", "qmark")
-        self._idle: list[_SQLiteConnection] = []
-        self._lock = threading.Lock()  # the pool and the executor, shared by every thread and event loop
-        self._executor: ThreadPoolExecutor | None = None
-        self._closed = False
+        self._own = threading.local()  # a worker thread's connection: each opens its own on its first call
+        self._workers = Workers(self.pool_size, "chatkeep-sqlite", on_exit=self._close_own)
 
     def connect(self) -> sqlite3.Connection:
         """A new connection to the file, set up for chatkeep (creating the file and its folder on first use)."""
@@ -123,19 +122,13 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    def _pool(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(self.pool_size, thread_name_prefix="chatkeep-sqlite")
-            return self._executor
-
     async def _in_thread(self, work: Callable[..., T], *args: Any, cancel: Flag | None = None) -> T:
         """Run blocking ``work`` in a worker thread; a cancelled caller still waits for it (it holds a connection).
 
         ``cancel`` is set when the caller is cancelled, so that a write still running rolls back instead of
         committing; either way the outcome is final when the cancellation reaches the caller.
         """
-        done = asyncio.get_running_loop().run_in_executor(self._pool(), work, *args)
+        done = self._workers.submit(work, args)
         try:
             return await asyncio.shield(done)
         except asyncio.CancelledError:
@@ -151,7 +144,7 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
             raise
 
     async def run(self, op: Callable[[_SQLiteConnection], Awaitable[T]], *, write: bool = False) -> T:
-        """Run ``op`` whole in a worker thread on a pooled connection (see the module docstring)."""
+        """Run ``op`` whole in a worker thread, on that thread's connection (see the module docstring)."""
         cancel = Flag()
         try:
             return await self._in_thread(self._lend_here, op, cancel, cancel=cancel if write else None)
@@ -161,29 +154,25 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
             raise self.translate(exc) from exc
 
     def _lend_here(self, op: Callable[[_SQLiteConnection], Awaitable[T]], cancel: Flag) -> T:
-        """In the worker thread: a connection from the pool, ``op`` on it, the connection back."""
-        with self._lock:
-            conn = self._idle.pop() if self._idle else None
+        """In a worker thread: ``op`` on the thread's connection (opened on its first call)."""
+        conn: _SQLiteConnection | None = getattr(self._own, "conn", None)
         if conn is None:
-            conn = _SQLiteConnection(self.connect())
+            conn = self._own.conn = _SQLiteConnection(self.connect())
         conn.cancel = cancel
         try:
-            result = _run_through(op(conn))
+            return _run_through(op(conn))
         except BaseException:
-            self._give_back(conn, failed=True)
+            if conn.raw.in_transaction:  # its rollback failed: open a new one rather than reuse an unknown state
+                self._own.conn = None
+                conn.raw.close()
             raise
-        self._give_back(conn, failed=False)
-        return result
 
-    def _give_back(self, conn: _SQLiteConnection, *, failed: bool) -> None:
-        if failed and conn.raw.in_transaction:
-            conn.raw.close()  # its rollback failed: do not hand a connection in an unknown state to the next call
-            return
-        with self._lock:
-            if not self._closed and len(self._idle) < self.pool_size:
-                self._idle.append(conn)
-                return
-        conn.raw.close()
+    def _close_own(self) -> None:
+        """In a worker thread that stops: close its connection."""
+        conn = getattr(self._own, "conn", None)
+        if conn is not None:
+            self._own.conn = None
+            conn.raw.close()
 
     def _prepare(self, upgrade: bool) -> str:
         from sqlalchemy import create_engine
@@ -207,11 +196,4 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
             raise self.translate(exc) from exc
 
     async def aclose(self) -> None:
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-            executor, self._executor = self._executor, None
-        for conn in idle:
-            conn.raw.close()
-        if executor is not None:
-            executor.shutdown(wait=False)
+        await self._workers.stop()
