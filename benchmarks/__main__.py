@@ -12,13 +12,15 @@ import inspect
 import sys
 from typing import Any
 
-# codec, sync and telemetry need no server; sql, redis, blob and the interop-* suites need the services scripts/ starts.
+# codec, sync and telemetry need no server; sql, drivers, redis, blob and the interop-* suites need the services
+# scripts/ starts.
 SUITES = {
     "codec": "benchmarks.codec_bench",
     "sql": "benchmarks.sql_bench",
     "redis": "benchmarks.redis_bench",
     "blob": "benchmarks.blob_bench",
     "sync": "benchmarks.sync_bench",
+    "drivers": "benchmarks.drivers_bench",
     "telemetry": "benchmarks.telemetry_bench",
 }
 # An adapter beside its framework's own stores; run one at a time by name (nox -s interop_bench installs the pins).
