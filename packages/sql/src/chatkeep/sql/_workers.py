@@ -32,6 +32,11 @@ def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None)
         done.set_exception(error)
 
 
+def _join(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join()
+
+
 class Workers:
     """Up to ``size`` daemon threads, started as calls need them, each running one call at a time.
 
@@ -87,4 +92,4 @@ class Workers:
             for _ in threads:
                 self._jobs.put(None)
         if threads:
-            await asyncio.to_thread(lambda: [thread.join() for thread in threads])
+            await asyncio.to_thread(_join, threads)
