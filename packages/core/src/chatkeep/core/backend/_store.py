@@ -404,12 +404,20 @@ class HistoryStore(abc.ABC):
             MessageTooLargeError: a message is over ``max_message_bytes`` (nothing is stored).
             StoreUnavailableError: the server failed (nothing is stored).
         """
+        messages, records = self._appendable(key, messages)
+        if not records:
+            return 0
+        with _naming_damage(key):  # a backend may read stored records to check ids
+            return await self._append(key, messages, records)
+
+    def _appendable(self, key: SessionKey, messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
+        """What ``append`` checks before storing: the messages to store (first of each id) and their records."""
         self._check_usable()
         _check_key(key)
         messages = _check_messages(messages)
         records = encode_records(messages, max_bytes=self.max_message_bytes)
         if not records:
-            return 0
+            return [], []
         if not self.sealed_passthrough:
             self._sealed.refuse_append(key)
         ids = [message.message_id for message in messages]
@@ -418,8 +426,7 @@ class HistoryStore(abc.ABC):
             keep = sorted(first.values())
             messages, records = [messages[n] for n in keep], [records[n] for n in keep]
         note_records(records)
-        with _naming_damage(key):  # a backend may read stored records to check ids
-            return await self._append(key, messages, records)
+        return messages, records
 
     @operation("load", lambda messages: {"db.response.returned_rows": len(messages)})
     async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
