@@ -8,6 +8,7 @@ on first use, once per process, and runs in a worker thread so that an event loo
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -104,8 +105,12 @@ class WordLlamaEmbedder:
         return await asyncio.to_thread(self._embed, listed)
 
     def _embed(self, texts: list[str]) -> list[list[float]]:
-        vectors = self.load().embed(texts, norm=True)
-        return [[float(x) for x in row] for row in vectors]
+        rows = self.load().embed(texts, norm=False)
+        vectors = []
+        for row in rows.tolist():
+            norm = math.sqrt(sum(x * x for x in row))
+            vectors.append([x / norm for x in row] if norm > 0 and math.isfinite(norm) else [0.0] * len(row))
+        return vectors
 
 
 def _load_wordllama() -> Any:
