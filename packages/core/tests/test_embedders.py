@@ -27,12 +27,14 @@ async def test_the_offline_default_embeds_by_meaning_without_the_network(monkeyp
 
     monkeypatch.setattr(socket.socket, "connect", no_network)
     embedder = default_embedder()
-    assert isinstance(embedder, WordLlamaEmbedder) and isinstance(embedder, Embedder)
+    assert isinstance(embedder, WordLlamaEmbedder)
+    assert isinstance(embedder, Embedder)
     assert (embedder.name, embedder.dimensions) == ("wordllama/l2_supercat-256", 256)
     pet, question, market, empty = await embedder.embed(
         ["My dog is called Rex", "What is the name of my puppy?", "Stock prices fell sharply today", ""]
     )
-    assert len(pet) == 256 and math.isclose(math.hypot(*pet), 1.0, rel_tol=1e-3)
+    assert len(pet) == 256
+    assert math.isclose(math.hypot(*pet), 1.0, rel_tol=1e-3)
     assert _cosine(pet, question) > _cosine(market, question)  # the meaning, not the words (none shared)
     assert not any(empty)
     assert await embedder.embed([]) == []
@@ -53,10 +55,12 @@ async def test_openai_embedder_gets_the_servers_vectors(fake_openai: FakeOpenAIS
         texts = [f"message number {n}" for n in range(700)] + [""]  # two requests; an empty text is sent as " "
         vectors = await embedder.embed(texts)
     assert vectors[:3] == [hashed_vector(text, 64, salt="embed-small") for text in texts[:3]]
-    assert len(vectors) == 701 and vectors[-1] == [0.0] * 64
+    assert len(vectors) == 701
+    assert vectors[-1] == [0.0] * 64
     calls = [r for r in fake_openai.log if r.path == "/v1/embeddings"]
     assert [len(r.body["input"]) for r in calls] == [512, 189]
-    assert calls[0].body["encoding_format"] == "float" and "dimensions" not in calls[0].body
+    assert calls[0].body["encoding_format"] == "float"
+    assert "dimensions" not in calls[0].body
 
 
 async def test_openai_embedder_asks_for_its_dimensions_when_told(fake_openai: FakeOpenAIServer) -> None:
