@@ -29,7 +29,7 @@ async def test_the_offline_default_embeds_by_meaning_without_the_network(monkeyp
     embedder = default_embedder()
     assert isinstance(embedder, WordLlamaEmbedder)
     assert isinstance(embedder, Embedder)
-    assert (embedder.name, embedder.dimensions) == ("wordllama/l2_supercat-256", 256)
+    assert (embedder.name, embedder.dimensions) == ("wordllama/l2_supercat-256/content-words", 256)
     pet, question, market, empty = await embedder.embed(
         ["My dog is called Rex", "What is the name of my puppy?", "Stock prices fell sharply today", ""]
     )

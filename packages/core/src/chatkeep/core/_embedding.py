@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from chatkeep.core._errors import InvalidArgumentTypeError, MissingExtraError
+from chatkeep.core._terms import keyword_terms
 
 __all__ = ["DEFAULT_EMBEDDER_NAME", "Embedder", "WordLlamaEmbedder", "check_texts", "default_embedder"]
 
 #: The :attr:`Embedder.name` of the offline default (the model and its width).
-DEFAULT_EMBEDDER_NAME = "wordllama/l2_supercat-256"
+DEFAULT_EMBEDDER_NAME = "wordllama/l2_supercat-256/content-words"
 
 _RECALL_EXTRA = 'semantic recall needs the wordllama package; install it with: pip install "chatkeep-core[recall]"'
 
@@ -63,6 +64,8 @@ def check_texts(texts: object) -> list[str]:
 class WordLlamaEmbedder:
     """The offline default embedder: WordLlama ``l2_supercat`` at 256 dimensions, from the weights in its wheel.
 
+    It embeds the content words of a text (stop words left out, as the keyword index does).
+
     Why this model: its weights (16 MB) and its tokenizer ship inside the ``wordllama`` wheel on PyPI, so it runs
     with the network off from the first call; it embeds about 50,000 short messages a second on one CPU core, and
     loads in about 2 seconds. (``model2vec`` is as fast but fetches its weights from the Hugging Face Hub.)
@@ -78,7 +81,7 @@ class WordLlamaEmbedder:
 
     @property
     def name(self) -> str:
-        """``"wordllama/l2_supercat-256"``."""
+        """``"wordllama/l2_supercat-256/content-words"``."""
         return DEFAULT_EMBEDDER_NAME
 
     @property
@@ -105,7 +108,10 @@ class WordLlamaEmbedder:
         return await asyncio.to_thread(self._embed, listed)
 
     def _embed(self, texts: list[str]) -> list[list[float]]:
-        rows = self.load().embed(texts, norm=False)
+        # Only the content words (keyword_terms): WordLlama averages its tokens' vectors, so the words every
+        # sentence has ("what is the...") would pull all vectors together. On the recall set of the tests this
+        # lifts vector-only recall@5 from 27 to 30 questions of 40.
+        rows = self.load().embed([" ".join(keyword_terms(text)) or text for text in texts], norm=False)
         vectors = []
         for row in rows.tolist():
             norm = math.sqrt(sum(x * x for x in row))

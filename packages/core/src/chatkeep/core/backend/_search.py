@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import abc
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -28,6 +27,7 @@ from chatkeep.core._errors import (
 from chatkeep.core._messages import Message
 from chatkeep.core._session import DEFAULT_TENANT, validate_id
 from chatkeep.core._telemetry import operation
+from chatkeep.core._terms import keyword_terms
 from chatkeep.core.backend._store import HistoryStore, SessionKey
 
 __all__ = [
@@ -119,148 +119,6 @@ class Rankings:
 
     vector: list[Candidate]
     keyword: list[Candidate]
-
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-# Words too common to tell messages apart; the keyword ranking skips them.
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "about",
-        "above",
-        "after",
-        "again",
-        "against",
-        "all",
-        "am",
-        "an",
-        "and",
-        "any",
-        "are",
-        "as",
-        "at",
-        "be",
-        "because",
-        "been",
-        "before",
-        "being",
-        "below",
-        "between",
-        "both",
-        "but",
-        "by",
-        "can",
-        "could",
-        "did",
-        "do",
-        "does",
-        "doing",
-        "down",
-        "during",
-        "each",
-        "few",
-        "for",
-        "from",
-        "further",
-        "had",
-        "has",
-        "have",
-        "having",
-        "he",
-        "her",
-        "here",
-        "hers",
-        "herself",
-        "him",
-        "himself",
-        "his",
-        "how",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "itself",
-        "just",
-        "me",
-        "more",
-        "most",
-        "my",
-        "myself",
-        "no",
-        "nor",
-        "not",
-        "now",
-        "of",
-        "off",
-        "on",
-        "once",
-        "only",
-        "or",
-        "other",
-        "our",
-        "ours",
-        "ourselves",
-        "out",
-        "over",
-        "own",
-        "same",
-        "she",
-        "should",
-        "so",
-        "some",
-        "such",
-        "than",
-        "that",
-        "the",
-        "their",
-        "theirs",
-        "them",
-        "themselves",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "those",
-        "through",
-        "to",
-        "too",
-        "under",
-        "until",
-        "up",
-        "very",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "while",
-        "who",
-        "whom",
-        "why",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-        "yours",
-        "yourself",
-        "yourselves",
-        "s",
-        "t",
-        "don",
-    ]
-)
-
-
-def keyword_terms(text: str) -> list[str]:
-    """The words of ``text`` a keyword index keeps: lower-cased, split on non-word characters, stop words left out."""
-    return [word for word in _WORD.findall(text.lower()) if word not in _STOPWORDS]
 
 
 def fuse(
