@@ -121,10 +121,10 @@ class WordLlamaEmbedder:
 
 def _load_wordllama() -> Any:
     try:
-        import wordllama
+        import wordllama  # type: ignore[import-untyped]  # it has no py.typed
         from safetensors import safe_open
         from tokenizers import Tokenizer
-        from wordllama.inference import WordLlamaInference
+        from wordllama.inference import WordLlamaInference  # type: ignore[import-untyped]
     except ModuleNotFoundError as exc:
         raise MissingExtraError(_RECALL_EXTRA) from exc
     # WordLlama.load() looks for the tokenizer in a folder its wheel does not have, then downloads it: the files
