@@ -27,6 +27,7 @@ __all__ = [
     "CallSettings",
     "Connection",
     "OpenAIClientBase",
+    "OwnedClient",
     "answered",
     "assistant_message",
     "check_timeouts",
@@ -173,7 +174,34 @@ class CallSettings(NamedTuple):
     extra_body: dict[str, Any]
 
 
-class OpenAIClientBase(BaseChatClient):
+class OwnedClient:
+    """The life cycle of an object using an ``AsyncOpenAI``: it closes the one it made, never one handed in.
+
+    A subclass sets ``_client``, ``_owns_client`` and ``_closed = False`` in its constructor.
+    """
+
+    _client: AsyncOpenAI
+    _owns_client: bool
+    _closed: bool
+
+    async def close(self) -> None:
+        """Close the ``AsyncOpenAI`` this object created (one given with ``client=`` stays open); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class OpenAIClientBase(OwnedClient, BaseChatClient):
     """The base of the OpenAI model clients: configuration, the ``AsyncOpenAI`` they use, and its life cycle.
 
     A subclass names itself and its API in the class variables below, and passes its constructor's arguments
@@ -282,24 +310,6 @@ class OpenAIClientBase(BaseChatClient):
             max_tokens=options.max_tokens if options.max_tokens is not None else self._default_max_tokens,
             extra_body={**self._default_body, **options.additional},
         )
-
-    # -- life cycle -------------------------------------------------------------------------------------
-
-    async def close(self) -> None:
-        """Close the ``AsyncOpenAI`` this client created (one given with ``client=`` stays open); idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._owns_client:
-            await self._client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 def model_error(

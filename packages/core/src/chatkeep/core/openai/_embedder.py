@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import TracebackType
 
 import openai
 from openai import AsyncOpenAI
-from typing_extensions import Self
 
 from chatkeep.core._embedding import check_texts
 from chatkeep.core._errors import AgentConfigurationError, ModelError, redact_url
-from chatkeep.core.openai._base import answered, check_timeouts, connect, model_error
+from chatkeep.core.openai._base import OwnedClient, answered, check_timeouts, connect, model_error
 
 __all__ = ["OpenAIEmbedder"]
 
@@ -21,7 +19,7 @@ _API = "Embeddings"
 _BATCH = 512
 
 
-class OpenAIEmbedder:
+class OpenAIEmbedder(OwnedClient):
     """An :class:`~chatkeep.core.Embedder` on the embeddings API of an OpenAI-compatible server.
 
     Args:
@@ -129,19 +127,3 @@ class OpenAIEmbedder:
                     f"{self.model!r}, not {self._dimensions}; give {_NAME}(dimensions={len(item.embedding)})"
                 )
         return [list(item.embedding) for item in data]
-
-    async def close(self) -> None:
-        """Close the ``AsyncOpenAI`` this embedder created (one given with ``client=`` stays open); idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._owns_client:
-            await self._client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
