@@ -31,6 +31,7 @@ from chatkeep.core._providers import (
     StoreHistoryProvider,
     history_provider,
 )
+from chatkeep.core._recall import SemanticRecallProvider
 from chatkeep.core._reducers import MessageCountingReducer, Reducer, SummarizingReducer, TokenBudgetReducer
 from chatkeep.core._session import DEFAULT_TENANT, MAX_ID_LENGTH, AgentSession, ProviderSessionState
 from chatkeep.core._signing import SessionSigner
@@ -51,6 +52,7 @@ from chatkeep.core.backend._sync import SyncHistoryStore
 from chatkeep.core.plugins import installed_backends, open_store, register_plugin
 
 __all__ = [
+    "SemanticRecallProvider",
     "embed_messages",
     "TenantScope",
     "SupportsSearch",

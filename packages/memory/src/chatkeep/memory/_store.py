@@ -195,11 +195,12 @@ class MemoryHistoryStore(SearchableStore):
         """Store the new messages (indexing those with a vector); the caller holds the lock."""
         data = self._data
         session = data.get(key)
-        new = [
-            (message, record, vector)
-            for message, record, vector in zip(messages, records, vectors, strict=True)
-            if session is None or message.message_id not in session.id_set
-        ]
+        new = []
+        for message, record, vector in zip(messages, records, vectors, strict=True):
+            if session is None or message.message_id not in session.id_set:
+                new.append((message, record, vector))
+            elif vector is not None and message.message_id not in session.entries:
+                session.entries[message.message_id] = _entry(message, vector)  # stored before, indexed now
         if not new:
             return 0
         now = stamp_time(write_stamp())

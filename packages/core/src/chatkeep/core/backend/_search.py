@@ -186,6 +186,12 @@ def _checked_vector(vector: Sequence[float], info: IndexInfo) -> tuple[float, ..
 class SupportsSearch(Protocol):
     """A store that indexes messages by meaning and by words, and searches them (see :class:`SearchableStore`)."""
 
+    async def append(
+        self, key: SessionKey, messages: Sequence[Message], *, embeddings: Embeddings | None = None
+    ) -> int:
+        """Append messages, indexing them with ``embeddings`` when given."""
+        ...
+
     async def search(
         self,
         scope: SearchScope,
@@ -253,6 +259,9 @@ class SearchableStore(HistoryStore):
         self, key: SessionKey, messages: Sequence[Message], *, embeddings: Embeddings | None = None
     ) -> int:
         """Append messages atomically, with their ``embeddings`` (from :func:`embed_messages`) indexed when given.
+
+        With ``embeddings``, messages the session already holds are not stored again but are indexed if they were
+        not yet, so that a recall provider and a history provider on one store index each message once.
 
         Raises:
             EmbedderMismatchError: the index was built with another embedder (nothing is stored).
@@ -427,7 +436,8 @@ class SearchableStore(HistoryStore):
         """``_append``, indexing each new message with a vector (and its keywords) in the same transaction.
 
         Call :func:`check_index` with the recorded info first (record ``info`` when there is none); a message
-        with no vector is stored but not indexed.
+        with no vector is stored but not indexed. A message the session already holds is not stored again, but
+        indexed if it is not yet (a history provider may have stored it first); count only the new ones.
         """
 
     @abc.abstractmethod
