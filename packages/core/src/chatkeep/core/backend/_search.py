@@ -146,7 +146,9 @@ def fuse(
     return [SearchHit(found[ident].message, found[ident].session_id, scores[ident]) for ident in best]
 
 
-_REINDEX_HINT = "run: chatkeep reindex URL (or store.reindex(embedder)) to rebuild the index with the new embedder"
+_REINDEX_HINT = (
+    "run: chatkeep reindex --store URL (or store.reindex(embedder)) to rebuild the index with the new embedder"
+)
 
 
 def check_index(recorded: IndexInfo | None, wanted: IndexInfo) -> None:
