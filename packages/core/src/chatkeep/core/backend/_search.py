@@ -338,6 +338,10 @@ class SearchableStore(HistoryStore):
             raise InvalidArgumentError(f"k must be a whole number of 1 or more, got {k!r}")
         if before_seq is not None and (isinstance(before_seq, bool) or not isinstance(before_seq, int)):
             raise InvalidArgumentError(f"before_seq must be a whole number or None, got {before_seq!r}")
+        if roles is not None and (
+            isinstance(roles, str) or not isinstance(roles, Sequence) or not all(isinstance(r, str) for r in roles)
+        ):
+            raise InvalidArgumentTypeError(f"roles must be a list of role names, e.g. ['user'], got {roles!r}")
         role_set = None if roles is None else frozenset(roles)
         vector = None if query_vector is None else _check_vector(query_vector)
         terms = keyword_terms(query_text) if query_text else []
@@ -350,7 +354,9 @@ class SearchableStore(HistoryStore):
             check_index(recorded, IndexInfo(embedder or recorded.embedder, len(vector)))
         elif embedder is not None:
             check_index(recorded, IndexInfo(embedder, recorded.dimensions))
-        if recency_half_life is not None and recency_half_life <= timedelta(0):
+        if recency_half_life is not None and (
+            not isinstance(recency_half_life, timedelta) or recency_half_life <= timedelta(0)
+        ):
             raise InvalidArgumentError(f"recency_half_life must be a positive duration, got {recency_half_life!r}")
         limit = max(k * _CANDIDATES_PER_RESULT, _MIN_CANDIDATES)
         rankings = await self._rankings(scope, vector, terms, limit, before_seq, role_set)

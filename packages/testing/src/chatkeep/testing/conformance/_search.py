@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
 from chatkeep.core import (
     AgentSession,
+    ChatkeepError,
     EmbedderMismatchError,
     Message,
     SearchUnsupportedError,
@@ -214,3 +216,37 @@ class SearchConformance(ConformanceBase):
         info = await searching.index_info()
         assert info is not None
         assert (info.embedder, info.dimensions) == (embedder.name, embedder.dimensions)
+
+    async def test_wrong_search_arguments_are_refused_with_a_chatkeep_error(
+        self, kit: StoreKit, store: HistoryStore
+    ) -> None:
+        searching = self.searchable_store(store)
+        key = kit.key()
+        await self.append_indexed(searching, key, [FACT])
+        [vector] = await _embedder().embed([QUESTION])
+        wrong: list[dict[str, Any]] = [
+            {"scope": key.tenant},  # a tenant's name instead of TenantScope(tenant)
+            {"k": 0},
+            {"k": "3"},
+            {"k": True},
+            {"query_vector": "a vector"},
+            {"query_vector": []},
+            {"query_vector": [float("nan")] * len(vector)},
+            {"query_vector": ["x"] * len(vector)},
+            {"roles": "user"},
+            {"roles": [1]},
+            {"before_seq": "5"},
+            {"recency_half_life": timedelta(seconds=-1)},
+            {"recency_half_life": 3600},
+        ]
+        for change in wrong:
+            call = {"scope": key, "query_vector": vector, "query_text": QUESTION, "k": 3, **change}
+            with pytest.raises(ChatkeepError):
+                await searching.search(**call)
+        messages = [Message(role="user", text="hello")]
+        for embeddings in ("vectors", await embed_messages(_embedder(), [*messages, *messages])):
+            with pytest.raises(ChatkeepError):
+                await searching.append(key, messages, embeddings=embeddings)  # type: ignore[arg-type]
+        with pytest.raises(ChatkeepError):
+            await searching.reindex("an embedder", key.tenant)  # type: ignore[arg-type]
+        assert await searching.count(key) == 1, "a refused call changed the session"
