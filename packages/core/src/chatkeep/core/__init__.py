@@ -5,6 +5,7 @@ These are the names an application uses. Backend authors build on :mod:`chatkeep
 
 from chatkeep.core._agent import Agent, AgentInput, AgentResponse, AgentResponseUpdate, BaseChatClient
 from chatkeep.core._chat import ChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
+from chatkeep.core._embedding import Embedder, WordLlamaEmbedder, default_embedder
 from chatkeep.core._errors import *  # noqa: F403
 from chatkeep.core._errors import __all__ as _errors_all
 from chatkeep.core._messages import (
@@ -30,16 +31,35 @@ from chatkeep.core._providers import (
     StoreHistoryProvider,
     history_provider,
 )
+from chatkeep.core._recall import SemanticRecallProvider
 from chatkeep.core._reducers import MessageCountingReducer, Reducer, SummarizingReducer, TokenBudgetReducer
 from chatkeep.core._session import DEFAULT_TENANT, MAX_ID_LENGTH, AgentSession, ProviderSessionState
 from chatkeep.core._signing import SessionSigner
 from chatkeep.core._tools import FunctionTool, tool
 from chatkeep.core._version import __version__ as __version__
-from chatkeep.core.backend import HistoryStore, SessionInfo, SessionKey, SessionPage, StoredSession
+from chatkeep.core.backend import (
+    HistoryStore,
+    SearchHit,
+    SessionInfo,
+    SessionKey,
+    SessionPage,
+    StoredSession,
+    SupportsSearch,
+    TenantScope,
+    embed_messages,
+)
 from chatkeep.core.backend._sync import SyncHistoryStore
 from chatkeep.core.plugins import installed_backends, open_store, register_plugin
 
 __all__ = [
+    "SemanticRecallProvider",
+    "embed_messages",
+    "TenantScope",
+    "SupportsSearch",
+    "SearchHit",
+    "default_embedder",
+    "WordLlamaEmbedder",
+    "Embedder",
     *(name for name in _errors_all if name != "redact_url"),
     "DEFAULT_TENANT",
     "MAX_ID_LENGTH",

@@ -11,6 +11,7 @@ __all__ = [
     "BackendConflictError",
     "ChatkeepError",
     "ConcurrencyConflictError",
+    "EmbedderMismatchError",
     "EncryptedSessionError",
     "HistoryModeConflictError",
     "IncompatiblePluginError",
@@ -22,6 +23,7 @@ __all__ = [
     "MissingExtraError",
     "ModelError",
     "ReplicationTimeoutError",
+    "SearchUnsupportedError",
     "SessionFormatError",
     "SessionIntegrityError",
     "SessionOwnershipError",
@@ -165,6 +167,14 @@ class UnknownBackendError(ChatkeepError, LookupError):
 
 class UnsupportedOperationError(ChatkeepError, NotImplementedError):
     """A backend does not implement an optional store operation (its plugin was written before the operation)."""
+
+
+class SearchUnsupportedError(UnsupportedOperationError):
+    """A store without the search capability (``SupportsSearch``) was asked to index or search messages."""
+
+
+class EmbedderMismatchError(ChatkeepError, ValueError):
+    """A store's index was built with another embedder (name or dimensions) than the one a call uses."""
 
 
 class BackendConflictError(ChatkeepError):

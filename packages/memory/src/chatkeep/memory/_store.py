@@ -6,9 +6,11 @@ lock (a ``threading.Lock``) also serializes stores used from other threads' even
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,13 +18,19 @@ from typing import Any
 
 from chatkeep.core import AgentSession, BackendHistoryProvider, Message, SessionInfo, SessionKey, SessionPage
 from chatkeep.core.backend import (
-    HistoryStore,
+    Candidate,
+    IndexInfo,
+    Rankings,
+    SearchableStore,
+    SearchScope,
     StoredSession,
+    check_index,
     conflict_error,
     decode_cursor,
     decode_records,
     decode_session_document,
     encode_cursor,
+    keyword_terms,
     owner_error,
     session_document,
     stamp_time,
@@ -32,6 +40,31 @@ from chatkeep.core.backend import (
 from chatkeep.memory._config import parse_url
 
 __all__ = ["MemoryHistoryProvider", "MemoryHistoryStore", "open_store"]
+
+
+# BM25's constants: term-frequency saturation and length normalization (the usual values).
+_BM25_K1 = 1.2
+_BM25_B = 0.75
+
+
+@dataclass(eq=False, slots=True)
+class _Entry:
+    """What the search index holds of one message: its unit vector and its keyword counts."""
+
+    role: str
+    vector: tuple[float, ...]
+    terms: Counter[str]
+    length: int
+
+
+def _unit(vector: Sequence[float]) -> tuple[float, ...]:
+    norm = math.sqrt(sum(x * x for x in vector))
+    return tuple(vector) if norm == 0 else tuple(x / norm for x in vector)
+
+
+def _entry(message: Message, vector: Sequence[float]) -> _Entry:
+    terms = keyword_terms(message.text)
+    return _Entry(message.role, _unit(vector), Counter(terms), len(terms))
 
 
 @dataclass(eq=False)
@@ -48,6 +81,11 @@ class _Session:
     document: str | None = None
     version: str | None = None
     owner: str | None = None
+    entries: dict[str, _Entry] = field(default_factory=dict)  # message id -> its search index entry
+
+    def seq_of(self) -> dict[str, int]:
+        """Each stored message id's sequence number."""
+        return {message_id: self.first_seq + n for n, message_id in enumerate(self.ids)}
 
 
 class _Namespace:
@@ -56,6 +94,7 @@ class _Namespace:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.tenants: dict[str, dict[str, _Session]] = {}
+        self.index: IndexInfo | None = None  # the embedder the search index was built with
 
     def get(self, key: SessionKey) -> _Session | None:
         """The live session at ``key``; an expired one is removed on the way."""
@@ -94,12 +133,13 @@ def _namespace(name: str) -> _Namespace:
         return _namespaces.setdefault(name, _Namespace())
 
 
-class MemoryHistoryStore(HistoryStore):
+class MemoryHistoryStore(SearchableStore):
     """A :class:`~chatkeep.core.HistoryStore` in this process's memory, for tests, demos and single-process apps.
 
     Stores opened with the same namespace share their data (within the process), so several instances
     behave like several connections to one server. Messages are kept as the same versioned records other
-    backends store, so the size limit and the record format are exercised here too.
+    backends store, so the size limit and the record format are exercised here too. It can search its messages
+    (:class:`~chatkeep.core.SupportsSearch`): a vector and a BM25 keyword index per session, scanned whole.
 
     Args:
         url: ``memory://[NAME][?ttl=SECONDS&max_message_bytes=N]``; ``NAME`` is the namespace (default ``default``).
@@ -142,25 +182,125 @@ class MemoryHistoryStore(HistoryStore):
         return decode_records(records)
 
     async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
+        with self._data.lock:
+            return self._store(key, messages, records, [None] * len(messages))
+
+    def _store(
+        self,
+        key: SessionKey,
+        messages: Sequence[Message],
+        records: Sequence[str],
+        vectors: Sequence[Sequence[float] | None],
+    ) -> int:
+        """Store the new messages (indexing those with a vector); the caller holds the lock."""
+        data = self._data
+        session = data.get(key)
+        new = []
+        for message, record, vector in zip(messages, records, vectors, strict=True):
+            if session is None or message.message_id not in session.id_set:
+                new.append((message, record, vector))
+            elif vector is not None and message.message_id not in session.entries:
+                session.entries[message.message_id] = _entry(message, vector)  # stored before, indexed now
+        if not new:
+            return 0
+        now = stamp_time(write_stamp())
+        if session is None:
+            session = data.tenants.setdefault(key.tenant, {})[key.session_id] = _Session(now, now)
+        for message, record, vector in new:
+            session.ids.append(message.message_id)
+            session.records.append(record)
+            session.id_set.add(message.message_id)
+            if vector is not None:
+                session.entries[message.message_id] = _entry(message, vector)
+        self._touch(session, now)
+        return len(new)
+
+    async def _append_indexed(
+        self,
+        key: SessionKey,
+        messages: Sequence[Message],
+        records: Sequence[str],
+        info: IndexInfo,
+        vectors: Sequence[tuple[float, ...] | None],
+    ) -> int:
         data = self._data
         with data.lock:
+            check_index(data.index, info)
+            if data.index is None and any(vector is not None for vector in vectors):
+                data.index = info
+            return self._store(key, messages, records, vectors)
+
+    async def _index_info(self) -> IndexInfo | None:
+        with self._data.lock:
+            return self._data.index
+
+    def _scope(self, scope: SearchScope) -> list[tuple[str, _Session]]:
+        """The live sessions ``scope`` covers; the caller holds the lock."""
+        if isinstance(scope, SessionKey):
+            session = self._data.get(scope)
+            return [] if session is None else [(scope.session_id, session)]
+        return [(sid, s) for sid, s in self._data.live(scope.tenant) if scope.owner is None or s.owner == scope.owner]
+
+    async def _rankings(
+        self,
+        scope: SearchScope,
+        vector: tuple[float, ...] | None,
+        terms: list[str],
+        limit: int,
+        before_seq: int | None,
+        roles: frozenset[str] | None,
+    ) -> Rankings:
+        query = None if vector is None else _unit(vector)
+        with self._data.lock:
+            found: list[tuple[str, _Session, int, _Entry]] = []
+            for session_id, session in self._scope(scope):
+                seqs = session.seq_of()
+                for message_id, entry in session.entries.items():
+                    seq = seqs[message_id]
+                    if (before_seq is None or seq < before_seq) and (roles is None or entry.role in roles):
+                        found.append((session_id, session, seq, entry))
+            by_vector = [] if query is None else sorted(found, key=lambda f: -_dot(query, f[3].vector))[:limit]
+            by_words = _bm25(found, terms, limit)
+            chosen = {(f[0], f[2]): f for f in (*by_vector, *by_words)}
+            records = {ident: f[1].records[f[2] - f[1].first_seq] for ident, f in chosen.items()}
+        decoded = dict(zip(records, self._decode(list(records.values())), strict=True))
+
+        def ranked(rows: list[tuple[str, _Session, int, _Entry]]) -> list[Candidate]:
+            return [Candidate(sid, seq, decoded[(sid, seq)]) for sid, _, seq, _ in rows]
+
+        return Rankings(ranked(by_vector), ranked(by_words))
+
+    async def _begin_reindex(self, info: IndexInfo) -> None:
+        data = self._data
+        with data.lock:
+            if data.index != info:
+                for sessions in data.tenants.values():
+                    for session in sessions.values():
+                        session.entries.clear()
+                data.index = info
+
+    async def _unindexed(self, key: SessionKey, info: IndexInfo, messages: Sequence[Message]) -> list[Message]:
+        with self._data.lock:
+            session = self._data.get(key)
+            if session is None or self._data.index != info:
+                return []
+            return [m for m in messages if m.message_id in session.id_set and m.message_id not in session.entries]
+
+    async def _index(
+        self, key: SessionKey, info: IndexInfo, messages: Sequence[Message], vectors: Sequence[tuple[float, ...]]
+    ) -> int:
+        data = self._data
+        with data.lock:
+            check_index(data.index, info)  # another reindex may have switched the embedder meanwhile
             session = data.get(key)
-            new = [
-                (message.message_id, record)
-                for message, record in zip(messages, records, strict=True)
-                if session is None or message.message_id not in session.id_set
-            ]
-            if not new:
-                return 0
-            now = stamp_time(write_stamp())
             if session is None:
-                session = data.tenants.setdefault(key.tenant, {})[key.session_id] = _Session(now, now)
-            for message_id, record in new:
-                session.ids.append(message_id)
-                session.records.append(record)
-                session.id_set.add(message_id)
-            self._touch(session, now)
-            return len(new)
+                return 0
+            indexed = 0
+            for message, vector in zip(messages, vectors, strict=True):
+                if message.message_id in session.id_set and message.message_id not in session.entries:
+                    session.entries[message.message_id] = _entry(message, vector)
+                    indexed += 1
+            return indexed
 
     async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
         with self._data.lock:
@@ -208,6 +348,8 @@ class MemoryHistoryStore(HistoryStore):
             removed = max(len(session.records) - keep_last, 0)
             if removed:  # a trim that deletes is a write; one that deletes nothing changes nothing
                 session.id_set.difference_update(session.ids[:removed])
+                for message_id in session.ids[:removed]:
+                    session.entries.pop(message_id, None)
                 del session.ids[:removed], session.records[:removed]
                 session.first_seq += removed
                 self._touch(session, stamp_time(write_stamp()))
@@ -220,7 +362,9 @@ class MemoryHistoryStore(HistoryStore):
             if session is None or not session.records:
                 return None
             record = session.records.pop()
-            session.id_set.discard(session.ids.pop())
+            popped_id = session.ids.pop()
+            session.id_set.discard(popped_id)
+            session.entries.pop(popped_id, None)
             self._touch(session, stamp_time(write_stamp()))
         return self._decode([record])[0]
 
@@ -291,6 +435,34 @@ class MemoryHistoryStore(HistoryStore):
             removed = len(list(self._data.live(tenant)))
             self._data.tenants.pop(tenant, None)
         return removed
+
+
+def _dot(a: Sequence[float], b: Sequence[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def _bm25(found: list[tuple[str, _Session, int, _Entry]], terms: list[str], limit: int) -> list[Any]:
+    """The ``limit`` entries of ``found`` that hold any of ``terms``, best first by BM25 over ``found``."""
+    if not terms or not found:
+        return []
+    count = len(found)
+    average = sum(f[3].length for f in found) / count or 1.0
+    wanted = set(terms)
+    frequency = Counter(term for f in found for term in wanted.intersection(f[3].terms))
+    idf = {term: math.log(1 + (count - n + 0.5) / (n + 0.5)) for term, n in frequency.items()}
+    scored = []
+    for f in found:
+        entry = f[3]
+        score = 0.0
+        for term in terms:
+            tf = entry.terms.get(term, 0)
+            if tf:
+                norm = _BM25_K1 * (1 - _BM25_B + _BM25_B * entry.length / average)
+                score += idf[term] * tf * (_BM25_K1 + 1) / (tf + norm)
+        if score > 0:
+            scored.append((score, f))
+    scored.sort(key=lambda pair: -pair[0])
+    return [f for _, f in scored[:limit]]
 
 
 def open_store(url: str = "memory://", **options: Any) -> MemoryHistoryStore:

@@ -41,6 +41,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ._openai_chat_protocol import ChatCompletionsRoutes
+from ._openai_embeddings_protocol import EmbeddingsRoutes
 from ._openai_fake_types import (
     FakeFailure,
     FakeHTTPResponse,
@@ -113,7 +114,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # keep test output quiet
 
 
-class FakeOpenAIServer(ChatCompletionsRoutes, ResponsesRoutes):
+class FakeOpenAIServer(ChatCompletionsRoutes, ResponsesRoutes, EmbeddingsRoutes):
     """A scripted OpenAI-compatible server on ``127.0.0.1``, for tests that drive the real ``openai`` package.
 
     It serves ``POST /v1/chat/completions`` (JSON, and SSE when ``stream`` is true, with the usage chunk when
@@ -121,6 +122,9 @@ class FakeOpenAIServer(ChatCompletionsRoutes, ResponsesRoutes):
     :meth:`reply_tool_calls`, :meth:`reply_with` and :meth:`fail`; with nothing scripted it answers
     ``"You said: <last user text>"``. Like the real service it refuses (HTTP 400) a message with an unknown
     field, and an assistant ``tool_calls`` message not followed by a tool message for each call.
+
+    ``POST /v1/embeddings`` answers each input with a deterministic vector (words hashed, salted with the model's
+    name; 64 dimensions unless the request asks for ``dimensions``), as floats or base64.
 
     It also serves the Responses API (``POST /v1/responses``, JSON or SSE events; ``GET /v1/responses/{id}``)
     and Conversations (``POST /v1/conversations``, ``GET /v1/conversations/{id}`` and ``.../items``), keeping
@@ -161,6 +165,7 @@ class FakeOpenAIServer(ChatCompletionsRoutes, ResponsesRoutes):
         self._reasoning: dict[str, str] = {}
         self._requires_reasoning: dict[str, str] = {}
         self.add_route("POST", "/v1/chat/completions", self._chat_completions)
+        self.add_route("POST", "/v1/embeddings", self._embeddings)
         self.add_route("POST", "/v1/responses", self._create_response)
         self.add_route("GET", "/v1/responses/{response_id}", self._get_response)
         self.add_route("POST", "/v1/conversations", self._create_conversation)

@@ -4,7 +4,8 @@ A backend subclasses :class:`HistoryStore` and implements its protected hooks (`
 the public methods check arguments and state once, for every backend alike. It declares its options once, as
 the typed fields of a :class:`StoreSettings` model, registers a
 :class:`BackendSpec` from a :func:`hookimpl` of ``chatkeep_register_backends``, and proves itself with the
-conformance kit. The rules every backend would otherwise copy are here once: the write stamp
+conformance kit (a backend that can search messages subclasses :class:`SearchableStore`). The rules every
+backend would otherwise copy are here once: the write stamp
 (:func:`write_stamp`), the ``list_sessions`` cursor (:func:`encode_cursor`), and keys hashed from ids
 (:func:`hashed_key`). Telemetry needs nothing of a backend: the base class traces every public method; a
 backend may name its server (``_telemetry_target``) and report retries (:func:`record_retry`).
@@ -40,6 +41,23 @@ from chatkeep.core.backend._keys import hashed_key, length_prefixed
 from chatkeep.core.backend._lazy import lazy_exports
 from chatkeep.core.backend._loops import PerLoop
 from chatkeep.core.backend._paging import decode_cursor, encode_cursor
+from chatkeep.core.backend._search import (
+    RRF_K,
+    Candidate,
+    Embeddings,
+    IndexInfo,
+    Rankings,
+    SearchableStore,
+    SearchHit,
+    SearchScope,
+    SupportsSearch,
+    TenantScope,
+    check_index,
+    embed_messages,
+    fuse,
+    keyword_terms,
+    searchable,
+)
 from chatkeep.core.backend._settings import DriverOptions, StoreSettings, TTLStoreSettings
 from chatkeep.core.backend._spec import BackendSpec, hookimpl
 from chatkeep.core.backend._stamps import stamp_time, time_stamp, write_stamp
@@ -59,14 +77,22 @@ from chatkeep.core.backend._store import (
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "RRF_K",
     "BackendSpec",
+    "Candidate",
     "DriverOptions",
+    "Embeddings",
     "Flag",
     "HistoryStore",
+    "IndexInfo",
     "NonEmptyText",
     "NonNegativeInt",
     "PerLoop",
     "PositiveInt",
+    "Rankings",
+    "SearchHit",
+    "SearchScope",
+    "SearchableStore",
     "Seconds",
     "SessionInfo",
     "SessionKey",
@@ -78,9 +104,12 @@ __all__ = [
     "SupportsNativeTTL",
     "SupportsReadProbe",
     "SupportsSchemaRevision",
+    "SupportsSearch",
     "TTLStoreSettings",
     "TelemetryTarget",
+    "TenantScope",
     "boolean",
+    "check_index",
     "checked",
     "conflict_error",
     "converted",
@@ -89,11 +118,14 @@ __all__ = [
     "decode_cursor",
     "decode_records",
     "decode_session_document",
+    "embed_messages",
     "encode_cursor",
     "encode_records",
+    "fuse",
     "hashed_key",
     "hookimpl",
     "hookspecs",
+    "keyword_terms",
     "lazy_exports",
     "length_prefixed",
     "non_negative_int",
@@ -102,6 +134,7 @@ __all__ = [
     "positive_seconds",
     "record_retry",
     "redact_url",
+    "searchable",
     "session_document",
     "stamp_time",
     "text",

@@ -147,6 +147,27 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
     prune.add_argument("--dry-run", action="store_true", help="list the sessions it would delete, and delete nothing")
 
+    search = _command(
+        commands,
+        "search",
+        "_search:search",
+        "the messages that best match some words, by meaning and by words",
+        parents=[common],
+    )
+    search.add_argument("words", help="what to look for")
+    search.add_argument("--session", type=session_id, metavar="ID", help="only this session (default: the tenant)")
+    search.add_argument("--limit", type=_positive, default=10, help="how many matches (default: %(default)s)")
+    reindex = _command(
+        commands,
+        "reindex",
+        "_search:reindex",
+        "index the messages not yet indexed with the embedder (every tenant unless --tenant); run again to resume",
+        parents=[common],
+    )
+    for command in (search, reindex):
+        command.add_argument("--openai-model", metavar="MODEL", help="embed with this model of OPENAI_BASE_URL")
+        command.add_argument("--dimensions", type=_positive, help="the width of --openai-model's vectors")
+
     _command(
         commands, "migrate", "_inspect:migrate", "create or upgrade a store's schema (SQL databases)", parents=[common]
     )

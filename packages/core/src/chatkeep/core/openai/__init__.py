@@ -12,6 +12,7 @@ except ModuleNotFoundError as exc:
     ) from exc
 
 from chatkeep.core.openai._chat_client import OpenAIChatClient
+from chatkeep.core.openai._embedder import OpenAIEmbedder
 from chatkeep.core.openai._responses_client import OpenAIResponsesClient
 
-__all__ = ["OpenAIChatClient", "OpenAIResponsesClient"]
+__all__ = ["OpenAIChatClient", "OpenAIEmbedder", "OpenAIResponsesClient"]

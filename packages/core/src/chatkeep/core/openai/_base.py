@@ -25,8 +25,13 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "CallSettings",
+    "Connection",
     "OpenAIClientBase",
+    "OwnedClient",
+    "answered",
     "assistant_message",
+    "check_timeouts",
+    "connect",
     "model_error",
 ]
 
@@ -63,6 +68,96 @@ def _is_loopback(url: str) -> bool:
         return False
 
 
+class Connection(NamedTuple):
+    """The ``AsyncOpenAI`` a client uses and the deadlines it was made with (``None``: a handed-in client's own)."""
+
+    client: AsyncOpenAI
+    timeout: float | None
+    connect_timeout: float | None
+
+    @property
+    def described(self) -> str:
+        """The deadlines, for messages: `` (connect_timeout=5 s, timeout=120 s)`` (empty for a handed-in client)."""
+        if self.timeout is None or self.connect_timeout is None:
+            return ""
+        return f" (connect_timeout={self.connect_timeout:g} s, timeout={self.timeout:g} s)"
+
+
+def check_timeouts(name: str, client: AsyncOpenAI | None, timeout: float | None, connect_timeout: float | None) -> None:
+    """Refuse timeouts given with a handed-in client, and timeouts that are not a positive number of seconds.
+
+    Raises:
+        AgentConfigurationError: naming ``name``, the class refusing them.
+    """
+    if client is not None and (timeout is not None or connect_timeout is not None):
+        raise AgentConfigurationError(
+            f"{name}(client=...) uses the client's own timeouts; give them to your AsyncOpenAI "
+            "(AsyncOpenAI(timeout=...)), or drop client= to let chatkeep make one"
+        )
+    for option, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+        if value is not None and not value > 0:
+            raise AgentConfigurationError(f"{name}({option}={value!r}): it must be a number of seconds above 0")
+
+
+def connect(
+    name: str,
+    base_url: str | None,
+    api_key: str | None,
+    client: AsyncOpenAI | None,
+    timeout: float | None,
+    connect_timeout: float | None,
+) -> Connection:
+    """The ``AsyncOpenAI`` to use: ``client`` as it is, or one made from the arguments and the environment.
+
+    ``base_url`` defaults to ``OPENAI_BASE_URL``; ``api_key`` to ``OPENAI_API_KEY``, and to ``"not-needed"`` for a
+    loopback server; the timeouts to :data:`DEFAULT_TIMEOUT` and :data:`DEFAULT_CONNECT_TIMEOUT`.
+
+    Raises:
+        AgentConfigurationError: no API key for a server that is not on this machine.
+    """
+    if client is not None:
+        return Connection(client, None, None)
+    url = base_url or _env("OPENAI_BASE_URL")
+    key = api_key or _env("OPENAI_API_KEY")
+    if not key:
+        if url is None or not _is_loopback(url):
+            raise AgentConfigurationError(
+                f"{name} needs an API key: pass api_key='...' or set the OPENAI_API_KEY "
+                "environment variable (a server on localhost needs none)"
+            )
+        key = _LOCAL_API_KEY
+    seconds = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+    connect_seconds = DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else float(connect_timeout)
+    made = AsyncOpenAI(base_url=url, api_key=key, timeout=Timeout(seconds, connect=connect_seconds))
+    return Connection(made, seconds, connect_seconds)
+
+
+async def answered(call: Awaitable[T], timeout: float | None, failed: str, client_name: str) -> T:
+    """``call``'s result; a server that does not answer within ``timeout`` seconds, retries included, raises.
+
+    The openai package bounds each attempt and retries a timed-out one twice: without a bound of the whole,
+    a server that accepts and never answers would hold the call three times as long.
+
+    Args:
+        call: the request.
+        timeout: the bound (``None``: none, a handed-in client's own timeouts apply).
+        failed: the message's start, naming the API and the server (``"Embeddings call failed: URL"``).
+        client_name: the class whose ``timeout=`` raises the bound.
+
+    Raises:
+        ModelError: no answer within ``timeout`` (named with its value).
+    """
+    if timeout is None:
+        return await call
+    try:
+        return await asyncio.wait_for(call, timeout)
+    except asyncio.TimeoutError as exc:
+        raise ModelError(
+            f"{failed} did not answer within timeout={timeout:g} s; check that the server is up and not "
+            f"overloaded, or for a slow model raise the bound: {client_name}(timeout=...)"
+        ) from exc
+
+
 class CallSettings(NamedTuple):
     """The settings of one call: the call's :class:`~chatkeep.core.ChatOptions` over the client's defaults.
 
@@ -79,7 +174,34 @@ class CallSettings(NamedTuple):
     extra_body: dict[str, Any]
 
 
-class OpenAIClientBase(BaseChatClient):
+class OwnedClient:
+    """The life cycle of an object using an ``AsyncOpenAI``: it closes the one it made, never one handed in.
+
+    A subclass sets ``_client``, ``_owns_client`` and ``_closed = False`` in its constructor.
+    """
+
+    _client: AsyncOpenAI
+    _owns_client: bool
+    _closed: bool
+
+    async def close(self) -> None:
+        """Close the ``AsyncOpenAI`` this object created (one given with ``client=`` stays open); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class OpenAIClientBase(OwnedClient, BaseChatClient):
     """The base of the OpenAI model clients: configuration, the ``AsyncOpenAI`` they use, and its life cycle.
 
     A subclass names itself and its API in the class variables below, and passes its constructor's arguments
@@ -139,14 +261,7 @@ class OpenAIClientBase(BaseChatClient):
             raise AgentConfigurationError(
                 f"{name} sets {', '.join(reserved)} itself, so it cannot be a default option; {self._reserved_hint}"
             )
-        if client is not None and (timeout is not None or connect_timeout is not None):
-            raise AgentConfigurationError(
-                f"{name}(client=...) uses the client's own timeouts; give them to your AsyncOpenAI "
-                "(AsyncOpenAI(timeout=...)), or drop client= to let chatkeep make one"
-            )
-        for option, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
-            if value is not None and not value > 0:
-                raise AgentConfigurationError(f"{name}({option}={value!r}): it must be a number of seconds above 0")
+        check_timeouts(name, client, timeout, connect_timeout)
         self._check_config()
         self.model: str = resolved_model
         self._default_instructions: str | None = default_options.pop("instructions", None)
@@ -154,52 +269,22 @@ class OpenAIClientBase(BaseChatClient):
         self._default_max_tokens: int | None = default_options.pop("max_tokens", None)
         self._default_body: dict[str, Any] = default_options
         self._owns_client = client is None
+        connection = connect(name, base_url, api_key, client, timeout, connect_timeout)
         #: Seconds the server may stay silent (``None``: the handed-in client's own timeouts apply).
-        self.timeout: float | None = None
+        self.timeout: float | None = connection.timeout
         #: Seconds a connection may take to open (``None``: the handed-in client's own).
-        self.connect_timeout: float | None = None
-        if client is None:
-            url = base_url or _env("OPENAI_BASE_URL")
-            key = api_key or _env("OPENAI_API_KEY")
-            if not key:
-                if url is None or not _is_loopback(url):
-                    raise AgentConfigurationError(
-                        f"{name} needs an API key: pass api_key='...' or set the OPENAI_API_KEY "
-                        "environment variable (a server on localhost needs none)"
-                    )
-                key = _LOCAL_API_KEY
-            self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
-            self.connect_timeout = DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else float(connect_timeout)
-            client = AsyncOpenAI(base_url=url, api_key=key, timeout=Timeout(self.timeout, connect=self.connect_timeout))
-        self._client = client
+        self.connect_timeout: float | None = connection.connect_timeout
+        self._client = connection.client
         self._closed = False
 
     async def _answered(self, call: Awaitable[T]) -> T:
-        """``call``'s result; a server that does not answer within :attr:`timeout`, retries included, raises.
-
-        The openai package bounds each attempt and retries a timed-out one twice: without a bound of the whole,
-        a server that accepts and never answers would hold the call three times as long.
-
-        Raises:
-            ModelError: no answer within :attr:`timeout` (named with its value).
-        """
-        if self.timeout is None:
-            return await call
-        try:
-            return await asyncio.wait_for(call, self.timeout)
-        except asyncio.TimeoutError as exc:
-            raise ModelError(
-                f"{self._api_name} call failed: {self._where} did not answer within timeout={self.timeout:g} s; "
-                "check that the server is up and not overloaded, or for a slow model raise the bound: "
-                f"{self._client_name}(timeout=...)"
-            ) from exc
+        """``call``'s result within :attr:`timeout`, retries included (see :func:`answered`)."""
+        return await answered(call, self.timeout, f"{self._api_name} call failed: {self._where}", self._client_name)
 
     @property
     def _timeouts(self) -> str:
         """The client's timeouts, for messages (empty for a handed-in client's own)."""
-        if self.timeout is None:
-            return ""
-        return f" (connect_timeout={self.connect_timeout:g} s, timeout={self.timeout:g} s)"
+        return Connection(self._client, self.timeout, self.connect_timeout).described
 
     def _check_config(self) -> None:
         """Refuse a contradictory configuration (after the model and reserved-option checks); none by default."""
@@ -225,24 +310,6 @@ class OpenAIClientBase(BaseChatClient):
             max_tokens=options.max_tokens if options.max_tokens is not None else self._default_max_tokens,
             extra_body={**self._default_body, **options.additional},
         )
-
-    # -- life cycle -------------------------------------------------------------------------------------
-
-    async def close(self) -> None:
-        """Close the ``AsyncOpenAI`` this client created (one given with ``client=`` stays open); idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._owns_client:
-            await self._client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 def model_error(

@@ -3,7 +3,8 @@
 A backend's test module subclasses :class:`HistoryStoreConformance` and tells the kit how to open
 stores; the kit brings the tests (order, idempotent retries, concurrent writers, cancellation,
 atomic pops, windowed reads, hostile ids, tenant isolation, versioned documents, listing, prune, TTL, lifecycle,
-and property tests drawing random messages, ids and session state with Hypothesis)::
+search for stores with that capability, and property tests drawing random messages, ids and session state
+with Hypothesis)::
 
     import uuid
 
@@ -75,6 +76,7 @@ from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationCo
 from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
 from chatkeep.testing.conformance._pop import PopConformance
 from chatkeep.testing.conformance._properties import PROPERTY_SETTINGS, PropertyConformance, for_all
+from chatkeep.testing.conformance._search import SearchConformance
 from chatkeep.testing.conformance._sessions import ListingConformance, SessionDocumentConformance
 
 __all__ = [
@@ -95,6 +97,7 @@ __all__ = [
     "PropertyConformance",
     "ReadConformance",
     "RetentionConformance",
+    "SearchConformance",
     "SessionDocumentConformance",
     "StoreFactory",
     "StoreKit",

@@ -8,6 +8,7 @@ from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationCo
 from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
 from chatkeep.testing.conformance._pop import PopConformance
 from chatkeep.testing.conformance._properties import PropertyConformance
+from chatkeep.testing.conformance._search import SearchConformance
 from chatkeep.testing.conformance._sessions import ListingConformance, SessionDocumentConformance
 
 __all__ = ["HistoryStoreConformance"]
@@ -27,6 +28,7 @@ class HistoryStoreConformance(
     TTLConformance,
     LifecycleConformance,
     PropertyConformance,
+    SearchConformance,
 ):
     """Every rule of the :class:`~chatkeep.core.HistoryStore` contract, as tests a backend inherits.
 
