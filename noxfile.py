@@ -27,7 +27,7 @@ import nox
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["tests", "interop", "lint", "typecheck", "docs"]
+nox.options.sessions = ["tests", "interop", "interop_peers", "lint", "typecheck", "docs"]
 
 PYTHON = "3.11"  # the only interpreter this project's machines have; the code supports 3.10+
 

@@ -35,44 +35,32 @@ class Spec:
     """Where a framework's tests come from and how they run."""
 
     distribution: str  # the PyPI name and pinned version, as pip takes it
-    files: tuple[str, ...]  # paths inside the sdist's top folder: the tests, their helpers and settings
-    tests: tuple[str, ...]  # what pytest runs
+    tests: tuple[str, ...]  # the test files pytest runs (paths inside the sdist's top folder)
+    helpers: tuple[str, ...]  # what they import beside the package: their settings, conftests, test utilities
     pytest_args: tuple[str, ...] = ()
 
 
 SPECS: dict[str, Spec] = {
     "openai-agents": Spec(
         "openai-agents==0.24.0",
-        files=(
-            "pyproject.toml",
-            "tests/__init__.py",
-            "tests/conftest.py",
-            "tests/testing_processor.py",
-            "tests/test_responses.py",
+        tests=(
             "tests/memory/test_session.py",
             "tests/memory/test_session_limit.py",
             "tests/extensions/memory/test_encrypt_session.py",
         ),
-        tests=("tests/memory", "tests/extensions/memory"),
+        helpers=("tests/conftest.py", "tests/testing_processor.py", "tests/test_responses.py"),
         # Their SQLiteSession.close() is sync and their tests call it without await; ChatkeepSession's is a
         # coroutine (an expected difference), closed by the plugin after each test.
         pytest_args=("-W", "ignore:coroutine 'ChatkeepSession.close' was never awaited:RuntimeWarning"),
     ),
     "langchain": Spec(
         "langchain-core==1.8.3",
-        files=(
-            "pyproject.toml",
-            "tests/__init__.py",
-            "tests/unit_tests/__init__.py",
+        tests=("tests/unit_tests/chat_history/test_chat_history.py", "tests/unit_tests/runnables/test_history.py"),
+        helpers=(
             "tests/unit_tests/conftest.py",
-            "tests/unit_tests/pydantic_utils.py",
-            "tests/unit_tests/chat_history/__init__.py",
-            "tests/unit_tests/chat_history/test_chat_history.py",
-            "tests/unit_tests/runnables/__init__.py",
             "tests/unit_tests/runnables/conftest.py",
-            "tests/unit_tests/runnables/test_history.py",
+            "tests/unit_tests/pydantic_utils.py",
         ),
-        tests=("tests/unit_tests/chat_history", "tests/unit_tests/runnables/test_history.py"),
         # Their addopts need syrupy (snapshots), which none of these tests uses.
         pytest_args=("-o", "addopts="),
     ),
@@ -82,7 +70,8 @@ SPECS: dict[str, Spec] = {
 def targets() -> dict[str, str]:
     """The adapter tests' backends (``packages/interop/tests/conftest.py``'s TARGETS), narrowed as they are."""
     spec = importlib.util.spec_from_file_location("_interop_conftest", HERE.parent / "conftest.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
     chosen: list[str] = conftest._chosen()
@@ -102,18 +91,25 @@ def reachable(url: str) -> str | None:
 
 
 def extract(spec: Spec, into: Path) -> Path:
-    """Download the sdist with pip into ``into`` and extract only ``spec.files``; the folder they are in."""
+    """Download the sdist with pip into ``into`` and extract only the spec's tests and helpers, with the test
+    settings (``pyproject.toml``) and the ``__init__.py`` of their folders; the folder they are in."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"]
-        + ["--no-binary", ":all:", "--dest", str(into), spec.distribution],
+        [
+            *(sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"),
+            *("--no-binary", ":all:", "--dest", str(into), spec.distribution),
+        ],
         check=True,
     )
     name, version = spec.distribution.split("==")
     (archive,) = into.glob(f"{name.replace('-', '_')}-{version}.tar.gz")
     top = f"{name.replace('-', '_')}-{version}"
     root = into / top
+    wanted = {"pyproject.toml", *spec.tests, *spec.helpers}
+    folders = {parent for path in wanted for parent in Path(path).parents if parent != Path()}
     with tarfile.open(archive) as sdist:
-        members = [sdist.getmember(f"{top}/{path}") for path in spec.files]
+        names = set(sdist.getnames())
+        inits = {f"{folder}/__init__.py" for folder in folders if f"{top}/{folder}/__init__.py" in names}
+        members = [sdist.getmember(f"{top}/{path}") for path in sorted(wanted | inits)]
         sdist.extractall(into, members=members, filter="data")
     return root
 
@@ -137,7 +133,7 @@ def main() -> int:
                 continue
             print(f"peers: {spec.distribution}'s own tests, chatkeep's adapter on {backend} ({url})", flush=True)
             command = [sys.executable, "-m", "pytest", "-c", str(root / "pyproject.toml"), "--rootdir", str(root)]
-            command += ["-p", plugin, "-p", "no:cacheprovider", "-o", "timeout=300", "-q", "-ra"]
+            command += ["-p", plugin, "-p", "no:cacheprovider", "-o", "timeout=300", "-q", "-rfEs"]
             command += [*spec.pytest_args, *spec.tests, *pytest_args]
             env = {**os.environ, "CHATKEEP_PEER_BACKEND": backend, "CHATKEEP_PEER_STORE_URL": url}
             # pytest runs in the temporary folder: the plugin's package by its absolute path.

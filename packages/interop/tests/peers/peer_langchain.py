@@ -23,7 +23,6 @@ from langchain_core.messages import BaseMessage
 
 from chatkeep.core import SyncHistoryStore, open_store
 from chatkeep.interop.langchain import ChatkeepChatMessageHistory
-
 from peers._expected import mark_expected
 
 STORE_URL = os.environ.get("CHATKEEP_PEER_STORE_URL", "memory://")

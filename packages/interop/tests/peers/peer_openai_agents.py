@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from chatkeep.interop.openai_agents import ChatkeepSession
-
 from peers._expected import mark_expected
 
 STORE_URL = os.environ.get("CHATKEEP_PEER_STORE_URL", "memory://")
@@ -50,9 +49,7 @@ def session_class(store_url: str, tenants: _Tenants) -> type[ChatkeepSession]:
     tests' own subclasses of ``SQLiteSession`` subclass the adapter); nothing else of the adapter changes."""
 
     class SQLiteSession(ChatkeepSession):
-        def __init__(
-            self, session_id: str, db_path: str | Path = ":memory:", session_settings: Any = None
-        ) -> None:
+        def __init__(self, session_id: str, db_path: str | Path = ":memory:", session_settings: Any = None) -> None:
             tenant = tenants.of(db_path)
             super().__init__(session_id, store=store_url, tenant=tenant, session_settings=session_settings)
             tenants.opened.append(self)
