@@ -10,7 +10,8 @@ nox -s soak                  a fault-injecting soak of every shared backend, 5 m
                              -- --minutes 1 --backends redis,sqlite)
 nox -s interop               the framework adapters, each with its framework's real package
 nox -s interop_peers          the Agents SDK's and LangChain's own history tests (from their sdists on PyPI)
-                             against the adapters, on memory, SQLite, PostgreSQL and Redis
+                             against the adapters, on memory, SQLite, PostgreSQL and Redis (not in the default
+                             run: it has not been measured inside .ci/run's 20 minutes yet)
 nox -s interop_bench         the adapters beside each framework's own stores (not in the default run)
 nox -s failover              a master of a private replicated Redis Cluster killed under 8 writers, 3 rounds
                              with and without wait_replicas, printing the appends lost without it (not in the
@@ -27,7 +28,7 @@ import nox
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["tests", "interop", "interop_peers", "lint", "typecheck", "docs"]
+nox.options.sessions = ["tests", "interop", "lint", "typecheck", "docs"]
 
 PYTHON = "3.11"  # the only interpreter this project's machines have; the code supports 3.10+
 
