@@ -9,6 +9,9 @@ nox -s reliability           fault, recovery and concurrency tests on every back
 nox -s soak                  a fault-injecting soak of every shared backend, 5 minutes each (not in the default run;
                              -- --minutes 1 --backends redis,sqlite)
 nox -s interop               the framework adapters, each with its framework's real package
+nox -s interop_peers          the Agents SDK's and LangChain's own history tests (from their sdists on PyPI)
+                             against the adapters, on memory, SQLite, PostgreSQL and Redis (not in the default
+                             run: it has not been measured inside .ci/run's 20 minutes yet)
 nox -s interop_bench         the adapters beside each framework's own stores (not in the default run)
 nox -s failover              a master of a private replicated Redis Cluster killed under 8 writers, 3 rounds
                              with and without wait_replicas, printing the appends lost without it (not in the
@@ -159,6 +162,27 @@ def interop(session: nox.Session, framework: str) -> None:
     install_framework(session, framework)
     module = framework.replace("-", "_")
     session.run(*PYTEST, f"packages/interop/tests/{module}", *session.posargs, env={"CHATKEEP_TEST_BACKEND": framework})
+
+
+# framework -> what running its own tests needs beyond its INTEROP packages (pip downloads their sdist).
+PEERS: dict[str, list[str]] = {
+    "openai-agents": ["pip"],
+    "langchain": ["pip", "pytest-mock==3.14.0"],  # langchain-core's test conftest imports pytest_mock
+}
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("framework", list(PEERS))
+def interop_peers(session: nox.Session, framework: str) -> None:
+    """Run the framework's own published history tests (its sdist's, at the pinned version) against the adapter.
+
+    packages/interop/tests/peers downloads the sdist from PyPI, extracts only the test files it names into a
+    temporary folder, and runs them on memory, SQLite, PostgreSQL and Redis with the adapter in place of the
+    framework's own history class; the differences kept on purpose are strict expected failures (docs/frameworks).
+    """
+    install_framework(session, framework)
+    session.install(*PEERS[framework], silent=True)
+    session.run("python", "-m", "peers", framework, *session.posargs, env={"PYTHONPATH": "packages/interop/tests"})
 
 
 @nox.session(python=PYTHON)
