@@ -8,10 +8,10 @@ nox -s reliability           fault, recovery and concurrency tests on every back
                              (not in the default run; -- --rounds 5 for more, other arguments go to pytest)
 nox -s soak                  a fault-injecting soak of every shared backend, 5 minutes each (not in the default run;
                              -- --minutes 1 --backends redis,sqlite)
-nox -s interop               the framework adapters, each with its framework's real package
-nox -s interop_peers          the Agents SDK's and LangChain's own history tests (from their sdists on PyPI)
-                             against the adapters, on memory, SQLite, PostgreSQL and Redis (not in the default
-                             run: it has not been measured inside .ci/run's 20 minutes yet)
+nox -s interop               the framework adapters, each with its framework's real package; for the Agents SDK
+                             and LangChain also the framework's own history tests (from its sdist on PyPI)
+                             against the adapter, on memory, SQLite, PostgreSQL and Redis
+nox -s interop_peers         only the frameworks' own history tests
 nox -s interop_bench         the adapters beside each framework's own stores (not in the default run)
 nox -s failover              a master of a private replicated Redis Cluster killed under 8 writers, 3 rounds
                              with and without wait_replicas, printing the appends lost without it (not in the
@@ -162,6 +162,8 @@ def interop(session: nox.Session, framework: str) -> None:
     install_framework(session, framework)
     module = framework.replace("-", "_")
     session.run(*PYTEST, f"packages/interop/tests/{module}", *session.posargs, env={"CHATKEEP_TEST_BACKEND": framework})
+    if framework in PEERS and not session.posargs:  # the framework's own tests too, in the same environment
+        run_peers(session, framework, [])
 
 
 # framework -> what running its own tests needs beyond its INTEROP packages (pip downloads their sdist).
@@ -181,8 +183,13 @@ def interop_peers(session: nox.Session, framework: str) -> None:
     framework's own history class; the differences kept on purpose are strict expected failures (docs/frameworks).
     """
     install_framework(session, framework)
+    run_peers(session, framework, session.posargs)
+
+
+def run_peers(session: nox.Session, framework: str, args: list[str]) -> None:
+    """The framework's own history tests against its adapter (``interop`` runs them after the adapter's tests)."""
     session.install(*PEERS[framework], silent=True)
-    session.run("python", "-m", "peers", framework, *session.posargs, env={"PYTHONPATH": "packages/interop/tests"})
+    session.run("python", "-m", "peers", framework, *args, env={"PYTHONPATH": "packages/interop/tests"})
 
 
 @nox.session(python=PYTHON)
