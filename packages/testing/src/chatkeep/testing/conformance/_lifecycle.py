@@ -185,16 +185,16 @@ class TTLConformance(ConformanceBase):
             await timeline.write(_seed(store, key))
             await _seed(await kit.open(), lasting)  # written by a store without a TTL: it never expires
             assert await timeline.read(store.count(key)) == 2
-            await asyncio.sleep(1.5)
+            await timeline.sleep(1.5)
             fresh = await kit.open()
             for _ in range(15):  # up to 1.5 s more: some engines expire in a background sweep
                 if await _gone(fresh, key):
                     break
-                await asyncio.sleep(0.1)
+                await timeline.sleep(0.1)
             assert await _gone(fresh, key), "the session outlived its 1 s TTL"
             assert await fresh.count(lasting) == 2
 
-        await TTLTimeline.run(scenario)
+        await TTLTimeline.run(scenario, kit.clock)
 
     async def test_ttl_is_refreshed_by_writes(self, kit: StoreKit) -> None:
         self.skip_without_native_ttl()
@@ -216,10 +216,10 @@ class TTLConformance(ConformanceBase):
             stored = await timeline.read(fresh.load_session(key))
             assert stored is not None
             assert stored.session.state == {"t": 1.4}
-            await asyncio.sleep(1.5)
+            await timeline.sleep(1.5)
             assert await _gone(fresh, key), "the session outlived its TTL after the last write"
 
-        await TTLTimeline.run(scenario)
+        await TTLTimeline.run(scenario, kit.clock)
 
 
 class LifecycleConformance(ConformanceBase):
