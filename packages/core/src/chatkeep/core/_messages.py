@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, TypeVar, cast
 
@@ -73,7 +73,7 @@ def _refusing(cls: _Dataclass) -> _Dataclass:
 
     Only the constructor is wrapped: decoding stored records builds contents without calling it.
     """
-    init = cls.__init__
+    init: Callable[..., None] = vars(cls)["__init__"]  # the one pydantic made for the dataclass
     params = ", ".join(
         f"{field.name}: {field.type}" + ("" if field.default is dataclasses.MISSING else f" = {field.default!r}")
         for field in dataclasses.fields(cls)

@@ -211,8 +211,9 @@ class ChatkeepChatStore(BaseChatStore):
     Args:
         store: a store URL (``"sqlite:///chat.db"``) or a backend name (``"memory"``), which the chat store
             opens and :meth:`close` closes; a :class:`HistoryStore`, which it takes over (its calls from this
-            chat store run on the chat store's private loop, and :meth:`close` closes it); or a :class:`SyncHistoryStore`
-            (``store.sync()``) that stays yours, to share one store between several chat stores.
+            chat store run on the chat store's private loop, and :meth:`close` closes it); or a
+            :class:`SyncHistoryStore` (``store.sync()``) that stays yours, to share one store between several
+            chat stores.
         tenant: the tenant every key of this chat store belongs to.
         store_options: options for a store opened from a URL (what its query takes, as keywords).
 

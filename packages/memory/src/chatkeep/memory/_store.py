@@ -231,7 +231,8 @@ class MemoryHistoryStore(HistoryStore):
         after = None if cursor is None else decode_cursor(cursor, int, str)
         with self._data.lock:
             rows = [
-                (s.updated_at, session_id, len(s.records), s.created_at) for session_id, s in self._data.live(tenant, self._clock())
+                (s.updated_at, session_id, len(s.records), s.created_at)
+                for session_id, s in self._data.live(tenant, self._clock())
             ]
         # Keyset pagination on (updated_at, session_id): stable while sessions are added between pages.
         rows.sort(reverse=True)
