@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -45,6 +46,21 @@ async def meta(blob_url: str) -> str:
         await store.append(KEY, _messages(3))
         await store.save_session(KEY, AgentSession(session_id=KEY.session_id, tenant=KEY.tenant))
         return store.layout.meta(KEY.tenant, KEY.session_id)
+
+
+#: Runs ``chatkeep ARGS...`` in a thread (its commands run event loops of their own): exit status, stdout, stderr.
+Chatkeep = Callable[..., Awaitable[tuple[int, str, str]]]
+
+
+@pytest.fixture
+def chatkeep(capsys: pytest.CaptureFixture[str]) -> Chatkeep:
+    async def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
 
 
 def _says_which(error: BaseException) -> None:
@@ -124,19 +140,13 @@ async def test_a_listing_by_pages_names_the_nameless_entry_on_each_and_goes_on(
 
 
 async def test_the_commands_name_a_metadata_blob_that_names_no_session_and_go_on_when_told(
-    blob_url: str, service: Any, container: str, meta: str, capsys: pytest.CaptureFixture[str], tmp_path: Any
+    blob_url: str, service: Any, container: str, meta: str, chatkeep: Chatkeep, tmp_path: Any
 ) -> None:
     await _overwrite(service, container, meta, b"\x00garbage")
 
-    async def chatkeep(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = await asyncio.to_thread(main, list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
     common = ("--store", blob_url, "--tenant", KEY.tenant)
     code, out, err = await chatkeep("sessions", "list", *common)
-    assert code == 1  # it failed with the blob's name, listing nothing
+    assert code == 1  # the others listed, the blob named
     assert "s-good" in out
     assert f"holds a damaged entry that names no session: the metadata blob {meta}" in err
     code, out, err = await chatkeep("sessions", "list", *common, "--skip-damaged", "--json")
@@ -203,16 +213,10 @@ async def test_a_damaged_data_block_names_the_session(blob_url: str, service: An
 
 
 async def test_the_commands_name_a_session_with_damaged_metadata_instead_of_passing_over_it(
-    blob_url: str, service: Any, container: str, meta: str, capsys: pytest.CaptureFixture[str], tmp_path: Any
+    blob_url: str, service: Any, container: str, meta: str, chatkeep: Chatkeep, tmp_path: Any
 ) -> None:
     raw = await (await service.get_container_client(container).get_blob_client(meta).download_blob()).readall()
     await _overwrite(service, container, meta, raw[: len(raw) // 2])
-
-    async def chatkeep(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = await asyncio.to_thread(main, list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
 
     common = ("--store", blob_url, "--tenant", KEY.tenant)
     code, out, err = await chatkeep("sessions", "list", *common)
