@@ -87,9 +87,4 @@ class Workers:
             for _ in threads:
                 self._jobs.put(None)
         if threads:
-            await asyncio.to_thread(_join_all, threads)
-
-
-def _join_all(threads: list[threading.Thread]) -> None:
-    for thread in threads:
-        thread.join()
+            await asyncio.to_thread(lambda: [thread.join() for thread in threads])
