@@ -1126,7 +1126,7 @@ def damage_record(url: str, key: SessionKey, index: int) -> None:
     """Write a record that is not JSON over message ``index`` of ``key``, behind the store (memory or SQLite)."""
     if url.startswith("memory://"):
         store = MemoryHistoryStore(url)
-        stored = store._data.get(key)  # where the namespace keeps the records
+        stored = store._data.get(key, store._clock())  # where the namespace keeps the records
         assert stored is not None
         stored.records[index] = '{"v":1,"role":"user","contents":[{"type":"text","te'
         return
@@ -1270,7 +1270,8 @@ def test_joined_exports_import_each_checked_against_its_own_trailer(cli: CLI, me
 
 def test_sessions_list_marks_a_damaged_document_and_exits_1(cli: CLI, memory_url: str) -> None:
     keys = run(seed(memory_url, sessions=3))
-    stored = MemoryHistoryStore(memory_url)._data.get(keys[1])
+    reader = MemoryHistoryStore(memory_url)
+    stored = reader._data.get(keys[1], reader._clock())
     assert stored is not None
     stored.document = "[1, 2"
     code, out, err = cli("sessions", "list", "--store", memory_url, "--tenant", "acme")

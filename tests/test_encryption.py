@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from chatkeep.core.encryption import KEYS_TENANT, DecryptionError, EncryptedStor
 from chatkeep.core.offline import OfflineChatClient
 from chatkeep.memory import MemoryHistoryStore
 from chatkeep.memory import _store as memory_internals
-from chatkeep.testing import DocumentDamager, HistoryStoreConformance, StoreFactory
+from chatkeep.testing import DocumentDamager, FakeClock, HistoryStoreConformance, StoreFactory
 from chatkeep.testing.encryption import BackingFactory, EncryptionConformance
 
 CANARY = "canary-7f3a-plaintext-must-never-be-stored"
@@ -53,10 +55,14 @@ class Backing:
         self.keys = f"enc-keys-{uuid.uuid4().hex}"
 
     def open(
-        self, master: dict[str, bytes] | None = None, current: str | None = None, **options: Any
+        self,
+        master: dict[str, bytes] | None = None,
+        current: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        **options: Any,
     ) -> EncryptedStore:
         return EncryptedStore(
-            MemoryHistoryStore(namespace=self.data, **options),
+            MemoryHistoryStore(namespace=self.data, clock=clock, **options),
             key_store=MemoryHistoryStore(namespace=self.keys),
             master_keys=master or {"k1": K1},
             current_key_id=current,
@@ -68,11 +74,15 @@ class TestEncryptedMemoryConformance(HistoryStoreConformance):
     multi_process = False
 
     @pytest.fixture
-    def make_store(self) -> StoreFactory:
+    def ttl_clock(self) -> FakeClock:
+        return FakeClock()  # the kit's TTL tests move it instead of sleeping
+
+    @pytest.fixture
+    def make_store(self, ttl_clock: FakeClock) -> StoreFactory:
         backing = Backing()
 
         def make(**options: Any) -> HistoryStore:
-            return backing.open(**options)
+            return backing.open(clock=ttl_clock, **options)
 
         return make
 
@@ -86,7 +96,7 @@ class TestEncryptedMemoryConformance(HistoryStoreConformance):
         async def damage(store: HistoryStore, key: SessionKey) -> None:
             assert isinstance(store, EncryptedStore)
             assert isinstance(store.inner, MemoryHistoryStore)
-            sealed = store.inner._data.get(key)
+            sealed = store.inner._data.get(key, store.inner._clock())
             assert sealed is not None
             sealed.document = "[1, 2"  # the sealed document as the inner store keeps it
 

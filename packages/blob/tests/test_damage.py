@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from chatkeep.blob import open_store
-from chatkeep.core import AgentSession, Message, MessageFormatError, SessionFormatError, SessionKey
+from chatkeep.core import (
+    AgentSession,
+    DamagedListingError,
+    Message,
+    MessageFormatError,
+    SessionFormatError,
+    SessionKey,
+)
 from chatkeep.core.cli import main
 
 KEY = SessionKey("t-damaged", "s-damaged")
@@ -37,6 +46,21 @@ async def meta(blob_url: str) -> str:
         await store.append(KEY, _messages(3))
         await store.save_session(KEY, AgentSession(session_id=KEY.session_id, tenant=KEY.tenant))
         return store.layout.meta(KEY.tenant, KEY.session_id)
+
+
+#: Runs ``chatkeep ARGS...`` in a thread (its commands run event loops of their own): exit status, stdout, stderr.
+Chatkeep = Callable[..., Awaitable[tuple[int, str, str]]]
+
+
+@pytest.fixture
+def chatkeep(capsys: pytest.CaptureFixture[str]) -> Chatkeep:
+    async def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
 
 
 def _says_which(error: BaseException) -> None:
@@ -78,12 +102,82 @@ async def test_a_metadata_blob_that_no_longer_names_its_session_is_an_error_nami
 ) -> None:
     await _overwrite(service, container, meta, b"\x00garbage")
     async with open_store(blob_url) as store:
-        with pytest.raises(SessionFormatError) as caught:
+        with pytest.raises(DamagedListingError) as caught:
             await store.list_sessions(KEY.tenant)
+        assert isinstance(caught.value, SessionFormatError)
         assert meta in str(caught.value)
         assert "tenant 't-damaged'" in str(caught.value)
         assert "delete it and the folder" in str(caught.value)
+        (entry,) = caught.value.entries
+        assert meta in entry
+        # The rest of the listing comes with the error: the damaged blob does not hide the tenant's other sessions.
+        assert [info.session_id for info in caught.value.page.items] == ["s-good"]
+        assert caught.value.page.next_cursor is None
         assert [info.session_id for info in (await store.list_sessions("another")).items] == []
+
+
+async def test_a_listing_by_pages_names_the_nameless_entry_on_each_and_goes_on(
+    blob_url: str, service: Any, container: str, meta: str
+) -> None:
+    async with open_store(blob_url) as store:
+        for n in range(3):
+            await store.append(SessionKey(KEY.tenant, f"s-more-{n}"), _messages(1))
+    await _overwrite(service, container, meta, b"\x00garbage")
+    listed: list[str] = []
+    cursor = None
+    async with open_store(blob_url) as store:
+        while True:
+            # Each page names it (and a later page's is not taken for a bad cursor).
+            with pytest.raises(DamagedListingError) as caught:
+                await store.list_sessions(KEY.tenant, limit=2, cursor=cursor)
+            assert meta in caught.value.entries[0]
+            page = caught.value.page
+            listed += [info.session_id for info in page.items]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+    assert sorted(listed) == ["s-good", "s-more-0", "s-more-1", "s-more-2"]
+
+
+async def test_the_commands_name_a_metadata_blob_that_names_no_session_and_go_on_when_told(
+    blob_url: str, service: Any, container: str, meta: str, chatkeep: Chatkeep, tmp_path: Any
+) -> None:
+    await _overwrite(service, container, meta, b"\x00garbage")
+
+    common = ("--store", blob_url, "--tenant", KEY.tenant)
+    code, out, err = await chatkeep("sessions", "list", *common)
+    assert code == 1  # the others listed, the blob named
+    assert "s-good" in out
+    assert f"holds a damaged entry that names no session: the metadata blob {meta}" in err
+    code, out, err = await chatkeep("sessions", "list", *common, "--skip-damaged", "--json")
+    assert code == 3
+    listing = json.loads(out)
+    assert [s["session_id"] for s in listing["sessions"]] == ["s-good"]
+    (skipped,) = listing["skipped"]
+    assert skipped["session_id"] is None
+    assert meta in skipped["error"]
+    assert "skipped a damaged entry of tenant 't-damaged' that names no session" in err
+
+    exported = tmp_path / "out.jsonl"
+    code, out, err = await chatkeep("export", *common, "-o", str(exported))
+    assert code == 1
+    assert "export stopped at an entry of tenant 't-damaged' that names no session, which is damaged" in err
+    assert meta in err
+    assert not exported.exists()
+    code, out, err = await chatkeep("export", *common, "-o", str(exported), "--skip-damaged")
+    assert code == 3
+    assert meta in err
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    code, out, err = await chatkeep("import", "--store", target, "-i", str(exported))  # its trailer counts hold
+    assert code == 0, err
+    copy = ("copy", "--from", blob_url, "--to", f"sqlite:///{tmp_path / 'copy2.db'}", "--tenant", KEY.tenant)
+    code, out, err = await chatkeep(*copy)
+    assert code == 1
+    assert "copy stopped at an entry of tenant 't-damaged' that names no session" in err
+    code, out, err = await chatkeep(*copy, "--skip-damaged")
+    assert code == 3
+    assert re.search(r"copied 1 session \(2 messages, [02] new\)", out), out
+    assert meta in err
 
 
 async def test_a_metadata_blob_without_its_listing_fields_is_still_listed(
@@ -119,16 +213,10 @@ async def test_a_damaged_data_block_names_the_session(blob_url: str, service: An
 
 
 async def test_the_commands_name_a_session_with_damaged_metadata_instead_of_passing_over_it(
-    blob_url: str, service: Any, container: str, meta: str, capsys: pytest.CaptureFixture[str], tmp_path: Any
+    blob_url: str, service: Any, container: str, meta: str, chatkeep: Chatkeep, tmp_path: Any
 ) -> None:
     raw = await (await service.get_container_client(container).get_blob_client(meta).download_blob()).readall()
     await _overwrite(service, container, meta, raw[: len(raw) // 2])
-
-    async def chatkeep(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = await asyncio.to_thread(main, list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
 
     common = ("--store", blob_url, "--tenant", KEY.tenant)
     code, out, err = await chatkeep("sessions", "list", *common)

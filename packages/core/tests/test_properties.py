@@ -13,7 +13,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chatkeep.core import AgentSession, ChatkeepError, Message, MessageFormatError, SessionFormatError, TextContent
+from chatkeep.core import (
+    AgentSession,
+    ChatkeepError,
+    DataContent,
+    FunctionCallContent,
+    FunctionResultContent,
+    InvalidArgumentError,
+    Message,
+    MessageFormatError,
+    SessionFormatError,
+    TextContent,
+    UriContent,
+    Usage,
+    UsageContent,
+)
 from chatkeep.testing.conformance import PROPERTY_SETTINGS
 
 _json: st.SearchStrategy[Any] = st.recursive(
@@ -77,3 +91,43 @@ def test_a_message_encodes_to_a_record_that_decodes_equal_or_raises_message_form
     assert Message.from_record(good.to_record()) == good
     with pytest.raises(MessageFormatError, match="lone surrogate"):
         Message(role="user", text=text + bad).to_record()
+
+
+#: Every class of the message model a user builds, with its keyword names and one that none of them takes.
+_BUILT = [
+    Message,
+    TextContent,
+    FunctionCallContent,
+    FunctionResultContent,
+    DataContent,
+    UriContent,
+    Usage,
+    UsageContent,
+]
+_names = st.sampled_from(
+    [
+        *("role", "text", "contents", "message_id", "author_name", "type", "call_id", "name", "arguments"),
+        *("result", "is_error", "data", "media_type", "uri", "input_tokens", "output_tokens", "total_tokens"),
+        *("usage", "other"),
+    ]
+)
+_values = _json | st.builds(object) | st.just(TextContent(text="t")) | st.lists(st.builds(object), max_size=1)
+
+
+@given(
+    cls=st.sampled_from(_BUILT),
+    args=st.lists(_values, max_size=1),
+    kwargs=st.dictionaries(_names, _values, max_size=4),
+)
+@PROPERTY_SETTINGS
+def test_any_arguments_to_a_message_or_content_build_it_or_raise_invalid_argument_error(
+    cls: type, args: list[Any], kwargs: dict[str, Any]
+) -> None:
+    """Never pydantic's ValidationError (nor another foreign exception): a ChatkeepError that says what to pass."""
+    try:
+        cls(*args, **kwargs)
+    except InvalidArgumentError as exc:
+        refused = str(exc)
+    else:
+        return
+    assert "Pass " in refused, refused

@@ -14,11 +14,16 @@ import pytest
 
 from chatkeep.core import (
     ChatkeepError,
+    FunctionCallContent,
+    FunctionResultContent,
     InvalidArgumentError,
     InvalidArgumentTypeError,
     Message,
     SessionKey,
     StoreConfigurationError,
+    TextContent,
+    Usage,
+    UsageContent,
     open_store,
 )
 
@@ -74,3 +79,38 @@ async def test_prune_with_an_older_than_of_the_wrong_type() -> None:
         with pytest.raises(InvalidArgumentTypeError, match="must be a timedelta or an aware datetime"):
             await store.prune(older_than=30)  # type: ignore[arg-type]
     assert issubclass(InvalidArgumentTypeError, ChatkeepError)
+
+
+@pytest.mark.parametrize(
+    ("build", "said"),
+    [
+        (lambda: TextContent(text=3), r"TextContent\(text: str\)"),
+        (lambda: TextContent(text=None), r"TextContent\(text: str\)"),
+        (lambda: FunctionCallContent(call_id="c", name=1), r"name: str, arguments: str = '\{\}'\)"),
+        (lambda: FunctionResultContent(call_id=None), r"FunctionResultContent\(call_id: str, result: JsonValue"),
+        (lambda: UsageContent(usage=3), r"UsageContent\(usage: Usage\)"),
+        (lambda: Message(role="user", contents="hi"), "contents= a list of contents"),
+    ],
+)
+def test_a_content_of_a_wrong_type_is_refused_with_invalid_argument_type_error(build: Any, said: str) -> None:
+    with pytest.raises(InvalidArgumentTypeError, match=said) as caught:
+        build()
+    assert isinstance(caught.value, TypeError)
+    assert type(caught.value.__cause__).__name__ == "ValidationError"  # pydantic's account, kept as the cause
+
+
+@pytest.mark.parametrize(
+    ("build", "said"),
+    [
+        (lambda: TextContent(), "Field required"),
+        (lambda: TextContent("positional"), "Unexpected positional argument"),
+        (lambda: TextContent(text="t", colour="red"), "Unexpected keyword argument"),
+        (lambda: Usage(input_tokens="many"), "unable to parse string as an integer"),
+        (lambda: FunctionCallContent(type="text", call_id="c", name="n"), "Input should be 'function_call'"),
+        (lambda: Message(role="robot", text="hi"), "Pass role= one of system, user, assistant or tool"),
+    ],
+)
+def test_a_content_with_a_wrong_value_is_refused_with_invalid_argument_error(build: Any, said: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=said) as caught:
+        build()
+    assert not isinstance(caught.value, InvalidArgumentTypeError)  # a value out of range, not a wrong type

@@ -15,7 +15,7 @@ def damage_session_document() -> DocumentDamager:
 
     async def damage(store: HistoryStore, key: SessionKey) -> None:
         assert isinstance(store, MemoryHistoryStore)
-        stored = store._data.get(key)
+        stored = store._data.get(key, store._clock())
         assert stored is not None
         stored.document = '{"type": "sess'
 

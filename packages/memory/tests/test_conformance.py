@@ -9,7 +9,7 @@ import pytest
 
 from chatkeep.core import HistoryStore
 from chatkeep.memory import MemoryHistoryStore
-from chatkeep.testing import HistoryStoreConformance, StoreFactory
+from chatkeep.testing import FakeClock, HistoryStoreConformance, StoreFactory
 
 
 class TestMemoryConformance(HistoryStoreConformance):
@@ -17,10 +17,14 @@ class TestMemoryConformance(HistoryStoreConformance):
     multi_process = False  # the data lives in one process
 
     @pytest.fixture
-    def make_store(self) -> StoreFactory:
+    def ttl_clock(self) -> FakeClock:
+        return FakeClock()  # every store of a test expires by it, and the kit's TTL tests move it: no waiting
+
+    @pytest.fixture
+    def make_store(self, ttl_clock: FakeClock) -> StoreFactory:
         namespace = f"conformance-{uuid.uuid4().hex}"
 
         def make(**options: Any) -> HistoryStore:
-            return MemoryHistoryStore(namespace=namespace, **options)
+            return MemoryHistoryStore(namespace=namespace, clock=ttl_clock, **options)
 
         return make

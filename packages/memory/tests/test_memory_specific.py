@@ -13,7 +13,7 @@ import chatkeep.core.backend
 from chatkeep.core import AgentSession, ChatkeepError, HistoryStore, Message, SessionFormatError, SessionKey
 from chatkeep.memory import MemoryHistoryStore, MemoryURLError, open_store
 from chatkeep.memory._config import DEFAULT_NAMESPACE, parse_url
-from chatkeep.testing import HistoryStoreConformance, StoreFactory
+from chatkeep.testing import FakeClock, HistoryStoreConformance, StoreFactory
 
 
 def _name() -> str:
@@ -126,7 +126,7 @@ async def test_a_damaged_session_document_names_the_session(damage: str) -> None
     store = MemoryHistoryStore(namespace=_name())
     key = SessionKey("t-damaged", "s-damaged")
     await store.save_session(key, AgentSession(session_id=key.session_id, tenant=key.tenant))
-    stored = store._data.get(key)  # write garbage where the document is kept
+    stored = store._data.get(key, store._clock())  # write garbage where the document is kept
     assert stored is not None
     stored.document = damage
     with pytest.raises(SessionFormatError) as caught:
@@ -213,3 +213,20 @@ def test_kit_refuses_other_overrides(mark: pytest.MarkDecorator | None) -> None:
 def test_kit_refuses_a_removed_test() -> None:
     with pytest.raises(TypeError, match="test_trim_keeps_newest_and_counts_removed"):
         _define({"test_trim_keeps_newest_and_counts_removed": None})
+
+
+async def test_sessions_expire_by_the_clock_the_store_is_given_without_waiting() -> None:
+    clock = FakeClock()
+    namespace = f"clock-{uuid.uuid4().hex}"
+    store = MemoryHistoryStore(namespace=namespace, ttl=60, clock=clock)
+    reader = MemoryHistoryStore(namespace=namespace, clock=clock)  # no TTL of its own: it reads by the same time
+    key = SessionKey("t", "s")
+    await store.append(key, [Message(role="user", text="hi")])
+    await clock.sleep(59.9)
+    assert await reader.count(key) == 1
+    await store.append(key, [Message(role="user", text="again")])  # a write restarts the 60 s
+    await clock.sleep(59.9)
+    assert [info.session_id for info in (await reader.list_sessions("t")).items] == ["s"]
+    await clock.sleep(0.2)
+    assert await reader.count(key) == 0
+    assert (await reader.list_sessions("t")).items == []

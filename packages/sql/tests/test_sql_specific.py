@@ -640,3 +640,72 @@ async def test_an_engine_of_your_own_refuses_options_only_a_url_can_apply() -> N
         assert SQLHistoryStore(client=engine, max_message_bytes=1000).max_message_bytes == 1000
     finally:
         await engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("is_mariadb", "version", "row_alias"),
+    [
+        (False, (8, 0, 19), True),  # the first MySQL with a row alias
+        (False, (8, 4, 3), True),
+        (False, (9, 1, 0), True),
+        (False, (8, 0, 18), False),
+        (False, (5, 7, 44), False),
+        (False, None, False),  # not connected yet: the form every server takes
+        (True, (10, 11, 6, "MariaDB"), False),  # MariaDB has no row alias, whatever its version number
+        (True, (11, 4, 2), False),
+    ],
+)
+def test_the_mysql_upsert_names_the_inserted_row_by_an_alias_from_mysql_8_0_19(
+    is_mariadb: bool, version: tuple[object, ...] | None, row_alias: bool
+) -> None:
+    statements = _sql.Statements("mysql", "format", is_mariadb=is_mariadb, server_version=version)
+    assert statements.row_alias is row_alias
+    if row_alias:  # VALUES() is deprecated from MySQL 8.0.20: one warning per statement
+        assert "VALUES(" not in statements.upsert
+        assert ") AS incoming ON DUPLICATE KEY UPDATE next_seq = next_seq + incoming.next_seq," in statements.upsert
+        assert "message_count = message_count + incoming.message_count" in statements.upsert
+        assert "GREATEST(updated_at, incoming.updated_at)" in statements.upsert
+    else:
+        assert " AS incoming" not in statements.upsert
+        assert "next_seq = next_seq + VALUES(next_seq)" in statements.upsert
+        assert "GREATEST(updated_at, VALUES(updated_at))" in statements.upsert
+    assert statements.upsert.endswith(" RETURNING id, next_seq") is is_mariadb
+    assert statements.upsert.count("%s") == 8
+
+
+def test_the_server_met_at_connect_decides_the_upsert() -> None:
+    statements = _sql.Statements("mysql", "format")  # a mysql:// URL, before the first connection
+    assert "VALUES(next_seq)" in statements.upsert
+    statements.use_server(is_mariadb=False, version=(8, 0, 36))
+    assert "incoming.next_seq" in statements.upsert
+    statements.use_server(is_mariadb=True, version=(10, 11, 6))  # the URL said mysql://, the server is MariaDB
+    assert "VALUES(next_seq)" in statements.upsert
+    postgres = _sql.Statements("postgresql", "numeric_dollar")
+    before = postgres.upsert
+    postgres.use_server(is_mariadb=False, version=(16, 4))
+    assert postgres.upsert == before
+
+
+async def test_appends_on_this_server_use_the_upsert_its_version_takes(sql_target: Any) -> None:
+    if sql_target.family != "mysql":
+        pytest.skip("the row alias is a MySQL/MariaDB matter")
+    (version,) = sql_target.admin("SELECT VERSION()")[0]
+    store = SQLHistoryStore(sql_target.url)
+    try:
+        key = SessionKey("upsert-form", f"s-{random.getrandbits(48):x}")
+        first = [Message(role="user", text=f"a{n}") for n in range(3)]
+        second = [Message(role="user", text=f"b{n}") for n in range(2)]
+        assert await store.append(key, first) == 3
+        assert await store.append(key, second) == 2  # the upsert's update branch: next_seq and count add up
+        assert [m.text for m in await store.load(key)] == ["a0", "a1", "a2", "b0", "b1"]
+        assert await store.count(key) == 5
+        assert (await store.list_sessions(key.tenant)).items[0].message_count == 5
+        if "mariadb" in str(version).lower():
+            assert not store._sql.row_alias
+            assert "VALUES(next_seq)" in store._sql.upsert
+        else:
+            numbers = tuple(int(part) for part in re.findall(r"\d+", str(version))[:3])
+            assert store._sql.row_alias is (numbers >= _sql.MYSQL_ROW_ALIAS)
+        await store.delete(key)
+    finally:
+        await store.close()

@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pytest
 
 from chatkeep.core import HistoryStore
-from chatkeep.testing import HistoryStoreConformance, StoreFactory
+from chatkeep.testing import HistoryStoreConformance, StoreFactory, StoreKit
 from chatkeep_jsonfiles import JsonFilesHistoryStore
 
 
@@ -29,3 +29,8 @@ class TestJsonFilesConformance(HistoryStoreConformance):
         return make
 
     # The read probe is the store's messages_read property (SupportsReadProbe): nothing to override.
+
+    # What the backend cannot do is declared, not skipped: the test still runs, and reports when it starts passing.
+    @pytest.mark.xfail(strict=True, reason="the store serves one event loop at a time (serves_any_loop is False)")
+    async def test_loops_sharing_a_store_lose_and_duplicate_nothing(self, kit: StoreKit, store: HistoryStore) -> None:
+        await super().test_loops_sharing_a_store_lose_and_duplicate_nothing(kit, store)

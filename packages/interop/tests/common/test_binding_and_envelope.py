@@ -7,6 +7,7 @@ import datetime
 import pytest
 
 from chatkeep.core import InvalidSessionKeyError, Message, MessageFormatError, StoreConfigurationError, open_store
+from chatkeep.interop import _binding
 from chatkeep.interop._binding import StoreBinding, SyncStoreBinding
 from chatkeep.interop._envelope import ENVELOPE_KEY, unwrap, wrap
 
@@ -101,6 +102,19 @@ async def test_a_sync_binding_keeps_the_callers_view_open() -> None:
 def test_a_sync_binding_refuses_an_async_store_and_says_to_pass_its_view() -> None:
     with pytest.raises(StoreConfigurationError, match=r"store\.sync\(\)"):
         SyncStoreBinding(open_store("memory://"))  # type: ignore[arg-type]
+
+
+async def test_a_sync_bindings_store_serves_the_callers_loop_beside_the_views_own() -> None:
+    """What the adapters' docs say: the binding runs its calls on the view's loop, and the store serves others too."""
+    binding = SyncStoreBinding("memory://")
+    key = binding.key("s-loops", "t1")
+    assert binding.view.store.serves_any_loop
+    await binding.view.arun(binding.view.store.append(key, [Message(role="user", text="on the view's loop")]))
+    await binding.view.store.append(key, [Message(role="user", text="on the caller's loop")])
+    assert [m.text for m in binding.view.load(key)] == ["on the view's loop", "on the caller's loop"]
+    await binding.aclose()
+    for doc in (SyncStoreBinding.__doc__ or "", _binding.__doc__ or ""):
+        assert "bound to one event loop" not in doc
 
 
 def test_a_sync_binding_refuses_options_with_a_view_and_objects_of_other_types() -> None:

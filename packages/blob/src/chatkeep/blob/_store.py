@@ -55,6 +55,7 @@ from chatkeep.core.backend import (
     StoredSession,
     TelemetryTarget,
     conflict_error,
+    damaged_listing_error,
     damaged_session_error,
     decode_cursor,
     decode_records,
@@ -742,15 +743,15 @@ class BlobHistoryStore(HistoryStore):
 
     # -- sessions --------------------------------------------------------------------------------
 
-    async def _listing(self, prefix: str, tenant: str | None = None) -> list[tuple[int, str, int, int, str, str]]:
+    async def _listing(
+        self, prefix: str, tenant: str | None = None, damaged: list[str] | None = None
+    ) -> list[tuple[int, str, int, int, str, str]]:
         """``(updated, session_id, count, created, blob name, etag)`` of every metadata blob under ``prefix``.
 
         A metadata blob's listing fields are its blob metadata, so one listing reads them all. A blob without them
-        (overwritten by a tool that dropped them, or damaged) is read; with ``tenant`` given, one whose content is
-        damaged too is listed under the id it still names, so that reading it reports the damage.
-
-        Raises:
-            SessionFormatError: (with ``tenant``) a damaged metadata blob no longer says which session it is.
+        (overwritten by a tool that dropped them, or damaged) is read when ``tenant`` is given: one whose content
+        is damaged too is listed under the id it still names, so that reading it reports the damage, and one that
+        no longer names its session is described in ``damaged`` (what it is, where, and how to remove it).
         """
         rows, unlisted = [], []
         with driver_errors(self.config):
@@ -775,12 +776,18 @@ class BlobHistoryStore(HistoryStore):
         if tenant is not None:
             for blob in unlisted:
                 row = await self._unlisted_row(tenant, blob)
-                if row is not None:
+                if isinstance(row, str):
+                    if damaged is not None:
+                        damaged.append(row)
+                elif row is not None:
                     rows.append(row)
         return rows
 
-    async def _unlisted_row(self, tenant: str, blob: Any) -> tuple[int, str, int, int, str, str] | None:
-        """The listing row of a metadata blob that lacks its listing fields (``None``: it is gone, or not ours)."""
+    async def _unlisted_row(self, tenant: str, blob: Any) -> tuple[int, str, int, int, str, str] | str | None:
+        """The listing row of a metadata blob that lacks its listing fields (``None``: it is gone, or not ours).
+
+        A blob damaged so that it no longer says which session it is gives the text naming it instead.
+        """
         try:
             raw = await self._download(self._container().get_blob_client(blob.name), 0, None)
         except _Gone:
@@ -793,12 +800,11 @@ class BlobHistoryStore(HistoryStore):
         except _META_DAMAGE as exc:
             session_id = _named_id(raw)
             if session_id is None or self.layout.meta(tenant, session_id) != blob.name:
-                raise SessionFormatError(
-                    f"a session of tenant {tenant!r} has a damaged metadata blob ({exc}) that no longer says which "
-                    f"session it is: {blob.name} in {self.config.where}. Restore that blob, or delete it and the "
-                    f"folder {self.layout.data_of_meta(str(blob.name))} (the session's messages) with the Azure "
-                    "tools; the tenant's other sessions are intact"
-                ) from exc
+                return (
+                    f"the metadata blob {blob.name} in {self.config.where} is damaged ({exc}); restore it, or "
+                    f"delete it and the folder {self.layout.data_of_meta(str(blob.name))} (the session's "
+                    "messages) with the Azure tools"
+                )
             return updated, session_id, 0, created, str(blob.name), str(blob.etag)
         if meta.tenant != tenant or self.layout.meta(tenant, meta.session_id) != blob.name:
             return None
@@ -807,7 +813,8 @@ class BlobHistoryStore(HistoryStore):
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One page, newest first: one listing of the tenant's metadata folder, sorted here (see the docs)."""
         after = None if cursor is None else decode_cursor(cursor, int, str)
-        rows = sorted(await self._listing(self.layout.metas(tenant), tenant), reverse=True)
+        damaged: list[str] = []
+        rows = sorted(await self._listing(self.layout.metas(tenant), tenant, damaged), reverse=True)
         if after is not None:
             rows = [row for row in rows if (row[0], row[1]) < after]
 
@@ -815,9 +822,10 @@ class BlobHistoryStore(HistoryStore):
             SessionInfo(sid, tenant, count, stamp_time(created), stamp_time(max(updated, created)))
             for updated, sid, count, created, _, _ in rows[:limit]
         ]
-        if len(rows) > limit:
-            return SessionPage(items, encode_cursor(rows[limit - 1][0], rows[limit - 1][1]))
-        return SessionPage(items)
+        page = SessionPage(items, encode_cursor(rows[limit - 1][0], rows[limit - 1][1]) if len(rows) > limit else None)
+        if damaged:  # named, with the others listed in the error: never a session passed over in silence
+            raise damaged_listing_error(tenant, page, damaged)
+        return page
 
     async def _save_session(
         self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None

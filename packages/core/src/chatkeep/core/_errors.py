@@ -11,6 +11,7 @@ __all__ = [
     "BackendConflictError",
     "ChatkeepError",
     "ConcurrencyConflictError",
+    "DamagedListingError",
     "EmbedderMismatchError",
     "EncryptedSessionError",
     "HistoryModeConflictError",
@@ -55,6 +56,25 @@ class HistoryModeConflictError(AgentConfigurationError):
 
 class SessionFormatError(ChatkeepError, ValueError):
     """A dict handed to ``AgentSession.from_dict``, or a session document a store holds, is not a serialized session."""
+
+
+class DamagedListingError(SessionFormatError):
+    """``list_sessions`` met stored data that no longer says which session it is (a Blob metadata blob).
+
+    The message names each such entry where it is stored and how to remove it; nothing else is wrong with the
+    tenant. A caller that can go on without them (``chatkeep sessions list --skip-damaged``) reads the rest:
+
+    Attributes:
+        page: the :class:`~chatkeep.core.SessionPage` of the listing without the damaged entries (its
+            ``next_cursor`` goes on as usual; each later page names them again).
+        entries: one text per damaged entry, naming where it is stored and what to do with it.
+    """
+
+    # Defaults only so that pickling (which calls the class with the message alone) round-trips.
+    def __init__(self, message: str, *, page: Any = None, entries: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.page = page
+        self.entries = entries
 
 
 class SessionOwnershipError(ChatkeepError, PermissionError):

@@ -7,20 +7,27 @@ can read it. Golden files in the tests pin the format.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticSerializationError
 
-from chatkeep.core._errors import InvalidArgumentError, MessageFormatError, MessageTooLargeError
+from chatkeep.core._errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    MessageFormatError,
+    MessageTooLargeError,
+)
 
 __all__ = [
     "RECORD_VERSION",
@@ -47,12 +54,51 @@ _RECORD_PREFIX_BYTES = _RECORD_PREFIX.encode()
 Role = Literal["system", "user", "assistant", "tool"]
 
 
+def _refusal(what: str, exc: ValidationError, hint: str) -> InvalidArgumentError:
+    """The ChatkeepError a constructor raises for pydantic's refusal of its arguments (chain ``exc`` as its cause).
+
+    An :class:`InvalidArgumentTypeError` when every value was of a wrong type, else an :class:`InvalidArgumentError`;
+    ``hint`` says what to pass.
+    """
+    wrong_type = all(error["type"].endswith("_type") for error in exc.errors())
+    error = InvalidArgumentTypeError if wrong_type else InvalidArgumentError
+    return error(f"{what} got a value it cannot hold: {exc}. {hint}")
+
+
+_Dataclass = TypeVar("_Dataclass", bound=type)
+
+
+def _refusing(cls: _Dataclass) -> _Dataclass:
+    """Make a content dataclass's constructor refuse bad arguments as :class:`Message`'s does (:func:`_refusal`).
+
+    Only the constructor is wrapped: decoding stored records builds contents without calling it.
+    """
+    init: Callable[..., None] = vars(cls)["__init__"]  # the one pydantic made for the dataclass
+    params = ", ".join(
+        f"{field.name}: {field.type}" + ("" if field.default is dataclasses.MISSING else f" = {field.default!r}")
+        for field in dataclasses.fields(cls)
+        if field.name != "type"  # the tag, which each class sets itself
+    )
+    hint = f"Pass keyword arguments of these types: {cls.__name__}({params})"
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            init(self, *args, **kwargs)
+        except ValidationError as exc:
+            raise _refusal(cls.__name__, exc, hint) from exc
+
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls
+
+
 # Contents and Usage are slotted pydantic dataclasses, not models: a batch decode makes one per content, and a
 # slotted dataclass is one object where a model is three (itself, its __dict__ and its set of fields given). The
 # ``type`` tag comes first so that a record's bytes keep their order (golden files pin them).
 _CONTENT = ConfigDict(extra="forbid")
 
 
+@_refusing
 @dataclass(slots=True, kw_only=True, config=_CONTENT)
 class TextContent:
     """Plain text."""
@@ -61,6 +107,7 @@ class TextContent:
     text: str
 
 
+@_refusing
 @dataclass(slots=True, kw_only=True, config=_CONTENT)
 class FunctionCallContent:
     """The model asks for a tool to be called; ``arguments`` is the JSON text the model produced."""
@@ -80,6 +127,7 @@ class FunctionCallContent:
         return value
 
 
+@_refusing
 @dataclass(slots=True, kw_only=True, config=_CONTENT)
 class FunctionResultContent:
     """The result of a tool call, answering the ``FunctionCallContent`` with the same ``call_id``."""
@@ -90,6 +138,7 @@ class FunctionResultContent:
     is_error: bool = False
 
 
+@_refusing
 @dataclass(slots=True, kw_only=True, config=_CONTENT)
 class DataContent:
     """Inline binary data, base64-encoded, with its media type."""
@@ -99,6 +148,7 @@ class DataContent:
     media_type: str
 
 
+@_refusing
 @dataclass(slots=True, kw_only=True, config=_CONTENT)
 class UriContent:
     """A reference to content by URI (an image URL, a file id...)."""
@@ -108,6 +158,7 @@ class UriContent:
     media_type: str | None = None
 
 
+@_refusing
 @dataclass(slots=True, kw_only=True, config=_CONTENT)
 class Usage:
     """Token counts reported by a model service."""
@@ -124,6 +175,7 @@ class Usage:
         )
 
 
+@_refusing
 @dataclass(slots=True, kw_only=True, config=_CONTENT)
 class UsageContent:
     """Usage attached to the message that a model call produced."""
@@ -199,9 +251,11 @@ class Message(BaseModel):
                 data["contents"] = [TextContent(text=text)]
             super().__init__(**data)
         except ValidationError as exc:  # a ChatkeepError, as every refusal of the public API; pydantic's is the cause
-            raise InvalidArgumentError(
-                f"Message got a value it cannot hold: {exc}. Pass role= one of system, user, assistant or tool, "
-                "text= a string or contents= a list of contents (TextContent(text=...), ...)"
+            raise _refusal(
+                "Message",
+                exc,
+                "Pass role= one of system, user, assistant or tool, "
+                "text= a string or contents= a list of contents (TextContent(text=...), ...)",
             ) from exc
 
     # Validation (decode_records) builds messages without calling __init__: it adds nothing to stored data,

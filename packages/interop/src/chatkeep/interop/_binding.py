@@ -66,8 +66,9 @@ class SyncStoreBinding:
     """A store's sync view, for an adapter whose framework calls it from sync and async code alike.
 
     Every call runs on the view's private event loop: blocking methods call the view, async ones await
-    ``view.arun(view.store...)``. So one store serves both kinds of caller from one event loop, and a blocking
-    call made where an event loop is running (a sync function called from async code) never waits on that loop.
+    ``view.arun(view.store...)``. So one store serves both kinds of caller, and a blocking call made where an
+    event loop is running (a sync function called from async code) never waits on that loop. The store serves
+    other event loops too (``store.serves_any_loop``): code elsewhere may use it directly meanwhile.
 
     Args:
         store: a store's sync view, ``open_store(url).sync()`` (the caller keeps owning it: the way to share one
@@ -77,7 +78,7 @@ class SyncStoreBinding:
 
     Raises:
         UnknownBackendError: no installed backend handles the URL; the message names the extra to install.
-        StoreConfigurationError: an async :class:`HistoryStore` (it is bound to one event loop: pass
+        StoreConfigurationError: an async :class:`HistoryStore` (the blocking methods need its sync view: pass
             ``store.sync()``), ``store_options`` given with a view, or ``store`` of another type.
     """
 

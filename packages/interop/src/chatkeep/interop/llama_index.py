@@ -6,13 +6,14 @@ LlamaIndex ``key`` is the session id of a :class:`SessionKey` under the chat sto
 ``ChatMessage`` is kept as its own JSON form (``model_dump(mode="json")``: role, content blocks,
 ``additional_kwargs`` with tool calls), so what LlamaIndex writes is what it reads back, field for field.
 
-Sync and async calls of one chat store run on one event loop: a store is bound to one event loop, and
 LlamaIndex calls both sides of one chat store (``ChatMemoryBuffer.aget`` reads with the sync
-``get_messages`` on a worker thread while ``aput`` writes with the async ``async_add_message``). The chat
-store therefore runs every call on its store's sync view (:meth:`HistoryStore.sync`, one private event
-loop); a sync call waits for it, from any thread, without needing or blocking an event loop of its own,
-and an async call awaits the store on the view's loop (``view.arun``), so the caller's event loop keeps
-running.
+``get_messages`` on a worker thread while ``aput`` writes with the async ``async_add_message``), and its sync
+methods are often called where an event loop is running, which a blocking call must not wait on. The chat
+store therefore runs every call on its store's sync view (:meth:`HistoryStore.sync`, a private event loop);
+a sync call waits for it, from any thread, without needing or blocking an event loop of its own, and an
+async call awaits the store on the view's loop (``view.arun``), so the caller's event loop keeps running.
+The store itself serves any number of event loops (``store.serves_any_loop``), so the same store can also
+be used directly, by other code on other loops, meanwhile.
 
 :class:`ChatkeepChatMemoryBuffer` is LlamaIndex's ``ChatMemoryBuffer`` reading only the newest messages, and
 :class:`ChatkeepDBChatStore` is the store of LlamaIndex's newer ``Memory`` (active and archived messages).
@@ -209,9 +210,10 @@ class ChatkeepChatStore(BaseChatStore):
 
     Args:
         store: a store URL (``"sqlite:///chat.db"``) or a backend name (``"memory"``), which the chat store
-            opens and :meth:`close` closes; a :class:`HistoryStore`, which it takes over (it runs on the chat
-            store's loop from then on, and :meth:`close` closes it); or a :class:`SyncHistoryStore`
-            (``store.sync()``) that stays yours, to share one store between several chat stores.
+            opens and :meth:`close` closes; a :class:`HistoryStore`, which it takes over (its calls from this
+            chat store run on the chat store's private loop, and :meth:`close` closes it); or a
+            :class:`SyncHistoryStore` (``store.sync()``) that stays yours, to share one store between several
+            chat stores.
         tenant: the tenant every key of this chat store belongs to.
         store_options: options for a store opened from a URL (what its query takes, as keywords).
 

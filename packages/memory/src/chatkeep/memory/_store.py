@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -77,7 +77,7 @@ class _Session:
     ids: list[str] = field(default_factory=list)
     id_set: set[str] = field(default_factory=set)
     first_seq: int = 0
-    expires_at: float | None = None  # time.monotonic() deadline
+    expires_at: float | None = None  # deadline on the writing store's clock (time.monotonic unless given)
     document: str | None = None
     version: str | None = None
     owner: str | None = None
@@ -96,18 +96,17 @@ class _Namespace:
         self.tenants: dict[str, dict[str, _Session]] = {}
         self.index: IndexInfo | None = None  # the embedder the search index was built with
 
-    def get(self, key: SessionKey) -> _Session | None:
-        """The live session at ``key``; an expired one is removed on the way."""
+    def get(self, key: SessionKey, now: float) -> _Session | None:
+        """The live session at ``key`` at time ``now``; an expired one is removed on the way."""
         sessions = self.tenants.get(key.tenant)
         session = None if sessions is None else sessions.get(key.session_id)
-        if session is not None and _expired(session, time.monotonic()):
+        if session is not None and _expired(session, now):
             self.remove(key.tenant, key.session_id)
             return None
         return session
 
-    def live(self, tenant: str) -> Iterator[tuple[str, _Session]]:
-        """The live sessions of ``tenant``, purging expired ones."""
-        now = time.monotonic()
+    def live(self, tenant: str, now: float) -> Iterator[tuple[str, _Session]]:
+        """The live sessions of ``tenant`` at time ``now``, purging expired ones."""
         sessions = self.tenants.get(tenant, {})
         for session_id in [sid for sid, s in sessions.items() if _expired(s, now)]:
             self.remove(tenant, session_id)
@@ -143,6 +142,9 @@ class MemoryHistoryStore(SearchableStore):
 
     Args:
         url: ``memory://[NAME][?ttl=SECONDS&max_message_bytes=N]``; ``NAME`` is the namespace (default ``default``).
+        clock: the time source of ``ttl``, in seconds (default :func:`time.monotonic`). Stores sharing a
+            namespace share one clock: tests pass a fake one (``chatkeep.testing.FakeClock``) to each, to let
+            sessions expire without waiting.
         **options: the URL's options as keywords: ``namespace``, ``ttl`` (seconds or a ``timedelta`` an idle
             session lives; each write by this store restarts it), ``max_message_bytes``.
 
@@ -152,8 +154,9 @@ class MemoryHistoryStore(SearchableStore):
 
     serves_any_loop = True  # its data is guarded by a threading.Lock: nothing belongs to an event loop
 
-    def __init__(self, url: str | None = None, **options: Any) -> None:
+    def __init__(self, url: str | None = None, *, clock: Callable[[], float] = time.monotonic, **options: Any) -> None:
         settings = parse_url(url, **options)
+        self._clock = clock
         super().__init__(max_message_bytes=settings.max_message_bytes)
         self.namespace = settings.namespace
         self.ttl = settings.ttl
@@ -175,7 +178,7 @@ class MemoryHistoryStore(SearchableStore):
     def _touch(self, session: _Session, now: datetime) -> None:
         session.updated_at = now
         if self.ttl is not None:
-            session.expires_at = time.monotonic() + self.ttl
+            session.expires_at = self._clock() + self.ttl
 
     def _decode(self, records: Sequence[str]) -> list[Message]:
         self._messages_read += len(records)
@@ -194,7 +197,7 @@ class MemoryHistoryStore(SearchableStore):
     ) -> int:
         """Store the new messages (indexing those with a vector); the caller holds the lock."""
         data = self._data
-        session = data.get(key)
+        session = data.get(key, self._clock())
         new = []
         for message, record, vector in zip(messages, records, vectors, strict=True):
             if session is None or message.message_id not in session.id_set:
@@ -237,9 +240,13 @@ class MemoryHistoryStore(SearchableStore):
     def _scope(self, scope: SearchScope) -> list[tuple[str, _Session]]:
         """The live sessions ``scope`` covers; the caller holds the lock."""
         if isinstance(scope, SessionKey):
-            session = self._data.get(scope)
+            session = self._data.get(scope, self._clock())
             return [] if session is None else [(scope.session_id, session)]
-        return [(sid, s) for sid, s in self._data.live(scope.tenant) if scope.owner is None or s.owner == scope.owner]
+        return [
+            (sid, s)
+            for sid, s in self._data.live(scope.tenant, self._clock())
+            if scope.owner is None or s.owner == scope.owner
+        ]
 
     async def _rankings(
         self,
@@ -281,7 +288,7 @@ class MemoryHistoryStore(SearchableStore):
 
     async def _unindexed(self, key: SessionKey, info: IndexInfo, messages: Sequence[Message]) -> list[Message]:
         with self._data.lock:
-            session = self._data.get(key)
+            session = self._data.get(key, self._clock())
             if session is None or self._data.index != info:
                 return []
             return [m for m in messages if m.message_id in session.id_set and m.message_id not in session.entries]
@@ -292,7 +299,7 @@ class MemoryHistoryStore(SearchableStore):
         data = self._data
         with data.lock:
             check_index(data.index, info)  # another reindex may have switched the embedder meanwhile
-            session = data.get(key)
+            session = data.get(key, self._clock())
             if session is None:
                 return 0
             indexed = 0
@@ -304,7 +311,7 @@ class MemoryHistoryStore(SearchableStore):
 
     async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
         with self._data.lock:
-            session = self._data.get(key)
+            session = self._data.get(key, self._clock())
             if session is None:
                 return []
             records = session.records[-last:] if last is not None else list(session.records)
@@ -315,7 +322,7 @@ class MemoryHistoryStore(SearchableStore):
         seq: int | None = None
         while True:
             with self._data.lock:
-                session = self._data.get(key)
+                session = self._data.get(key, self._clock())
                 if session is None or (origin is not None and session is not origin):
                     return  # deleted (and maybe re-created) while we read
                 origin = session
@@ -329,12 +336,12 @@ class MemoryHistoryStore(SearchableStore):
 
     async def _count(self, key: SessionKey) -> int:
         with self._data.lock:
-            session = self._data.get(key)
+            session = self._data.get(key, self._clock())
             return 0 if session is None else len(session.records)
 
     async def _delete(self, key: SessionKey) -> bool:
         with self._data.lock:
-            if self._data.get(key) is None:
+            if self._data.get(key, self._clock()) is None:
                 return False
             self._data.remove(key.tenant, key.session_id)
             return True
@@ -342,7 +349,7 @@ class MemoryHistoryStore(SearchableStore):
     async def _trim(self, key: SessionKey, keep_last: int) -> int:
         data = self._data
         with data.lock:
-            session = data.get(key)
+            session = data.get(key, self._clock())
             if session is None:
                 return 0
             removed = max(len(session.records) - keep_last, 0)
@@ -358,7 +365,7 @@ class MemoryHistoryStore(SearchableStore):
     async def _pop(self, key: SessionKey) -> Message | None:
         data = self._data
         with data.lock:
-            session = data.get(key)
+            session = data.get(key, self._clock())
             if session is None or not session.records:
                 return None
             record = session.records.pop()
@@ -372,7 +379,8 @@ class MemoryHistoryStore(SearchableStore):
         after = None if cursor is None else decode_cursor(cursor, int, str)
         with self._data.lock:
             rows = [
-                (s.updated_at, session_id, len(s.records), s.created_at) for session_id, s in self._data.live(tenant)
+                (s.updated_at, session_id, len(s.records), s.created_at)
+                for session_id, s in self._data.live(tenant, self._clock())
             ]
         # Keyset pagination on (updated_at, session_id): stable while sessions are added between pages.
         rows.sort(reverse=True)
@@ -392,7 +400,7 @@ class MemoryHistoryStore(SearchableStore):
         document = session_document(session)
         data = self._data
         with data.lock:
-            stored = data.get(key)
+            stored = data.get(key, self._clock())
             if owner is not None and stored is not None and stored.owner not in (None, owner):
                 raise owner_error()
             current = None if stored is None else stored.version
@@ -409,7 +417,7 @@ class MemoryHistoryStore(SearchableStore):
 
     async def _load_session(self, key: SessionKey) -> StoredSession | None:
         with self._data.lock:
-            stored = self._data.get(key)
+            stored = self._data.get(key, self._clock())
             if stored is None or stored.document is None or stored.version is None:
                 return None
             document, version, owner = stored.document, stored.version, stored.owner
@@ -419,7 +427,7 @@ class MemoryHistoryStore(SearchableStore):
         removed = 0
         with self._data.lock:
             for name in [tenant] if tenant is not None else list(self._data.tenants):
-                for session_id, session in self._data.live(name):
+                for session_id, session in self._data.live(name, self._clock()):
                     if session.updated_at < cutoff:
                         self._data.remove(name, session_id)
                         removed += 1
@@ -428,11 +436,11 @@ class MemoryHistoryStore(SearchableStore):
     async def _list_tenants(self) -> list[str]:
         with self._data.lock:
             # live() drops expired sessions, and a tenant left without any.
-            return [tenant for tenant in list(self._data.tenants) if next(self._data.live(tenant), None)]
+            return [tenant for tenant in list(self._data.tenants) if next(self._data.live(tenant, self._clock()), None)]
 
     async def _delete_tenant(self, tenant: str) -> int:
         with self._data.lock:
-            removed = len(list(self._data.live(tenant)))
+            removed = len(list(self._data.live(tenant, self._clock())))
             self._data.tenants.pop(tenant, None)
         return removed
 

@@ -224,11 +224,17 @@ class EngineTransport(LendingTransport[L]):
             isolation = "SERIALIZABLE" if self.engine.dialect.name == "sqlite" else "READ COMMITTED"
             engine = self.engine.execution_options(isolation_level=isolation)
             async with engine.connect() as conn:
-                return await conn.run_sync(partial(self._prepare, upgrade=upgrade))
+                revision = await conn.run_sync(partial(self._prepare, upgrade=upgrade))
         except ChatkeepError:
             raise
         except self.errors as exc:
             raise self.translate(exc) from exc
+        # The first connection told the dialect what the server is (a mysql:// URL may reach MariaDB).
+        dialect = self.engine.dialect
+        self.statements.use_server(
+            is_mariadb=bool(getattr(dialect, "is_mariadb", False)), version=dialect.server_version_info
+        )
+        return revision
 
     def on_loop_change(self) -> None:
         # An engine handed in, moved to a new loop: the pooled connections died with the old one.

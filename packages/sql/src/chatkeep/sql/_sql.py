@@ -15,7 +15,10 @@ Why appends are contiguous and lose nothing, on each database:
   read stale; two first appends to a new session are resolved by the unique index on ``key_hash``.
 * MySQL/MariaDB (InnoDB, READ COMMITTED): ``INSERT ... ON DUPLICATE KEY UPDATE`` takes an exclusive lock on
   the row at once (no shared-then-exclusive upgrade, which would deadlock two writers), and the locked
-  read that follows sees the newest version.
+  read that follows sees the newest version. It names the inserted row's values with a row alias
+  (``VALUES (...) AS incoming``) on MySQL 8.0.19 and later, where ``VALUES()`` is deprecated (8.0.20 warns on
+  every statement), and with ``VALUES()`` on MariaDB, which has no row alias, and before the server's version
+  is known (:meth:`Statements.use_server`, at the first connection).
 * SQLite: ``BEGIN IMMEDIATE`` takes the database's write lock before the first read, so no other writer
   (thread or process) runs between reading ``next_seq`` and committing.
 * Retries are idempotent: ``message_hash`` is unique per session, so a message already stored is skipped
@@ -44,7 +47,30 @@ from __future__ import annotations
 
 from chatkeep.sql._schema import MESSAGES, SESSIONS
 
-__all__ = ["Statements"]
+__all__ = ["MYSQL_ROW_ALIAS", "Statements", "mysql_upsert"]
+
+#: The first MySQL release that takes a row alias in ``INSERT`` (8.0.20 deprecates ``VALUES()`` for it).
+MYSQL_ROW_ALIAS = (8, 0, 19)
+_COLUMNS = "key_hash, tenant_hash, tenant, session_id, created_at, updated_at, next_seq, message_count"
+
+
+def mysql_upsert(*, row_alias: bool) -> str:
+    """MySQL/MariaDB's upsert of a session row, adding the batch to ``next_seq`` and ``message_count``.
+
+    ``row_alias``: name the inserted values ``incoming.column`` (MySQL 8.0.19+), else ``VALUES(column)``
+    (MariaDB, older MySQL). Unqualified names are the stored row's columns in both.
+    """
+
+    def inserted(column: str) -> str:
+        return f"incoming.{column}" if row_alias else f"VALUES({column})"
+
+    return (
+        f"INSERT INTO {SESSIONS} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        + (" AS incoming" if row_alias else "")
+        + f" ON DUPLICATE KEY UPDATE next_seq = next_seq + {inserted('next_seq')}, "
+        f"message_count = message_count + {inserted('message_count')}, "
+        f"updated_at = GREATEST(updated_at, {inserted('updated_at')})"
+    )
 
 
 def _convert(sql: str, paramstyle: str) -> str:
@@ -64,8 +90,18 @@ def _convert(sql: str, paramstyle: str) -> str:
 class Statements:
     """The SQL of every call for one database family and driver parameter style."""
 
-    def __init__(self, family: str, paramstyle: str, *, is_mariadb: bool = False, found_rows: bool = True) -> None:
-        """``found_rows``: MySQL/MariaDB connections report rows matched, not changed (``CLIENT_FOUND_ROWS``, which
+    def __init__(
+        self,
+        family: str,
+        paramstyle: str,
+        *,
+        is_mariadb: bool = False,
+        found_rows: bool = True,
+        server_version: tuple[object, ...] | None = None,
+    ) -> None:
+        """``server_version``: the server's, when known (else :meth:`use_server` gives it later).
+
+        ``found_rows``: MySQL/MariaDB connections report rows matched, not changed (``CLIENT_FOUND_ROWS``, which
         SQLAlchemy's dialects always set): an append then skips stored messages with ``INSERT IGNORE``, whose
         count does not depend on it, but which makes the server raise one warning per skipped message (the
         drivers fetch them with ``SHOW WARNINGS`` and log each). Without the flag (the engines chatkeep makes),
@@ -80,16 +116,12 @@ class Statements:
         lock = "" if self.sqlite else " FOR UPDATE"
         self.begin = "BEGIN IMMEDIATE" if self.sqlite else "BEGIN"
         self.lock = lock
-        columns = "key_hash, tenant_hash, tenant, session_id, created_at, updated_at, next_seq, message_count"
+        columns = _COLUMNS
+        self.row_alias = False
         if self.mysql:
-            upsert = (
-                f"INSERT INTO {SESSIONS} ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE "
-                "next_seq = next_seq + VALUES(next_seq), message_count = message_count + VALUES(message_count), "
-                "updated_at = GREATEST(updated_at, VALUES(updated_at))"
-            )
             # MariaDB returns the row from the upsert itself; MySQL needs a locked read (we hold the row's lock).
             self.append_returns = is_mariadb
-            self.upsert = c(upsert + (" RETURNING id, next_seq" if is_mariadb else ""))
+            self.use_server(is_mariadb=is_mariadb, version=server_version)
             self.session_after_upsert = c(f"SELECT id, next_seq FROM {SESSIONS} WHERE key_hash = ?{lock}")
             self.insert_ignore = "INSERT IGNORE INTO" if found_rows else "INSERT INTO"
             self.conflict_nothing = "" if found_rows else " ON DUPLICATE KEY UPDATE message_hash = message_hash"
@@ -195,6 +227,19 @@ class Statements:
 
     def _c(self, sql: str) -> str:
         return _convert(sql, self._paramstyle)
+
+    def use_server(self, *, is_mariadb: bool, version: tuple[object, ...] | None) -> None:
+        """Fit the MySQL/MariaDB upsert to the server (``version`` as the driver reports it, ``None``: unknown).
+
+        MySQL 8.0.19 and later get the row-alias form; MariaDB (which has none), older MySQL and an unknown
+        server get ``VALUES()``. Each form works wherever it is used, so a call running meanwhile is unaffected.
+        """
+        if not self.mysql:
+            return
+        numbers = tuple(part for part in (version or ())[:3] if isinstance(part, int))
+        self.row_alias = not is_mariadb and len(numbers) == 3 and numbers >= MYSQL_ROW_ALIAS
+        upsert = mysql_upsert(row_alias=self.row_alias)
+        self.upsert = self._c(upsert + (" RETURNING id, next_seq" if self.append_returns else ""))
 
     def insert_messages(self, rows: int) -> str:
         """A multi-row INSERT of ``rows`` messages that skips those already stored."""

@@ -36,7 +36,7 @@ from chatkeep.core.backend._converters import (
     positive_seconds,
     text,
 )
-from chatkeep.core.backend._damage import damaged_record_error, damaged_session_error
+from chatkeep.core.backend._damage import damaged_listing_error, damaged_record_error, damaged_session_error
 from chatkeep.core.backend._keys import hashed_key, length_prefixed
 from chatkeep.core.backend._lazy import lazy_exports
 from chatkeep.core.backend._loops import PerLoop
@@ -113,6 +113,7 @@ __all__ = [
     "checked",
     "conflict_error",
     "converted",
+    "damaged_listing_error",
     "damaged_record_error",
     "damaged_session_error",
     "decode_cursor",

@@ -7,14 +7,15 @@ restores that one session, and the rest of the store stays usable. One text, so 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from chatkeep.core._errors import MessageFormatError, SessionFormatError
+from chatkeep.core._errors import DamagedListingError, MessageFormatError, SessionFormatError
 
 if TYPE_CHECKING:
-    from chatkeep.core.backend._store import SessionKey
+    from chatkeep.core.backend._store import SessionKey, SessionPage
 
-__all__ = ["damaged_record_error", "damaged_session_error"]
+__all__ = ["damaged_listing_error", "damaged_record_error", "damaged_session_error"]
 
 
 def _way_out(key: SessionKey) -> str:
@@ -30,6 +31,21 @@ def damaged_session_error(key: SessionKey, what: str, cause: BaseException) -> S
     return SessionFormatError(
         f"the stored {what} of session {key.session_id!r} in tenant {key.tenant!r} is damaged ({cause}); "
         f"{_way_out(key)}"
+    )
+
+
+def damaged_listing_error(tenant: str, page: SessionPage, entries: Sequence[str]) -> DamagedListingError:
+    """The error of a listing of ``tenant`` that met ``entries`` it cannot name a session for.
+
+    Each entry says where it is stored and what to do with it; ``page`` is the listing without them.
+    """
+    return DamagedListingError(
+        f"listing the sessions of tenant {tenant!r} met {len(entries)} damaged "
+        f"{'entry' if len(entries) == 1 else 'entries'} that no longer say which session they are: "
+        f"{'; '.join(entries)}. The other sessions are listed in this error's page; "
+        "chatkeep sessions list --skip-damaged lists them, naming these",
+        page=page,
+        entries=tuple(entries),
     )
 
 

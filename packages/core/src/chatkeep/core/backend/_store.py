@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, TypeVar
 from typing_extensions import ParamSpec, Self
 
 from chatkeep.core._errors import (
+    ChatkeepError,
     ConcurrencyConflictError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -541,7 +542,7 @@ class HistoryStore(abc.ABC):
             raise InvalidArgumentError(f"cursor must be the next_cursor of a previous page (a string), got {cursor!r}")
         try:
             return await self._list_sessions(tenant, limit, cursor)
-        except InvalidArgumentError:
+        except ChatkeepError:  # its own account (a damaged entry, a bad argument), not a cursor it failed to read
             raise
         except (ValueError, TypeError, UnicodeDecodeError) as exc:
             if cursor is None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from chatkeep.core._errors import (
     ChatkeepError,
+    DamagedListingError,
     EncryptedSessionError,
     SessionFormatError,
     StoreConfigurationError,
@@ -295,24 +296,32 @@ async def sessions_list(args: argparse.Namespace) -> int:
     """One page of a tenant's sessions, newest first, with message counts; a damaged session is named.
 
     Each listed session's document is read, so a damaged one (or damaged metadata) is found here; damaged
-    message records are found by the commands that read them (``export``, ``copy``, ``sessions show``).
+    message records are found by the commands that read them (``export``, ``copy``, ``sessions show``). An
+    entry so damaged that it names no session (:class:`DamagedListingError`) is named where it is stored.
     """
     url, tenant = store_url(args), tenant_of(args)
     damage = DamagedSessions(args, "sessions list", after="")
     damaged: dict[str, str] = {}
+    unnamed: DamagedListingError | None = None
     async with open_existing_store(url) as store:
-        page = await store.list_sessions(tenant, limit=args.limit, cursor=args.cursor)
+        try:
+            page = await store.list_sessions(tenant, limit=args.limit, cursor=args.cursor)
+        except DamagedListingError as exc:
+            page, unnamed = exc.page, exc
         for info in page.items:
             try:
                 await store.load_session(SessionKey(tenant, info.session_id))
             except DAMAGE as exc:
                 damaged[info.session_id] = str(exc)
+    entries = list(unnamed.entries) if unnamed is not None else []
     if damage.skip:
+        if unnamed is not None:
+            damage.found_in_listing(tenant, unnamed)
         for info in page.items:
             if info.session_id in damaged:
                 damage.found(SessionKey(tenant, info.session_id), SessionFormatError(damaged[info.session_id]))
     shown = [s for s in page.items if not (damage.skip and s.session_id in damaged)]
-    status = damage.exit_status(1 if damaged and not damage.skip else 0)
+    status = damage.exit_status(1 if (damaged or entries) and not damage.skip else 0)
     if args.json:
         items = [
             {
@@ -325,9 +334,11 @@ async def sessions_list(args: argparse.Namespace) -> int:
             }
             for s in shown
         ]
-        emit_json({"tenant": tenant, "sessions": items, "next_cursor": page.next_cursor, "skipped": damage.skipped})
+        listing = {"tenant": tenant, "sessions": items, "next_cursor": page.next_cursor}
+        unlisted = [] if damage.skip else entries  # with --skip-damaged they are in "skipped"
+        emit_json({**listing, "damaged_entries": unlisted, "skipped": damage.skipped})
         return status
-    if not page.items:
+    if not page.items and not entries:
         say(f"no sessions for tenant {tenant!r} in {redact_url(url)}")
         return 0
     rows = [
@@ -347,10 +358,20 @@ async def sessions_list(args: argparse.Namespace) -> int:
             f"chatkeep: session {printable(repr(session_id))} of tenant {printable(repr(tenant))} is damaged: {why}",
             err=True,
         )
+    for entry in entries:
+        say(
+            f"chatkeep: tenant {printable(repr(tenant))} holds a damaged entry that names no session: {entry}", err=True
+        )
     if damaged:
         say(
             f"chatkeep: {plural(len(damaged), 'damaged session')} listed (marked DAMAGED); --skip-damaged leaves "
             "them out",
+            err=True,
+        )
+    if entries:
+        say(
+            f"chatkeep: damaged entries that name no session: {len(entries)}, not listed; --skip-damaged "
+            "names them and exits 3",
             err=True,
         )
     return status

@@ -27,7 +27,7 @@ from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore, SessionKey
 from chatkeep.core.cli import _jsonl
 from chatkeep.core.cli._app import store_url
-from chatkeep.core.cli._damaged import DAMAGE, DamagedSessionError, DamagedSessions
+from chatkeep.core.cli._damaged import DAMAGE, DamagedSessionError, DamagedSessions, list_page
 from chatkeep.core.cli._inspect import open_existing_store, tenant_of
 from chatkeep.core.cli._jsonl import NOTHING, ExportFormatError, Line, Tally, Trailer
 from chatkeep.core.cli._output import Progress, UsageError, emit_json, plural, printable, progress, say
@@ -46,11 +46,11 @@ RESUME = "run the same copy again to finish it: it resumes where it stopped (wha
 # -- export --------------------------------------------------------------------------------------
 
 
-async def _sessions_of(store: HistoryStore, tenant: str) -> AsyncIterator[SessionKey]:
-    """Every session of a tenant, a page at a time, newest first."""
+async def _sessions_of(store: HistoryStore, tenant: str, damage: DamagedSessions) -> AsyncIterator[SessionKey]:
+    """Every session of a tenant, a page at a time, newest first (damaged entries that name none go to ``damage``)."""
     cursor: str | None = None
     while True:
-        page = await store.list_sessions(tenant, limit=PAGE, cursor=cursor)
+        page = await list_page(store, tenant, damage, limit=PAGE, cursor=cursor)
         for info in page.items:
             yield SessionKey(tenant, info.session_id)
         cursor = page.next_cursor
@@ -94,6 +94,7 @@ async def _export(args: argparse.Namespace, out: IO[str], damage: DamagedSession
     url, tenant = store_url(args), tenant_of(args)
     sessions = messages = documents = 0
     runs = lines = 0  # what the trailer counts: sessions with lines in the file, message lines (damaged ones too)
+    marked = 0  # damaged lines (an entry that names no session is named on stderr only: it has no line)
     async with open_existing_store(url) as store:
         store.sealed_passthrough = True  # encrypted sessions are exported sealed, as stored
         total = None
@@ -107,7 +108,7 @@ async def _export(args: argparse.Namespace, out: IO[str], damage: DamagedSession
             if missing:
                 raise UsageError(f"no session {args.session!r} in tenant {tenant!r} of {redact_url(url)}")
         with progress("export", total=total) as bar:
-            keys = _one(SessionKey(tenant, args.session)) if args.session else _sessions_of(store, tenant)
+            keys = _one(SessionKey(tenant, args.session)) if args.session else _sessions_of(store, tenant, damage)
             async for key in keys:
                 document_lines = message_lines = 0
                 try:
@@ -126,13 +127,14 @@ async def _export(args: argparse.Namespace, out: IO[str], damage: DamagedSession
                     written = document_lines + message_lines
                     damage.found(key, exc, note=f" ({written} of its lines written before)" if written else "")
                     out.write(_jsonl.damaged(key, exc))  # import leaves out the lines of this session
+                    marked += 1
                 else:
                     sessions += 1
                     messages += message_lines
                     documents += document_lines
                 runs += 1 if document_lines + message_lines else 0
                 lines += message_lines
-        out.write(_jsonl.trailer(runs, lines, len(damage.skipped)))
+        out.write(_jsonl.trailer(runs, lines, marked))
         out.flush()
     return {"tenant": tenant, "sessions": sessions, "messages": messages, "session_documents": documents}
 
@@ -401,7 +403,7 @@ async def copy(args: argparse.Namespace) -> int:
             source.sealed_passthrough = target.sealed_passthrough = True  # encrypted sessions move sealed, as stored
             with progress("copy") as bar:
                 for tenant in args.tenants:
-                    async for key in _sessions_of(source, tenant):
+                    async for key in _sessions_of(source, tenant, damage):
                         try:
                             result = await _copy_session(source, target, key, bar)
                         except DAMAGE as exc:

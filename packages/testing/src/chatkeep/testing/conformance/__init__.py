@@ -67,7 +67,15 @@ The kit's tests are async and run on a function-scoped event loop (``pytest-asyn
 :class:`SessionDocumentConformance`, ...) can be subclassed alone while a backend is being built.
 """
 
-from chatkeep.testing.conformance._base import WINDOW_SLACK, ConformanceBase, DocumentDamager, StoreFactory, StoreKit
+from chatkeep.testing.conformance._base import (
+    WINDOW_SLACK,
+    Clock,
+    ConformanceBase,
+    DocumentDamager,
+    FakeClock,
+    StoreFactory,
+    StoreKit,
+)
 from chatkeep.testing.conformance._cli import CLIConformance, CLIResult
 from chatkeep.testing.conformance._concurrency import ConcurrencyConformance
 from chatkeep.testing.conformance._conformance import HistoryStoreConformance
@@ -85,10 +93,12 @@ __all__ = [
     "AppendConformance",
     "CLIConformance",
     "CLIResult",
+    "Clock",
     "ConcurrencyConformance",
     "ConformanceBase",
     "ContentConformance",
     "DocumentDamager",
+    "FakeClock",
     "HistoryStoreConformance",
     "KeyConformance",
     "LifecycleConformance",

@@ -18,8 +18,10 @@ from chatkeep.core.backend import HistoryStore, SessionKey, SupportsReadProbe
 
 __all__ = [
     "WINDOW_SLACK",
+    "Clock",
     "ConformanceBase",
     "DocumentDamager",
+    "FakeClock",
     "StoreFactory",
     "StoreKit",
     "TTLTimeline",
@@ -35,6 +37,40 @@ _KIT_PACKAGE = "chatkeep.testing.conformance"
 _T = TypeVar("_T")
 
 
+class Clock:
+    """The time the TTL tests run on: :func:`time.monotonic` and real sleeps (what a server's expiry needs)."""
+
+    def now(self) -> float:
+        """Seconds on a clock that never goes back."""
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        """Let ``seconds`` pass."""
+        await asyncio.sleep(max(0.0, seconds))
+
+
+class FakeClock(Clock):
+    """A clock that moves only when the test sleeps on it: the TTL tests run at once, without waiting.
+
+    For a backend whose expiry reads a time source it is given (``MemoryHistoryStore(clock=...)``): call the
+    clock for its time. Give the same one to every store of the test and return it from the ``ttl_clock``
+    fixture, so the kit's sleeps move the time the stores expire sessions by.
+    """
+
+    def __init__(self, start: float = 1_000.0) -> None:
+        self.time = start
+
+    def __call__(self) -> float:
+        return self.time
+
+    def now(self) -> float:
+        return self.time
+
+    async def sleep(self, seconds: float) -> None:
+        self.time += max(0.0, seconds)
+        await asyncio.sleep(0)  # still a point where other tasks run, as a real sleep is
+
+
 class TTLTimeline:
     """The clock of a TTL scenario, which tells a wrong expiry from a machine too slow to time a 1 s TTL.
 
@@ -47,33 +83,38 @@ class TTLTimeline:
     #: Attempts before a scenario that was too late every time fails anyway.
     ATTEMPTS = 3
 
-    def __init__(self, ttl: float = 1.0) -> None:
+    def __init__(self, ttl: float = 1.0, clock: Clock | None = None) -> None:
         self.ttl = ttl
-        self.started = self.refreshed = time.monotonic()
+        self.clock = clock or Clock()
+        self.started = self.refreshed = self.clock.now()
         self.late = False
+
+    async def sleep(self, seconds: float) -> None:
+        """Let ``seconds`` pass on the scenario's clock."""
+        await self.clock.sleep(seconds)
 
     async def sleep_until(self, offset: float) -> None:
         """Sleep until ``offset`` seconds after the scenario started (not at all when that is past)."""
-        await asyncio.sleep(max(0.0, offset - (time.monotonic() - self.started)))
+        await self.clock.sleep(offset - (self.clock.now() - self.started))
 
     async def read(self, call: Awaitable[_T]) -> _T:
         """Await a read that relies on the last write's data being unexpired."""
         result = await call
-        self.late = self.late or time.monotonic() - self.refreshed >= self.ttl
+        self.late = self.late or self.clock.now() - self.refreshed >= self.ttl
         return result
 
     async def write(self, call: Awaitable[_T]) -> _T:
         """Await a write (which relies on the data before it, and restarts the TTL)."""
-        began = time.monotonic()
+        began = self.clock.now()
         result = await self.read(call)
         self.refreshed = began
         return result
 
     @classmethod
-    async def run(cls, scenario: Callable[[TTLTimeline], Awaitable[None]]) -> None:
+    async def run(cls, scenario: Callable[[TTLTimeline], Awaitable[None]], clock: Clock | None = None) -> None:
         """Run ``scenario`` until it passes, or fails in time; after :attr:`ATTEMPTS` late failures, fail."""
         for attempt in range(1, cls.ATTEMPTS + 1):
-            timeline = cls()
+            timeline = cls(clock=clock)
             try:
                 await scenario(timeline)
             except AssertionError as failure:
@@ -112,8 +153,10 @@ class StoreKit:
     runs on a shared server; at the end those tenants are deleted and every store opened here is closed.
     """
 
-    def __init__(self, factory: StoreFactory) -> None:
+    def __init__(self, factory: StoreFactory, clock: Clock | None = None) -> None:
         self.factory = factory
+        #: The time the TTL tests run on (the ``ttl_clock`` fixture): real, or a :class:`FakeClock`.
+        self.clock = clock or Clock()
         self._stores: list[HistoryStore] = []
         self._tenants: list[str] = []
         self._run = uuid.uuid4().hex[:10]
@@ -262,11 +305,11 @@ class ConformanceBase:
             assert await timeline.read(fresh.load_session(key)) is not None, (
                 f"the document expired although the session was {what}"
             )
-            await asyncio.sleep(1.5)
+            await timeline.sleep(1.5)
             assert await fresh.count(key) == 0, f"the session outlived its TTL after it was last {what}"
             assert await fresh.load_session(key) is None
 
-        await TTLTimeline.run(scenario)
+        await TTLTimeline.run(scenario, kit.clock)
 
     @pytest.fixture
     def make_store(self) -> StoreFactory:
@@ -289,10 +332,19 @@ class ConformanceBase:
             f"reads (chatkeep.core.backend.SupportsReadProbe), or override {type(self).__name__}.messages_read"
         )
 
+    @pytest.fixture
+    def ttl_clock(self) -> Clock:
+        """The time the TTL tests run on: real time, which a server's expiry needs.
+
+        A backend whose stores take a time source overrides this fixture with a :class:`FakeClock` given to
+        every store ``make_store`` makes: its TTL tests then run without waiting.
+        """
+        return Clock()
+
     @pytest_asyncio.fixture(loop_scope="function")
-    async def kit(self, make_store: StoreFactory) -> AsyncIterator[StoreKit]:
+    async def kit(self, make_store: StoreFactory, ttl_clock: Clock) -> AsyncIterator[StoreKit]:
         """A :class:`StoreKit` over ``make_store`` that cleans up when the test ends."""
-        kit = StoreKit(make_store)
+        kit = StoreKit(make_store, ttl_clock)
         try:
             yield kit
         finally:
