@@ -114,3 +114,10 @@ def test_a_content_with_a_wrong_value_is_refused_with_invalid_argument_error(bui
     with pytest.raises(InvalidArgumentError, match=said) as caught:
         build()
     assert not isinstance(caught.value, InvalidArgumentTypeError)  # a value out of range, not a wrong type
+
+
+def test_a_message_given_its_text_twice_is_refused_in_words() -> None:
+    # Hypothesis found it: Message(x, text=y) was Python's "got multiple values for argument 'text'".
+    with pytest.raises(InvalidArgumentError, match="its text once"):
+        Message("hi", text="hello")
+    assert Message(text="hi").text == Message("hi").text == "hi"

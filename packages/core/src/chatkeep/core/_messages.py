@@ -243,8 +243,12 @@ class Message(BaseModel):
     created_at: datetime = Field(default_factory=_utcnow)
     additional_properties: dict[str, JsonValue] = Field(default_factory=dict)
 
-    def __init__(self, text: str | None = None, **data: Any) -> None:
+    def __init__(self, text: str | None = None, /, **data: Any) -> None:
         try:
+            if "text" in data:  # text= by keyword (positional-only above, so a text given both ways is refused here)
+                if text is not None:
+                    raise InvalidArgumentError("give Message its text once: Message('hi') or Message(text='hi')")
+                text = data.pop("text")
             if text is not None:
                 if data.get("contents"):
                     raise InvalidArgumentError("give Message either text= or contents=, not both")

@@ -8,7 +8,6 @@ it to search raises a clear error, and skips the rest saying why. The vectors co
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -159,7 +158,7 @@ class SearchConformance(ConformanceBase):
         key = kit.key()
         await self.append_indexed(searching, key, [*FILLER, FACT])
         assert FACT in await self.ask(searching, key)
-        await asyncio.sleep(1.5)
+        await kit.clock.sleep(1.5)  # the backend's time (the ttl_clock fixture): real, or a fake clock's
         for scope in (key, TenantScope(key.tenant)):
             assert FACT not in await self.ask(searching, scope, k=10), "the index outlived the session's TTL"
 
