@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from chatkeep.core import HistoryStore
+from chatkeep.core.backend import SearchableStore
 from chatkeep.sql import SQLHistoryStore
-from chatkeep.testing import HistoryStoreConformance, StoreFactory
+from chatkeep.testing import HistoryStoreConformance, SearchConformance, StoreFactory
 
 #: Each database's transports: the driver's own (the default) and SQLAlchemy's engine.
 TRANSPORTS = {"sqlite": "sqlite3", "postgresql": "asyncpg", "mysql": "asyncmy"}
@@ -39,6 +40,38 @@ class TestSQLConformance(HistoryStoreConformance):
             return store
 
         return make
+
+    async def messages_read(self, store: HistoryStore) -> int:
+        assert isinstance(store, SQLHistoryStore)
+        return store.messages_read
+
+    @pytest.fixture(autouse=True)
+    def _server_can_search(self, sql_target: Any) -> None:
+        self.without_pgvector = not sql_target.can_search
+
+    def searchable_store(self, store: HistoryStore) -> SearchableStore:
+        if self.without_pgvector:
+            pytest.skip(
+                "this PostgreSQL has no pgvector: TestPgvectorSearchConformance runs the search kit on "
+                "CHATKEEP_TEST_PGVECTOR_URL (scripts/pgvector up)"
+            )
+        return super().searchable_store(store)
+
+
+class TestPgvectorSearchConformance(SearchConformance):
+    """The search kit on PostgreSQL with pgvector, once per transport."""
+
+    native_ttl = False
+    multi_process = True
+
+    @pytest.fixture(params=["asyncpg", "sqlalchemy"])
+    def store_url(self, request: pytest.FixtureRequest, pgvector_target: Any) -> str:
+        url: str = pgvector_target.url
+        return url if request.param == "asyncpg" else url + "&transport=sqlalchemy"
+
+    @pytest.fixture
+    def make_store(self, store_url: str) -> StoreFactory:
+        return lambda **options: SQLHistoryStore(store_url, **options)
 
     async def messages_read(self, store: HistoryStore) -> int:
         assert isinstance(store, SQLHistoryStore)

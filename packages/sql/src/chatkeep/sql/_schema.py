@@ -45,7 +45,7 @@ SESSIONS = "chatkeep_sessions"
 MESSAGES = "chatkeep_messages"
 VERSION_TABLE = "chatkeep_alembic_version"
 #: The schema revisions this release knows, oldest first (a test checks them against the migrations).
-REVISIONS = ("0001",)
+REVISIONS = ("0001", "0002")
 HEAD = REVISIONS[-1]
 # The lock id that serializes schema changes (PostgreSQL advisory lock; MySQL GET_LOCK name prefix).
 _LOCK_ID = 0x63686B70  # "chkp"

@@ -66,6 +66,14 @@ class SQLHistoryStore(HistoryStore):
         MissingExtraError: the URL's driver is not installed.
     """
 
+    def __new__(cls, url: str | None = None, *, client: AsyncEngine | None = None, **options: Any) -> SQLHistoryStore:
+        """A :class:`~chatkeep.sql._searchable.SearchableSQLHistoryStore` for a database that can search."""
+        if cls is SQLHistoryStore and _can_search(url, client, options):
+            from chatkeep.sql._searchable import SearchableSQLHistoryStore
+
+            cls = SearchableSQLHistoryStore
+        return super().__new__(cls)
+
     def __init__(self, url: str | None = None, *, client: AsyncEngine | None = None, **options: Any) -> None:
         if url is not None and client is not None:
             raise SQLURLError("give SQLHistoryStore a URL or a client= engine, not both")
@@ -302,6 +310,17 @@ class SQLHistoryStore(HistoryStore):
         return await self._run(
             lambda conn: _ops.delete_sessions(conn, sql, sql.tenant_sessions, (tenant_hash(tenant),), None)
         )
+
+
+def _can_search(url: str | None, client: AsyncEngine | None, options: dict[str, Any]) -> bool:
+    """Whether a store of this URL (or engine) gets the search capability: PostgreSQL's (its index is pgvector)."""
+    if client is not None:
+        return bool(client.dialect.name == "postgresql")
+    try:
+        config = parse_url(url or "sqlite://", **options)
+    except SQLURLError:
+        return False  # __init__ raises it
+    return config.family == "postgresql"
 
 
 def _open_transport(config: SQLConfig) -> Transport[Any]:
