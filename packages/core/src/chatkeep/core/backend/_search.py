@@ -22,13 +22,12 @@ from chatkeep.core._errors import (
     EmbedderMismatchError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
-    SearchUnsupportedError,
 )
 from chatkeep.core._messages import Message
 from chatkeep.core._session import DEFAULT_TENANT, validate_id
 from chatkeep.core._telemetry import operation
 from chatkeep.core._terms import keyword_terms
-from chatkeep.core.backend._store import HistoryStore, SessionKey
+from chatkeep.core.backend._store import HistoryStore, SessionKey, search_unsupported_error
 
 __all__ = [
     "RRF_K",
@@ -227,10 +226,7 @@ def searchable(store: object) -> SupportsSearch:
         SearchUnsupportedError: the store does not have the search capability.
     """
     if not isinstance(store, SupportsSearch):
-        raise SearchUnsupportedError(
-            f"{type(store).__name__} cannot index or search messages (it lacks the search capability); keep the "
-            "history you want to search in a store that has it: memory:// today, SQLite and PostgreSQL next"
-        )
+        raise search_unsupported_error(store)
     return store
 
 
@@ -257,22 +253,6 @@ class SearchableStore(HistoryStore):
     ``_delete``, ``_trim``, ``_pop``, ``_prune``, ``_delete_tenant`` and expiry remove what they indexed.
     """
 
-    async def append(
-        self, key: SessionKey, messages: Sequence[Message], *, embeddings: Embeddings | None = None
-    ) -> int:
-        """Append messages atomically, with their ``embeddings`` (from :func:`embed_messages`) indexed when given.
-
-        With ``embeddings``, messages the session already holds are not stored again but are indexed if they were
-        not yet, so that a recall provider and a history provider on one store index each message once.
-
-        Raises:
-            EmbedderMismatchError: the index was built with another embedder (nothing is stored).
-        """
-        if embeddings is None:
-            return await super().append(key, messages)
-        return await self._append_embedded(key, messages, embeddings)
-
-    @operation("append", lambda new: {"chatkeep.messages.new": new})
     async def _append_embedded(self, key: SessionKey, messages: Sequence[Message], embeddings: Embeddings) -> int:
         if not isinstance(embeddings, Embeddings):
             raise InvalidArgumentTypeError(

@@ -27,6 +27,7 @@ from chatkeep.core._errors import (
     InvalidArgumentTypeError,
     InvalidSessionKeyError,
     MessageFormatError,
+    SearchUnsupportedError,
     SessionOwnershipError,
     StoreClosedError,
     StoreLoopError,
@@ -39,6 +40,7 @@ from chatkeep.core.backend._damage import damaged_record_error, damaged_session_
 from chatkeep.core.backend._sealed import SealedSessions, is_sealed
 
 if TYPE_CHECKING:
+    from chatkeep.core.backend._search import Embeddings
     from chatkeep.core.backend._sync import SyncHistoryStore
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "decode_session_document",
     "owner_error",
     "prune_cutoff",
+    "search_unsupported_error",
     "session_document",
 ]
 
@@ -133,6 +136,14 @@ def decode_session_document(key: SessionKey, document: str | bytes, version: str
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError and SessionFormatError too
         raise damaged_session_error(key, "document", exc) from exc
     return StoredSession(session, version, owner)
+
+
+def search_unsupported_error(store: object) -> SearchUnsupportedError:
+    """The error for asking a store without the search capability to index or search messages."""
+    return SearchUnsupportedError(
+        f"{type(store).__name__} cannot index or search messages (it lacks the search capability); keep the "
+        "history you want to search in a store that has it: memory:// today, SQLite and PostgreSQL next"
+    )
 
 
 def owner_error() -> SessionOwnershipError:
@@ -394,8 +405,17 @@ class HistoryStore(abc.ABC):
     # -- the contract (checked here, stored by the backend's hooks) ------------------------------
 
     @operation("append", lambda new: {"chatkeep.messages.new": new})
-    async def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
+    async def append(
+        self, key: SessionKey, messages: Sequence[Message], *, embeddings: Embeddings | None = None
+    ) -> int:
         """Append messages atomically; messages whose ``message_id`` is already stored are skipped.
+
+        Args:
+            key: the session.
+            messages: the messages, in order.
+            embeddings: their vectors (``embed_messages(embedder, messages)``), to index them too: only on a
+                store with the search capability (:class:`~chatkeep.core.SupportsSearch`), where messages already
+                stored but not yet indexed are indexed.
 
         Returns:
             How many messages were new.
@@ -403,12 +423,19 @@ class HistoryStore(abc.ABC):
         Raises:
             MessageTooLargeError: a message is over ``max_message_bytes`` (nothing is stored).
             StoreUnavailableError: the server failed (nothing is stored).
+            SearchUnsupportedError: ``embeddings`` given to a store without the search capability.
         """
+        if embeddings is not None:
+            return await self._append_embedded(key, messages, embeddings)
         messages, records = self._appendable(key, messages)
         if not records:
             return 0
         with _naming_damage(key):  # a backend may read stored records to check ids
             return await self._append(key, messages, records)
+
+    async def _append_embedded(self, key: SessionKey, messages: Sequence[Message], embeddings: Embeddings) -> int:
+        """``append`` with embeddings: a store with the search capability (``SearchableStore``) overrides it."""
+        raise search_unsupported_error(self)
 
     def _appendable(self, key: SessionKey, messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
         """What ``append`` checks before storing: the messages to store (first of each id) and their records."""

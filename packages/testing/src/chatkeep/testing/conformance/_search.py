@@ -75,6 +75,10 @@ class SearchConformance(ConformanceBase):
         with pytest.raises(SearchUnsupportedError, match="search capability"):
             searchable(store)
         assert not hasattr(store, "search"), "a store without the capability must not look like it can search"
+        key, messages = kit.key(), [Message(role="user", text=FACT)]
+        with pytest.raises(SearchUnsupportedError, match="search capability"):
+            await store.append(key, messages, embeddings=await embed_messages(_embedder(), messages))
+        assert await store.count(key) == 0, "an append refused for its embeddings stored its messages"
 
     async def test_search_finds_a_message_by_words_and_by_vector(self, kit: StoreKit, store: HistoryStore) -> None:
         searching = self.searchable_store(store)
