@@ -272,7 +272,17 @@ def pgvector_target(sql_target: Target, tmp_path_factory: pytest.TempPathFactory
         missing_service(f"{problem}; start it with scripts/pgvector up")
     name = create_backing("postgresql", PGVECTOR_URL, tmp_path_factory.mktemp("pgvector"))
     try:
-        yield Target("postgresql", Target("postgresql", "", PGVECTOR_URL, "").url_for(name), PGVECTOR_URL, name)
+        yield Target("postgresql", _isolated_url("postgresql", PGVECTOR_URL, name), PGVECTOR_URL, name)
+    finally:
+        drop_backing("postgresql", PGVECTOR_URL, name)
+
+
+@pytest.fixture
+def pgvector_backing(pgvector_target: Target, tmp_path: Path) -> Iterator[Target]:
+    """A schema of the test's own on the PostgreSQL with pgvector (dropped afterwards)."""
+    name = create_backing("postgresql", PGVECTOR_URL, tmp_path)
+    try:
+        yield Target("postgresql", pgvector_target.url_for(name), PGVECTOR_URL, name)
     finally:
         drop_backing("postgresql", PGVECTOR_URL, name)
 

@@ -76,7 +76,7 @@ class PostgresSearch:
         self.sql = sql
         self.description = description
         self._namespace: str | None = None  # the vector extension's schema, quoted, once found
-        c = sql._c  # noqa: SLF001 - the statements' own placeholder conversion
+        c = sql.convert
         self.info = "SELECT embedder, dimensions FROM chatkeep_search_index WHERE id = 1"
         self.info_shared = self.info + " FOR SHARE"
         self.info_locked = self.info + " FOR UPDATE"
@@ -177,7 +177,7 @@ class PostgresSearch:
         return await self.namespace(conn, create=False)
 
     def _insert_index(self, namespace: str) -> str:
-        return self.sql._c(  # noqa: SLF001
+        return self.sql.convert(
             "INSERT INTO chatkeep_search (session_ref, seq, role, terms, embedding) "
             f"SELECT m.session_ref, m.seq, u.role, u.terms::tsvector, u.vec::{namespace}.vector "
             "FROM unnest(?::bytea[], ?::text[], ?::text[], ?::text[]) AS u(h, role, terms, vec) "
@@ -260,7 +260,7 @@ class PostgresSearch:
             "JOIN chatkeep_sessions s ON s.id = x.session_ref "
             "JOIN chatkeep_messages m ON m.session_ref = x.session_ref AND m.seq = x.seq WHERE " + where
         )
-        c = self.sql._c  # noqa: SLF001
+        c = self.sql.convert
         by_vector: list[Sequence[Any]] = []
         by_words: list[Sequence[Any]] = []
 
@@ -290,9 +290,9 @@ class PostgresSearch:
         return by_vector, by_words
 
 
-def index_rows(hashes: Sequence[bytes], roles: Sequence[str], texts: Sequence[str], vectors: Sequence[Any]) -> list[
-    IndexRow
-]:
+def index_rows(
+    hashes: Sequence[bytes], roles: Sequence[str], texts: Sequence[str], vectors: Sequence[Any]
+) -> list[IndexRow]:
     """The index rows of messages with a vector (those without one are not indexed)."""
     return [
         (h, role, tsvector(text), vector_text(vector))

@@ -69,9 +69,7 @@ class SearchableSQLHistoryStore(SQLHistoryStore, SearchableStore):
         if roles is not None:
             where, params = where + " AND x.role = ANY(?::text[])", [*params, sorted(roles)]
         search = self._search
-        by_vector, by_words = await self._run(
-            lambda conn: search.rankings(conn, where, params, vector, terms, limit)
-        )
+        by_vector, by_words = await self._run(lambda conn: search.rankings(conn, where, params, vector, terms, limit))
         return Rankings(self._candidates(by_vector), self._candidates(by_words))
 
     def _candidates(self, rows: Sequence[Sequence[Any]]) -> list[Candidate]:

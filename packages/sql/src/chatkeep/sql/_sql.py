@@ -196,6 +196,10 @@ class Statements:
     def _c(self, sql: str) -> str:
         return _convert(sql, self._paramstyle)
 
+    def convert(self, sql: str) -> str:
+        """``sql`` (``?`` placeholders) in the driver's parameter style, for statements made elsewhere."""
+        return _convert(sql, self._paramstyle)
+
     def insert_messages(self, rows: int) -> str:
         """A multi-row INSERT of ``rows`` messages that skips those already stored."""
         sql = self._inserts.get(rows)

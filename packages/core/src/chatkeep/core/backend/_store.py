@@ -142,7 +142,7 @@ def search_unsupported_error(store: object) -> SearchUnsupportedError:
     """The error for asking a store without the search capability to index or search messages."""
     return SearchUnsupportedError(
         f"{type(store).__name__} cannot index or search messages (it lacks the search capability); keep the "
-        "history you want to search in a store that has it: memory:// today, SQLite and PostgreSQL next"
+        "history you want to search in a store that has it: memory://, or PostgreSQL with pgvector (SQLite next)"
     )
 
 

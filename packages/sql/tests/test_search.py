@@ -1,0 +1,132 @@
+"""What the SQL store's search index leaves in raw storage, and what a database that cannot search says."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from chatkeep.core import Message, SearchUnsupportedError, SessionKey, TenantScope, embed_messages
+from chatkeep.core.backend import SearchableStore, searchable
+from chatkeep.sql import SQLHistoryStore
+from chatkeep.sql._schema import key_hash
+from chatkeep.testing.embedding import HashingEmbedder
+
+TEXTS = ["the blue bicycle is in the shed", "we spoke about the weather", "the spare key hangs by the door"]
+SESSION_ROWS = (
+    "SELECT count(*) FROM chatkeep_search x JOIN chatkeep_sessions s ON s.id = x.session_ref WHERE s.key_hash = ?"
+)
+ALL_ROWS = "SELECT count(*) FROM chatkeep_search"
+
+
+@pytest.fixture
+def pgvector_target(pgvector_backing: Any) -> Any:
+    """Each test here in a schema of its own (one switches the index's embedder)."""
+    return pgvector_backing
+
+
+@pytest.fixture
+async def pg_store(pgvector_target: Any) -> AsyncIterator[SearchableStore]:
+    async with SQLHistoryStore(pgvector_target.url) as store:
+        assert isinstance(store, SearchableStore)
+        yield store
+
+
+async def _indexed(store: SearchableStore, key: SessionKey, texts: list[str] = TEXTS) -> list[Message]:
+    messages = [Message(role="user", text=text) for text in texts]
+    await store.append(key, messages, embeddings=await embed_messages(HashingEmbedder(), messages))
+    return messages
+
+
+def _rows(target: Any, key: SessionKey | None = None) -> int:
+    query = (ALL_ROWS, ()) if key is None else (SESSION_ROWS, (key_hash(key.tenant, key.session_id),))
+    return int(target.execute_in(target.name, [query])[0][0])  # type: ignore[arg-type]
+
+
+def _key() -> SessionKey:
+    return SessionKey(f"t-{uuid.uuid4().hex[:8]}", "s")
+
+
+async def test_delete_leaves_nothing_indexed_in_raw_storage(pgvector_target: Any, pg_store: SearchableStore) -> None:
+    key, other = _key(), _key()
+    await _indexed(pg_store, key)
+    await _indexed(pg_store, other)
+    assert _rows(pgvector_target, key) == len(TEXTS)
+    await pg_store.delete(key)
+    assert _rows(pgvector_target, key) == 0
+    assert _rows(pgvector_target, other) == len(TEXTS), "another session's index went with it"
+
+
+async def test_delete_tenant_leaves_nothing_indexed_in_raw_storage(
+    pgvector_target: Any, pg_store: SearchableStore
+) -> None:
+    key = _key()
+    await _indexed(pg_store, key)
+    await _indexed(pg_store, SessionKey(key.tenant, "another"))
+    before = _rows(pgvector_target)
+    await pg_store.delete_tenant(key.tenant)
+    assert _rows(pgvector_target) == before - 2 * len(TEXTS)
+    tenant_rows = (
+        "SELECT count(*) FROM chatkeep_search x JOIN chatkeep_messages m ON m.session_ref = x.session_ref "
+        "AND m.seq = x.seq"
+    )
+    assert pgvector_target.execute_in(pgvector_target.name, [(tenant_rows, ())])[0][0] == _rows(pgvector_target)
+
+
+async def test_trim_and_pop_remove_the_index_rows_of_their_messages(
+    pgvector_target: Any, pg_store: SearchableStore
+) -> None:
+    key = _key()
+    await _indexed(pg_store, key)
+    await pg_store.trim(key, 2)
+    assert _rows(pgvector_target, key) == 2
+    await pg_store.pop(key)
+    assert _rows(pgvector_target, key) == 1
+
+
+async def test_the_vector_column_takes_the_width_of_the_embedder(
+    pgvector_target: Any, pg_store: SearchableStore
+) -> None:
+    column = (
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = 'chatkeep_search'::regclass AND attname = 'embedding'"
+    )
+    key = _key()
+    await _indexed(pg_store, key)
+    info = await pg_store.index_info()
+    assert info is not None
+    width = pgvector_target.execute_in(pgvector_target.name, [(column, ())])[0][0]
+    assert str(width).endswith(f"vector({info.dimensions})")
+    other = HashingEmbedder(32, salt="another-model")
+    assert await pg_store.reindex(other) >= len(TEXTS)
+    assert str(pgvector_target.execute_in(pgvector_target.name, [(column, ())])[0][0]).endswith("vector(32)")
+    [vector] = await other.embed(["where is the spare key"])
+    hits = await pg_store.search(TenantScope(key.tenant), vector, "spare key", 1, embedder=other.name)
+    assert [hit.message.text for hit in hits] == [TEXTS[2]]
+
+
+async def test_a_postgresql_without_pgvector_says_how_to_get_it(sql_target: Any) -> None:
+    if sql_target.family != "postgresql" or sql_target.can_search:
+        pytest.skip("needs a PostgreSQL without pgvector (the machine's own)")
+    async with SQLHistoryStore(sql_target.url) as store:
+        searching = searchable(store)
+        key = _key()
+        messages = [Message(role="user", text="hello")]
+        with pytest.raises(SearchUnsupportedError, match="pgvector") as caught:
+            await searching.append(key, messages, embeddings=await embed_messages(HashingEmbedder(), messages))
+        assert "CREATE EXTENSION vector" in str(caught.value)
+        assert await store.count(key) == 0, "a refused indexed append stored its messages"
+        with pytest.raises(SearchUnsupportedError, match="pgvector"):
+            await searching.search(key, None, "hello", 3)
+        assert await store.append(key, messages) == 1  # the history itself works as ever
+
+
+async def test_mysql_stores_cannot_search(sql_target: Any) -> None:
+    if sql_target.family != "mysql":
+        pytest.skip("a MySQL/MariaDB run")
+    async with SQLHistoryStore(sql_target.url) as store:
+        assert not hasattr(store, "search")
+        with pytest.raises(SearchUnsupportedError, match="search capability"):
+            searchable(store)
