@@ -15,10 +15,14 @@ from chatkeep.testing import HistoryStoreConformance, SearchConformance, StoreFa
 TRANSPORTS = {"sqlite": "sqlite3", "postgresql": "asyncpg", "mysql": "asyncmy"}
 
 
-@pytest.fixture(params=["driver", "sqlalchemy"])
+@pytest.fixture(params=["driver", "sqlalchemy", "apsw"])
 def transport(request: pytest.FixtureRequest, sql_target: Any) -> str:
-    """The transport the kit runs on: the database's default (``driver``) or ``sqlalchemy``."""
-    return TRANSPORTS[sql_target.family] if request.param == "driver" else "sqlalchemy"
+    """The transport the kit runs on: the database's default (``driver``), ``sqlalchemy``, or on SQLite ``apsw``."""
+    if request.param == "apsw":
+        if sql_target.family != "sqlite":
+            pytest.skip("apsw is a SQLite transport")
+        pytest.importorskip("apsw", reason="the apsw transport needs chatkeep-sql[recall]")
+    return TRANSPORTS[sql_target.family] if request.param == "driver" else request.param
 
 
 class TestSQLConformance(HistoryStoreConformance):
@@ -47,7 +51,7 @@ class TestSQLConformance(HistoryStoreConformance):
 
     @pytest.fixture(autouse=True)
     def _server_can_search(self, sql_target: Any) -> None:
-        self.without_pgvector = not sql_target.can_search
+        self.without_pgvector = sql_target.family == "postgresql" and not sql_target.can_search
 
     def searchable_store(self, store: HistoryStore) -> SearchableStore:
         if self.without_pgvector:

@@ -111,7 +111,7 @@ class SQLHistoryStore(HistoryStore):
 
     @property
     def transport(self) -> str:
-        """What runs the statements (option ``transport``): ``sqlite3``, ``asyncpg``, ``asyncmy`` or ``sqlalchemy``."""
+        """What runs the statements (option ``transport``): ``sqlite3``, ``apsw``, ``asyncpg``, ``asyncmy`` or ``sqlalchemy``."""
         return self._transport.name
 
     @property
@@ -325,11 +325,16 @@ def _can_search(url: str | None, client: AsyncEngine | None, options: dict[str, 
 
 def _open_transport(config: SQLConfig) -> Transport[Any]:
     """The transport the parsed URL selects (``config.transport``), on a new engine for the server transports."""
-    if config.transport == "sqlite3":
+    if config.transport in ("sqlite3", "apsw"):
         from chatkeep.sql._sqlite import SQLiteTransport
 
+        kind = SQLiteTransport
+        if config.transport == "apsw":
+            from chatkeep.sql._apsw import ApswTransport
+
+            kind = ApswTransport
         assert config.sqlite_path is not None
-        return SQLiteTransport(
+        return kind(
             config.sqlite_path,
             busy_timeout=config.settings.busy_timeout,
             pool_size=config.settings.pool_size,
