@@ -111,7 +111,7 @@ class SQLHistoryStore(HistoryStore):
 
     @property
     def transport(self) -> str:
-        """What runs the statements (option ``transport``): ``sqlite3``, ``apsw``, ``asyncpg``, ``asyncmy`` or ``sqlalchemy``."""
+        """What runs the statements (option ``transport``): sqlite3, apsw, asyncpg, asyncmy or sqlalchemy."""
         return self._transport.name
 
     @property
