@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import apsw
+import apsw.ext
 
 from chatkeep.sql._sqlite import SQLiteTransport, _SQLiteConnection
 
-__all__ = ["ApswTransport", "vec_loaded"]
+__all__ = ["ApswTransport"]
 
 
 def _sqlite_vec_path() -> str | None:
@@ -59,11 +60,11 @@ class _SchemaCursor:
         self.arraysize = 1
 
     def execute(self, statement: str, params: Sequence[Any] | None = None) -> _SchemaCursor:
-        self._cursor.execute(statement, tuple(params or ()))
-        try:
-            described = self._cursor.getdescription()
-        except apsw.ExecutionCompleteError:
-            described = None
+        bindings = tuple(params or ())
+        # The columns, from the prepared statement (apsw tells them only while rows remain; SQLAlchemy needs them
+        # for a query that found none too). Schema work only: preparing twice costs nothing there.
+        described = apsw.ext.query_info(self._raw, statement, bindings).description
+        self._cursor.execute(statement, bindings)
         self.description = (
             None if not described else [(name, None, None, None, None, None, None) for name, _ in described]
         )
@@ -128,6 +129,10 @@ class ApswTransport(SQLiteTransport):
     name = "apsw"
     errors = (apsw.Error, OSError)
 
+    def __init__(self, path: str, *, busy_timeout: float, pool_size: int, synchronous: str = "normal") -> None:
+        super().__init__(path, busy_timeout=busy_timeout, pool_size=pool_size, synchronous=synchronous)
+        self.loads_sqlite_vec = _sqlite_vec_path() is not None
+
     def wrap(self, raw: Any) -> _SQLiteConnection:
         return _ApswConnection(raw)
 
@@ -152,8 +157,3 @@ class ApswTransport(SQLiteTransport):
 
     def schema_connection(self) -> Any:
         return _SchemaConnection(self.connect())
-
-
-def vec_loaded() -> bool:
-    """Whether the apsw transport's connections have sqlite-vec (the package ``sqlite-vec`` is installed)."""
-    return _sqlite_vec_path() is not None

@@ -16,6 +16,7 @@ The keywords are :func:`~chatkeep.core.backend.keyword_terms`, the rule every ba
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from chatkeep.core import SearchUnsupportedError
@@ -25,7 +26,7 @@ from chatkeep.sql._errors import sqlstate
 from chatkeep.sql._sql import Statements
 from chatkeep.sql._transport import Connection
 
-__all__ = ["PG_SEARCH_HINT", "IndexRow", "PostgresSearch", "tsquery", "tsvector", "vector_text"]
+__all__ = ["PG_SEARCH_HINT", "IndexRow", "PostgresSearch", "Scope", "tsquery", "tsvector", "vector_text"]
 
 #: What to do on a PostgreSQL without pgvector.
 PG_SEARCH_HINT = (
@@ -37,8 +38,19 @@ PG_SEARCH_HINT = (
 _MAX_LEXEME = 2046
 _MAX_POSITION = 16383
 
-#: One message to index: (message hash, role, tsvector literal, vector literal).
-IndexRow = tuple[bytes, str, str, str]
+#: One message to index: (message hash, role, its keywords, its vector), as the backend's index stores them.
+IndexRow = tuple[bytes, str, str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a search looks in, as the tables key it: a tenant, and one session of it or one owner's sessions."""
+
+    tenant: bytes  # the tenant's hash
+    session: bytes | None = None  # the session's key hash
+    owner: bytes | None = None
+    before_seq: int | None = None
+    roles: tuple[str, ...] | None = None
 
 
 def tsvector(text: str) -> str:
@@ -194,6 +206,16 @@ class PostgresSearch:
 
     # -- writes --------------------------------------------------------------------------------------
 
+    def rows(
+        self, hashes: Sequence[bytes], roles: Sequence[str], texts: Sequence[str], vectors: Sequence[Any]
+    ) -> list[IndexRow]:
+        """The index rows of messages with a vector (those without one are not indexed)."""
+        return [
+            (h, role, tsvector(text), vector_text(vector))
+            for h, role, text, vector in zip(hashes, roles, texts, vectors, strict=True)
+            if vector is not None
+        ]
+
     async def append(
         self,
         conn: Connection,
@@ -219,11 +241,11 @@ class PostgresSearch:
 
         return await self._with_index(conn, info, body)
 
-    async def index(self, conn: Connection, key: bytes, info: IndexInfo, index: Sequence[IndexRow]) -> int:
+    async def index(self, conn: Connection, head: _ops.Head, info: IndexInfo, index: Sequence[IndexRow]) -> int:
         """Index stored messages (skipping any gone or indexed meanwhile); returns how many were indexed."""
 
         async def body() -> int:
-            return await self._write_index(conn, await self._checked(conn, info), key, index)
+            return await self._write_index(conn, await self._checked(conn, info), head[0], index)
 
         return await self._with_index(conn, info, body)
 
@@ -244,16 +266,20 @@ class PostgresSearch:
     # -- reads ---------------------------------------------------------------------------------------
 
     async def rankings(
-        self,
-        conn: Connection,
-        where: str,
-        params: Sequence[Any],
-        vector: Sequence[float] | None,
-        terms: list[str],
-        limit: int,
+        self, conn: Connection, scope: Scope, vector: Sequence[float] | None, terms: list[str], limit: int
     ) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:
-        """Rows (session id, seq, record) of the best ``limit`` by vector and by keywords among the rows ``where``
-        selects (a condition on ``x``, the index, and ``s``, the session)."""
+        """Rows (session id, seq, record, score) of the best ``limit`` in ``scope`` by vector and by keywords."""
+        params: list[Any]
+        if scope.session is not None:
+            where, params = "s.key_hash = ?", [scope.session]
+        else:
+            where, params = "s.tenant_hash = ?", [scope.tenant]
+        if scope.owner is not None:
+            where, params = where + " AND s.owner = ?", [*params, scope.owner]
+        if scope.before_seq is not None:
+            where, params = where + " AND x.seq < ?", [*params, scope.before_seq]
+        if scope.roles is not None:
+            where, params = where + " AND x.role = ANY(?::text[])", [*params, list(scope.roles)]
         namespace = await self.namespace(conn, create=False)
         base = (
             "SELECT s.session_id, x.seq, m.record{rank} FROM chatkeep_search x "
@@ -288,14 +314,3 @@ class PostgresSearch:
 
         await _ops.transaction(conn, self.sql, body)
         return by_vector, by_words
-
-
-def index_rows(
-    hashes: Sequence[bytes], roles: Sequence[str], texts: Sequence[str], vectors: Sequence[Any]
-) -> list[IndexRow]:
-    """The index rows of messages with a vector (those without one are not indexed)."""
-    return [
-        (h, role, tsvector(text), vector_text(vector))
-        for h, role, text, vector in zip(hashes, roles, texts, vectors, strict=True)
-        if vector is not None
-    ]

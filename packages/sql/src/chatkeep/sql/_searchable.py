@@ -1,8 +1,10 @@
 """The SQL store with the search capability: what ``open_store`` returns for a database that can search.
 
 PostgreSQL stores can search (with the pgvector extension on the server: without it, indexing or searching
-raises :class:`~chatkeep.core.SearchUnsupportedError` saying how to get it); MySQL/MariaDB stores cannot, so
-they are plain :class:`~chatkeep.sql.SQLHistoryStore` objects without ``search``.
+raises :class:`~chatkeep.core.SearchUnsupportedError` saying how to get it), and SQLite stores on the ``apsw``
+transport (with sqlite-vec). MySQL/MariaDB stores and SQLite on ``sqlite3`` cannot: they are plain
+:class:`~chatkeep.sql.SQLHistoryStore` objects without ``search``. The index itself is ``_search`` (PostgreSQL)
+or ``_sqlite_search`` (SQLite).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from chatkeep.core import Message, SessionKey
 from chatkeep.core.backend import Candidate, IndexInfo, Rankings, SearchableStore, SearchScope, write_stamp
 from chatkeep.sql._schema import key_hash, message_hash, tenant_hash
-from chatkeep.sql._search import PostgresSearch, index_rows
+from chatkeep.sql._search import PostgresSearch, Scope
 from chatkeep.sql._store import SQLHistoryStore
 
 __all__ = ["SearchableSQLHistoryStore"]
@@ -22,13 +24,19 @@ __all__ = ["SearchableSQLHistoryStore"]
 class SearchableSQLHistoryStore(SQLHistoryStore, SearchableStore):
     """A :class:`~chatkeep.sql.SQLHistoryStore` that indexes messages by meaning and by words, and searches them.
 
-    :func:`~chatkeep.sql.open_store` (or ``SQLHistoryStore(url)``) returns one for a PostgreSQL URL. See
+    :func:`~chatkeep.sql.open_store` (or ``SQLHistoryStore(url)``) returns one for a PostgreSQL URL and for
+    ``sqlite://...?transport=apsw``. See
     ``docs/recall.md`` and :class:`~chatkeep.core.SupportsSearch`.
     """
 
     def __init__(self, url: str | None = None, *, client: Any = None, **options: Any) -> None:
         super().__init__(url, client=client, **options)
-        self._search = PostgresSearch(self._sql, self._transport.description)
+        if self.dialect == "postgresql":
+            self._search: Any = PostgresSearch(self._sql, self._transport.description)
+        else:
+            from chatkeep.sql._sqlite_search import SQLiteSearch
+
+            self._search = SQLiteSearch(self._sql, self._transport.description)
 
     async def _append_indexed(
         self,
@@ -40,7 +48,7 @@ class SearchableSQLHistoryStore(SQLHistoryStore, SearchableStore):
     ) -> int:
         hashes = [message_hash(message.message_id) for message in messages]
         rows = list(zip(hashes, records, strict=True))
-        index = index_rows(hashes, [m.role for m in messages], [m.text for m in messages], vectors)
+        index = self._search.rows(hashes, [m.role for m in messages], [m.text for m in messages], vectors)
         head, now, search = self._head(key), write_stamp(), self._search
         return await self._run(lambda conn: search.append(conn, head, now, rows, info, index), write=True)
 
@@ -57,19 +65,15 @@ class SearchableSQLHistoryStore(SQLHistoryStore, SearchableStore):
         before_seq: int | None,
         roles: frozenset[str] | None,
     ) -> Rankings:
-        params: list[Any]
+        chosen = None if roles is None else tuple(sorted(roles))
         if isinstance(scope, SessionKey):
-            where, params = "s.key_hash = ?", [key_hash(scope.tenant, scope.session_id)]
+            digest = key_hash(scope.tenant, scope.session_id)
+            where = Scope(tenant_hash(scope.tenant), digest, None, before_seq, chosen)
         else:
-            where, params = "s.tenant_hash = ?", [tenant_hash(scope.tenant)]
-            if scope.owner is not None:
-                where, params = where + " AND s.owner = ?", [*params, scope.owner.encode()]
-        if before_seq is not None:
-            where, params = where + " AND x.seq < ?", [*params, before_seq]
-        if roles is not None:
-            where, params = where + " AND x.role = ANY(?::text[])", [*params, sorted(roles)]
+            owner = None if scope.owner is None else scope.owner.encode()
+            where = Scope(tenant_hash(scope.tenant), None, owner, before_seq, chosen)
         search = self._search
-        by_vector, by_words = await self._run(lambda conn: search.rankings(conn, where, params, vector, terms, limit))
+        by_vector, by_words = await self._run(lambda conn: search.rankings(conn, where, vector, terms, limit))
         return Rankings(self._candidates(by_vector), self._candidates(by_words))
 
     def _candidates(self, rows: Sequence[Sequence[Any]]) -> list[Candidate]:
@@ -94,6 +98,6 @@ class SearchableSQLHistoryStore(SQLHistoryStore, SearchableStore):
         self, key: SessionKey, info: IndexInfo, messages: Sequence[Message], vectors: Sequence[tuple[float, ...]]
     ) -> int:
         hashes = [message_hash(message.message_id) for message in messages]
-        index = index_rows(hashes, [m.role for m in messages], [m.text for m in messages], vectors)
-        digest, search = key_hash(key.tenant, key.session_id), self._search
-        return await self._run(lambda conn: search.index(conn, digest, info, index), write=True)
+        index = self._search.rows(hashes, [m.role for m in messages], [m.text for m in messages], vectors)
+        head, search = self._head(key), self._search
+        return await self._run(lambda conn: search.index(conn, head, info, index), write=True)

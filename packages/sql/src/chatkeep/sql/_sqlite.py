@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar, cast
 
-from chatkeep.core import ChatkeepError
+from chatkeep.core import ChatkeepError, StoreConfigurationError
 from chatkeep.sql._errors import SQLITE_FILE_HINT
 from chatkeep.sql._schema import ensure_schema
 from chatkeep.sql._sql import Statements
@@ -73,6 +73,8 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
 
     name = "sqlite3"
     serves_any_loop = True  # nothing of it belongs to an event loop
+    #: Whether its connections load sqlite-vec (which a file's search index needs for any change of messages).
+    loads_sqlite_vec = False
     hint = SQLITE_FILE_HINT
     errors = (sqlite3.Error, OSError)
 
@@ -191,9 +193,17 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
         engine = create_engine("sqlite+pysqlite://", creator=self.schema_connection, poolclass=NullPool)
         try:
             with engine.connect() as conn:
-                return ensure_schema(conn, upgrade=upgrade)
+                revision = ensure_schema(conn, upgrade=upgrade)
+                indexed = conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE name = 'chatkeep_search_vec'").all()
         finally:
             engine.dispose()
+        if indexed and not self.loads_sqlite_vec:
+            raise StoreConfigurationError(
+                f"{self.description} holds a semantic-recall index made with sqlite-vec, which this connection "
+                "cannot load, and deleting or trimming its messages needs it; install the recall extra "
+                '(pip install "chatkeep-sql[recall]") and open the file with ?transport=apsw'
+            )
+        return revision
 
     async def prepare(self, *, upgrade: bool = False) -> str:
         from sqlalchemy.exc import SQLAlchemyError

@@ -313,14 +313,15 @@ class SQLHistoryStore(HistoryStore):
 
 
 def _can_search(url: str | None, client: AsyncEngine | None, options: dict[str, Any]) -> bool:
-    """Whether a store of this URL (or engine) gets the search capability: PostgreSQL's (its index is pgvector)."""
+    """Whether a store of this URL (or engine) gets the search capability: PostgreSQL's (pgvector) and SQLite's on
+    the apsw transport (sqlite-vec); the standard ``sqlite3`` module cannot load sqlite-vec."""
     if client is not None:
         return bool(client.dialect.name == "postgresql")
     try:
         config = parse_url(url or "sqlite://", **options)
     except SQLURLError:
         return False  # __init__ raises it
-    return config.family == "postgresql"
+    return config.family == "postgresql" or config.transport == "apsw"
 
 
 def _open_transport(config: SQLConfig) -> Transport[Any]:
