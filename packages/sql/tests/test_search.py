@@ -1,14 +1,24 @@
-"""What the SQL store's search index leaves in raw storage, and what a database that cannot search says."""
+"""What the SQL store's search index leaves in raw storage (PostgreSQL, SQLite), and what a store that cannot search
+says."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chatkeep.core import Message, SearchUnsupportedError, SessionKey, TenantScope, embed_messages
+from chatkeep.core import (
+    Message,
+    SearchUnsupportedError,
+    SessionKey,
+    StoreConfigurationError,
+    TenantScope,
+    embed_messages,
+)
 from chatkeep.core.backend import SearchableStore, searchable
 from chatkeep.sql import SQLHistoryStore
 from chatkeep.sql._schema import key_hash
@@ -127,6 +137,68 @@ async def test_mysql_stores_cannot_search(sql_target: Any) -> None:
     if sql_target.family != "mysql":
         pytest.skip("a MySQL/MariaDB run")
     async with SQLHistoryStore(sql_target.url) as store:
+        assert not hasattr(store, "search")
+        with pytest.raises(SearchUnsupportedError, match="search capability"):
+            searchable(store)
+
+
+def _sqlite_rows(path: Path) -> dict[str, int]:
+    """Rows of each index table of a closed SQLite store's file, read with apsw and sqlite-vec (one library)."""
+    apsw = pytest.importorskip("apsw")
+    sqlite_vec = pytest.importorskip("sqlite_vec")
+    conn = apsw.Connection(str(path))
+    try:
+        conn.enable_load_extension(True)
+        conn.load_extension(sqlite_vec.loadable_path())
+        tables = ("chatkeep_search", "chatkeep_search_vec", "chatkeep_search_fts")
+        counted = {table: int(conn.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]) for table in tables}
+        vec_rows = "SELECT count(*) FROM chatkeep_search_vec_rowids"  # vec0's own rowid table
+        counted["vec_rowids"] = int(conn.execute(vec_rows).fetchall()[0][0])
+        return counted
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("removal", ["delete", "delete_tenant", "trim", "pop", "prune"])
+async def test_sqlite_removals_leave_nothing_indexed_in_raw_storage(tmp_path: Path, removal: str) -> None:
+    pytest.importorskip("sqlite_vec")
+    path = tmp_path / "recall.db"
+    key, other = _key(), _key()
+    async with SQLHistoryStore(f"sqlite:///{path}?transport=apsw") as store:
+        assert isinstance(store, SearchableStore)
+        await _indexed(store, key)
+        await _indexed(store, other)
+        if removal == "delete":
+            await store.delete(key)
+        elif removal == "delete_tenant":
+            await store.delete_tenant(key.tenant)
+        elif removal == "trim":
+            await store.trim(key, 0)
+        elif removal == "pop":
+            for _ in TEXTS:
+                await store.pop(key)
+        else:
+            await store.prune(older_than=datetime.now(timezone.utc) + timedelta(seconds=1), tenant=key.tenant)
+    left = len(TEXTS)  # the other tenant's session only
+    assert _sqlite_rows(path) == dict.fromkeys(
+        ("chatkeep_search", "chatkeep_search_vec", "chatkeep_search_fts", "vec_rowids"), left
+    )
+
+
+async def test_the_sqlite3_transport_refuses_a_file_with_a_sqlite_vec_index(tmp_path: Path) -> None:
+    pytest.importorskip("sqlite_vec")
+    path = tmp_path / "indexed.db"
+    async with SQLHistoryStore(f"sqlite:///{path}?transport=apsw") as store:
+        assert isinstance(store, SearchableStore)
+        await _indexed(store, _key())
+    async with SQLHistoryStore(f"sqlite:///{path}") as plain:
+        assert not hasattr(plain, "search")
+        with pytest.raises(StoreConfigurationError, match="transport=apsw"):
+            await plain.count(_key())
+
+
+async def test_sqlite_on_the_sqlite3_transport_cannot_search(tmp_path: Path) -> None:
+    async with SQLHistoryStore(f"sqlite:///{tmp_path / 'plain.db'}") as store:
         assert not hasattr(store, "search")
         with pytest.raises(SearchUnsupportedError, match="search capability"):
             searchable(store)
