@@ -28,7 +28,7 @@ __all__ = ["ApswTransport"]
 
 def _sqlite_vec_path() -> str | None:
     try:
-        import sqlite_vec
+        import sqlite_vec  # type: ignore[import-untyped]
     except ImportError:
         return None
     return str(sqlite_vec.loadable_path())
@@ -40,7 +40,8 @@ class _ApswConnection(_SQLiteConnection):
     __slots__ = ()
 
     async def _fetch(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        return self._cursor.execute(statement, tuple(params)).fetchall()  # type: ignore[no-any-return]
+        rows: Sequence[Sequence[Any]] = self._cursor.execute(statement, tuple(params)).fetchall()
+        return rows
 
     async def _execute(self, statement: str, params: Sequence[Any]) -> int:
         self._cursor.execute(statement, tuple(params)).fetchall()
@@ -127,14 +128,14 @@ class ApswTransport(SQLiteTransport):
     """SQLite through apsw, with sqlite-vec loaded when installed (see the module docstring)."""
 
     name = "apsw"
-    errors = (apsw.Error, OSError)
+    errors: tuple[type[BaseException], ...] = (apsw.Error, OSError)
 
     def __init__(self, path: str, *, busy_timeout: float, pool_size: int, synchronous: str = "normal") -> None:
         super().__init__(path, busy_timeout=busy_timeout, pool_size=pool_size, synchronous=synchronous)
         self.loads_sqlite_vec = _sqlite_vec_path() is not None
 
     def wrap(self, raw: Any) -> _SQLiteConnection:
-        return _ApswConnection(raw)
+        return _ApswConnection(raw)  # the same face on apsw's connection
 
     def connect(self) -> apsw.Connection:  # type: ignore[override]
         """A new apsw connection to the file, set up as the ``sqlite3`` transport's are, with sqlite-vec loaded."""

@@ -42,9 +42,9 @@ class _SQLiteConnection(Connection):
 
     __slots__ = ("_cursor", "raw")
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: sqlite3.Connection) -> None:
         super().__init__()
-        self.raw = raw
+        self.raw: Any = raw  # a sqlite3 connection, or an apsw one (the apsw transport's subclass)
         self._cursor = raw.cursor()  # one cursor for every statement: each call reads its rows before the next
 
     async def _fetch(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
@@ -76,7 +76,7 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
     #: Whether its connections load sqlite-vec (which a file's search index needs for any change of messages).
     loads_sqlite_vec = False
     hint = SQLITE_FILE_HINT
-    errors = (sqlite3.Error, OSError)
+    errors: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)
 
     def __init__(self, path: str, *, busy_timeout: float, pool_size: int, synchronous: str = "normal") -> None:
         self.path = path
@@ -212,7 +212,9 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
             return await self._in_thread(self._prepare, upgrade)
         except ChatkeepError:
             raise
-        except (*self.errors, SQLAlchemyError) as exc:
+        except self.errors as exc:
+            raise self.translate(exc) from exc
+        except SQLAlchemyError as exc:
             raise self.translate(exc) from exc
 
     async def aclose(self) -> None:

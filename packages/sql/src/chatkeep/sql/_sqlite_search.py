@@ -230,7 +230,7 @@ class SQLiteSearch:
             if not found:
                 return [], []
             session_ref = int(found[0][0])
-        filters, params = "", []
+        filters, params = "", list[Any]()
         if session_ref is not None:
             filters, params = filters + " AND {t}.session_ref = ?", [*params, session_ref]
         if scope.before_seq is not None:

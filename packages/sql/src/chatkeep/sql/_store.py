@@ -329,13 +329,13 @@ def _open_transport(config: SQLConfig) -> Transport[Any]:
     if config.transport in ("sqlite3", "apsw"):
         from chatkeep.sql._sqlite import SQLiteTransport
 
-        kind = SQLiteTransport
+        sqlite_kind = SQLiteTransport
         if config.transport == "apsw":
             from chatkeep.sql._apsw import ApswTransport
 
-            kind = ApswTransport
+            sqlite_kind = ApswTransport
         assert config.sqlite_path is not None
-        return kind(
+        return sqlite_kind(
             config.sqlite_path,
             busy_timeout=config.settings.busy_timeout,
             pool_size=config.settings.pool_size,
