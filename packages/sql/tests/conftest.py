@@ -277,6 +277,12 @@ def pgvector_target(sql_target: Target, tmp_path_factory: pytest.TempPathFactory
         drop_backing("postgresql", PGVECTOR_URL, name)
 
 
+@pytest.fixture(scope="session")
+def apsw_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The SQLite file the kit runs on with the apsw transport (it gets a sqlite-vec index: sqlite3 refuses it)."""
+    return str(tmp_path_factory.mktemp("apsw") / "kit.db")
+
+
 @pytest.fixture
 def pgvector_backing(pgvector_target: Target, tmp_path: Path) -> Iterator[Target]:
     """A schema of the test's own on the PostgreSQL with pgvector (dropped afterwards)."""

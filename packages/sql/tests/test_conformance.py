@@ -30,7 +30,9 @@ class TestSQLConformance(HistoryStoreConformance):
     multi_process = True  # every process reaches the same database through store_url
 
     @pytest.fixture
-    def store_url(self, sql_target: Any, transport: str) -> str:
+    def store_url(self, sql_target: Any, transport: str, apsw_file: str) -> str:
+        if transport == "apsw":  # a file of its own: once indexed, the other transports refuse it
+            return f"sqlite:///{apsw_file}?transport=apsw"
         url: str = sql_target.url
         if transport == TRANSPORTS[sql_target.family]:
             return url  # the default: the URL names no transport

@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar, cast
 
-from chatkeep.core import ChatkeepError, StoreConfigurationError
+from chatkeep.core import ChatkeepError
 from chatkeep.sql._errors import SQLITE_FILE_HINT
 from chatkeep.sql._schema import ensure_schema
 from chatkeep.sql._sql import Statements
@@ -193,17 +193,9 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
         engine = create_engine("sqlite+pysqlite://", creator=self.schema_connection, poolclass=NullPool)
         try:
             with engine.connect() as conn:
-                revision = ensure_schema(conn, upgrade=upgrade)
-                indexed = conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE name = 'chatkeep_search_vec'").all()
+                return ensure_schema(conn, upgrade=upgrade, loads_sqlite_vec=self.loads_sqlite_vec)
         finally:
             engine.dispose()
-        if indexed and not self.loads_sqlite_vec:
-            raise StoreConfigurationError(
-                f"{self.description} holds a semantic-recall index made with sqlite-vec, which this connection "
-                "cannot load, and deleting or trimming its messages needs it; install the recall extra "
-                '(pip install "chatkeep-sql[recall]") and open the file with ?transport=apsw'
-            )
-        return revision
 
     async def prepare(self, *, upgrade: bool = False) -> str:
         from sqlalchemy.exc import SQLAlchemyError
