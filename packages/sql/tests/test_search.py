@@ -185,13 +185,14 @@ async def test_sqlite_removals_leave_nothing_indexed_in_raw_storage(tmp_path: Pa
     )
 
 
-async def test_the_sqlite3_transport_refuses_a_file_with_a_sqlite_vec_index(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["sqlite3", "sqlalchemy"])
+async def test_other_transports_refuse_a_file_with_a_sqlite_vec_index(tmp_path: Path, transport: str) -> None:
     pytest.importorskip("sqlite_vec")
     path = tmp_path / "indexed.db"
     async with SQLHistoryStore(f"sqlite:///{path}?transport=apsw") as store:
         assert isinstance(store, SearchableStore)
         await _indexed(store, _key())
-    async with SQLHistoryStore(f"sqlite:///{path}") as plain:
+    async with SQLHistoryStore(f"sqlite:///{path}?transport={transport}") as plain:
         assert not hasattr(plain, "search")
         with pytest.raises(StoreConfigurationError, match="transport=apsw"):
             await plain.count(_key())
