@@ -16,17 +16,17 @@ The keywords are :func:`~chatkeep.core.backend.keyword_terms`, the rule every ba
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from chatkeep.core import SearchUnsupportedError
 from chatkeep.core.backend import IndexInfo, check_index, keyword_terms
 from chatkeep.sql import _ops
 from chatkeep.sql._errors import sqlstate
+from chatkeep.sql._index import IndexRow, NoIndex, Scope, SearchIndex
 from chatkeep.sql._sql import Statements
 from chatkeep.sql._transport import Connection
 
-__all__ = ["PG_SEARCH_HINT", "IndexRow", "PostgresSearch", "Scope", "tsquery", "tsvector", "vector_text"]
+__all__ = ["PG_SEARCH_HINT", "PostgresSearch", "tsquery", "tsvector", "vector_text"]
 
 #: What to do on a PostgreSQL without pgvector.
 PG_SEARCH_HINT = (
@@ -37,20 +37,6 @@ PG_SEARCH_HINT = (
 # tsvector limits: a lexeme of at most 2047 bytes, positions 1..16383.
 _MAX_LEXEME = 2046
 _MAX_POSITION = 16383
-
-#: One message to index: (message hash, role, its keywords, its vector), as the backend's index stores them.
-IndexRow = tuple[bytes, str, str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Scope:
-    """What a search looks in, as the tables key it: a tenant, and one session of it or one owner's sessions."""
-
-    tenant: bytes  # the tenant's hash
-    session: bytes | None = None  # the session's key hash
-    owner: bytes | None = None
-    before_seq: int | None = None
-    roles: tuple[str, ...] | None = None
 
 
 def tsvector(text: str) -> str:
@@ -73,20 +59,15 @@ def vector_text(vector: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
-class _NoIndex(Exception):
-    """No embedder is recorded yet: the vector column must be made first (in a transaction of its own)."""
-
-
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-class PostgresSearch:
+class PostgresSearch(SearchIndex):
     """The index's statements and writes on PostgreSQL, for one store (it remembers the extension's schema)."""
 
     def __init__(self, sql: Statements, description: str) -> None:
-        self.sql = sql
-        self.description = description
+        super().__init__(sql, description)
         self._namespace: str | None = None  # the vector extension's schema, quoted, once found
         c = sql.convert
         self.info = "SELECT embedder, dimensions FROM chatkeep_search_index WHERE id = 1"
@@ -153,10 +134,7 @@ class PostgresSearch:
         return None
 
     async def switch(self, conn: Connection, info: IndexInfo, *, replace: bool) -> None:
-        """Record ``info`` and make the vector column of its width (dropping the old entries when it changes).
-
-        Without ``replace``, an index already built with another embedder raises ``EmbedderMismatchError``.
-        """
+        """Record ``info`` and make the vector column of its width (dropping the old entries when it changes)."""
         namespace = await self.namespace(conn, create=True)
 
         async def body() -> None:
@@ -184,7 +162,7 @@ class PostgresSearch:
         """In a transaction: the recorded embedder, share-locked and checked against ``info``; the namespace."""
         rows = await conn.fetch(self.info_shared)
         if rows[0][0] is None:
-            raise _NoIndex
+            raise NoIndex
         check_index(IndexInfo(str(rows[0][0]), int(rows[0][1])), info)
         return await self.namespace(conn, create=False)
 
@@ -198,11 +176,17 @@ class PostgresSearch:
             "ON CONFLICT (session_ref, seq) DO NOTHING"
         )
 
-    async def _write_index(self, conn: Connection, namespace: str, key: bytes, rows: Sequence[IndexRow]) -> int:
+    async def _usable(self, conn: Connection) -> None:
+        await self.namespace(conn, create=False)  # a server without pgvector says how to get it
+
+    async def _stored(self, conn: Connection, session_ref: int, hashes: list[bytes]) -> set[bytes]:
+        return {bytes(row[0]) for row in await conn.fetch(self.stored, (session_ref, hashes))}
+
+    async def _write_index(self, conn: Connection, checked: Any, head: _ops.Head, rows: Sequence[IndexRow]) -> int:
         if not rows:
             return 0
         columns = list(zip(*rows, strict=True))
-        return await conn.execute(self._insert_index(namespace), (*(list(c) for c in columns), key))
+        return await conn.execute(self._insert_index(checked), (*(list(c) for c in columns), head[0]))
 
     # -- writes --------------------------------------------------------------------------------------
 
@@ -215,46 +199,6 @@ class PostgresSearch:
             for h, role, text, vector in zip(hashes, roles, texts, vectors, strict=True)
             if vector is not None
         ]
-
-    async def append(
-        self,
-        conn: Connection,
-        head: _ops.Head,
-        now: int,
-        rows: Sequence[tuple[bytes, str]],
-        info: IndexInfo,
-        index: Sequence[IndexRow],
-    ) -> int:
-        """Append ``rows`` and index ``index`` in one transaction; returns how many messages were new."""
-        sql = self.sql
-
-        async def body() -> int:
-            namespace = await self._checked(conn, info)
-            found = await conn.fetch(sql.lock_session, (head[0],))
-            new = rows
-            if found:
-                stored = {bytes(row[0]) for row in await conn.fetch(self.stored, (found[0][0], [h for h, _ in rows]))}
-                new = [row for row in rows if row[0] not in stored]
-            inserted = await _ops.insert(conn, sql, head, now, new) if new else 0
-            await self._write_index(conn, namespace, head[0], index)
-            return inserted
-
-        return await self._with_index(conn, info, body)
-
-    async def index(self, conn: Connection, head: _ops.Head, info: IndexInfo, index: Sequence[IndexRow]) -> int:
-        """Index stored messages (skipping any gone or indexed meanwhile); returns how many were indexed."""
-
-        async def body() -> int:
-            return await self._write_index(conn, await self._checked(conn, info), head[0], index)
-
-        return await self._with_index(conn, info, body)
-
-    async def _with_index(self, conn: Connection, info: IndexInfo, body: Any) -> int:
-        try:
-            return int(await _ops.transaction(conn, self.sql, body))
-        except _NoIndex:
-            await self.switch(conn, info, replace=False)  # the first indexed write makes the vector column
-        return int(await _ops.transaction(conn, self.sql, body))
 
     async def unindexed(self, conn: Connection, key: bytes, info: IndexInfo, hashes: list[bytes]) -> set[bytes]:
         """Those of ``hashes`` the session stores that are not indexed (none when the index has another embedder)."""

@@ -14,8 +14,9 @@ from typing import Any
 
 from chatkeep.core import Message, SessionKey
 from chatkeep.core.backend import Candidate, IndexInfo, Rankings, SearchableStore, SearchScope, write_stamp
+from chatkeep.sql._index import Scope, SearchIndex
 from chatkeep.sql._schema import key_hash, message_hash, tenant_hash
-from chatkeep.sql._search import PostgresSearch, Scope
+from chatkeep.sql._search import PostgresSearch
 from chatkeep.sql._store import SQLHistoryStore
 
 __all__ = ["SearchableSQLHistoryStore"]
@@ -32,7 +33,7 @@ class SearchableSQLHistoryStore(SQLHistoryStore, SearchableStore):
     def __init__(self, url: str | None = None, *, client: Any = None, **options: Any) -> None:
         super().__init__(url, client=client, **options)
         if self.dialect == "postgresql":
-            self._search: Any = PostgresSearch(self._sql, self._transport.description)
+            self._search: SearchIndex = PostgresSearch(self._sql, self._transport.description)
         else:
             from chatkeep.sql._sqlite_search import SQLiteSearch
 

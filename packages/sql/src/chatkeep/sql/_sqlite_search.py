@@ -24,8 +24,7 @@ from typing import Any
 from chatkeep.core import SearchUnsupportedError
 from chatkeep.core.backend import IndexInfo, check_index, keyword_terms
 from chatkeep.sql import _ops
-from chatkeep.sql._search import IndexRow, Scope
-from chatkeep.sql._sql import Statements
+from chatkeep.sql._index import IndexRow, NoIndex, Scope, SearchIndex
 from chatkeep.sql._transport import Connection
 
 __all__ = ["SQLITE_SEARCH_HINT", "VEC_TABLE", "SQLiteSearch"]
@@ -42,10 +41,6 @@ _MAX_K = 4096
 _OWNER_OVERSAMPLING = 4
 
 
-class _NoIndex(Exception):
-    """No embedder is recorded yet: the index's tables must be made first (in a transaction of their own)."""
-
-
 def _blob(vector: Sequence[float]) -> bytes:
     return struct.pack(f"<{len(vector)}f", *vector)
 
@@ -54,12 +49,8 @@ def _marks(n: int) -> str:
     return ", ".join(["?"] * n)
 
 
-class SQLiteSearch:
+class SQLiteSearch(SearchIndex):
     """The index's statements and writes on SQLite (with sqlite-vec loaded), for one store."""
-
-    def __init__(self, sql: Statements, description: str) -> None:
-        self.sql = sql
-        self.description = description
 
     def rows(
         self, hashes: Sequence[bytes], roles: Sequence[str], texts: Sequence[str], vectors: Sequence[Any]
@@ -71,7 +62,7 @@ class SQLiteSearch:
             if vector is not None
         ]
 
-    async def _vec_loaded(self, conn: Connection) -> None:
+    async def _usable(self, conn: Connection) -> None:
         try:
             await conn.fetch("SELECT vec_version()")
         except Exception as exc:
@@ -90,12 +81,12 @@ class SQLiteSearch:
 
     async def index_info(self, conn: Connection) -> IndexInfo | None:
         """The recorded embedder; ``None`` when nothing is indexed yet."""
-        await self._vec_loaded(conn)
+        await self._usable(conn)
         return await self._recorded(conn)
 
     async def switch(self, conn: Connection, info: IndexInfo, *, replace: bool) -> None:
         """Record ``info`` and make the index's tables for its width (dropping the old ones when it changes)."""
-        await self._vec_loaded(conn)
+        await self._usable(conn)
 
         async def body() -> None:
             recorded = await self._recorded(conn)
@@ -130,10 +121,19 @@ class SQLiteSearch:
     async def _checked(self, conn: Connection, info: IndexInfo) -> None:
         recorded = await self._recorded(conn)
         if recorded is None:
-            raise _NoIndex
+            raise NoIndex
         check_index(recorded, info)
 
-    async def _write_index(self, conn: Connection, key: bytes, tenant: bytes, rows: Sequence[IndexRow]) -> int:
+    async def _stored(self, conn: Connection, session_ref: int, hashes: list[bytes]) -> set[bytes]:
+        rows = await conn.fetch(
+            "SELECT message_hash FROM chatkeep_messages WHERE session_ref = ? "
+            f"AND message_hash IN ({_marks(len(hashes))})",
+            (session_ref, *hashes),
+        )
+        return {bytes(row[0]) for row in rows}
+
+    async def _write_index(self, conn: Connection, checked: Any, head: _ops.Head, rows: Sequence[IndexRow]) -> int:
+        key, tenant = head[0], head[1]
         written = 0
         for message_hash, role, terms, vector in rows:
             made = await conn.fetch(
@@ -154,56 +154,6 @@ class SQLiteSearch:
             await conn.execute("INSERT INTO chatkeep_search_fts (rowid, terms) VALUES (?, ?)", (row_id, terms))
             written += 1
         return written
-
-    async def append(
-        self,
-        conn: Connection,
-        head: _ops.Head,
-        now: int,
-        rows: Sequence[tuple[bytes, str]],
-        info: IndexInfo,
-        index: Sequence[IndexRow],
-    ) -> int:
-        """Append ``rows`` and index ``index`` in one transaction; returns how many messages were new."""
-        sql = self.sql
-
-        async def body() -> int:
-            await self._checked(conn, info)
-            found = await conn.fetch(sql.lock_session, (head[0],))
-            new = rows
-            if found:
-                hashes = [h for h, _ in rows]
-                stored = {
-                    bytes(row[0])
-                    for row in await conn.fetch(
-                        f"SELECT message_hash FROM chatkeep_messages WHERE session_ref = ? "
-                        f"AND message_hash IN ({_marks(len(hashes))})",
-                        (found[0][0], *hashes),
-                    )
-                }
-                new = [row for row in rows if row[0] not in stored]
-            inserted = await _ops.insert(conn, sql, head, now, new) if new else 0
-            await self._write_index(conn, head[0], head[1], index)
-            return inserted
-
-        return await self._with_index(conn, info, body)
-
-    async def index(self, conn: Connection, head: _ops.Head, info: IndexInfo, index: Sequence[IndexRow]) -> int:
-        """Index stored messages (skipping any gone or indexed meanwhile); returns how many were indexed."""
-
-        async def body() -> int:
-            await self._checked(conn, info)
-            return await self._write_index(conn, head[0], head[1], index)
-
-        return await self._with_index(conn, info, body)
-
-    async def _with_index(self, conn: Connection, info: IndexInfo, body: Any) -> int:
-        await self._vec_loaded(conn)
-        try:
-            return int(await _ops.transaction(conn, self.sql, body))
-        except _NoIndex:
-            await self.switch(conn, info, replace=False)  # the first indexed write makes the index's tables
-        return int(await _ops.transaction(conn, self.sql, body))
 
     async def unindexed(self, conn: Connection, key: bytes, info: IndexInfo, hashes: list[bytes]) -> set[bytes]:
         """Those of ``hashes`` the session stores that are not indexed (none when the index has another embedder)."""
