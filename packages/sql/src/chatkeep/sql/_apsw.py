@@ -14,7 +14,6 @@ transport) would otherwise pair the two libraries without knowing.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -137,9 +136,8 @@ class ApswTransport(SQLiteTransport):
     def wrap(self, raw: Any) -> _SQLiteConnection:
         return _ApswConnection(raw)  # the same face on apsw's connection
 
-    def connect(self) -> apsw.Connection:  # type: ignore[override]
-        """A new apsw connection to the file, set up as the ``sqlite3`` transport's are, with sqlite-vec loaded."""
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+    def open(self) -> apsw.Connection:
+        """A new apsw connection to the file, with sqlite-vec loaded when installed."""
         conn = apsw.Connection(self.path)
         try:
             conn.set_busy_timeout(int(self.busy_timeout * 1000))
@@ -148,9 +146,6 @@ class ApswTransport(SQLiteTransport):
                 conn.enable_load_extension(True)
                 conn.load_extension(vec)
                 conn.enable_load_extension(False)
-            self._use_wal(conn)
-            conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
-            conn.execute("PRAGMA foreign_keys=ON")
         except BaseException:
             conn.close()
             raise

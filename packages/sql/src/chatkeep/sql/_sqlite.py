@@ -92,12 +92,16 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
         """The :class:`Connection` of a raw connection of the library."""
         return _SQLiteConnection(raw)
 
-    def connect(self) -> sqlite3.Connection:
-        """A new connection to the file, set up for chatkeep (creating the file and its folder on first use)."""
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        conn = sqlite3.connect(
+    def open(self) -> Any:
+        """A new connection of the library to the file, with its busy timeout, autocommit (and extensions)."""
+        return sqlite3.connect(
             self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False, cached_statements=256
         )
+
+    def connect(self) -> Any:
+        """A new connection to the file, set up for chatkeep (creating the file and its folder on first use)."""
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        conn = self.open()
         try:
             self._use_wal(conn)
             # NORMAL is durable across application crashes in WAL mode; only a power loss can undo the last
