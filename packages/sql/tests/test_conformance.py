@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from chatkeep.core import HistoryStore
+from chatkeep.core import HistoryStore, SessionKey
 from chatkeep.core.backend import SearchableStore
 from chatkeep.sql import SQLHistoryStore
-from chatkeep.testing import HistoryStoreConformance, SearchConformance, StoreFactory
+from chatkeep.sql._schema import key_hash
+from chatkeep.testing import DocumentDamager, HistoryStoreConformance, SearchConformance, StoreFactory
 
 #: Each database's transports: the driver's own (the default) and SQLAlchemy's engine.
 TRANSPORTS = {"sqlite": "sqlite3", "postgresql": "asyncpg", "mysql": "asyncmy"}
@@ -50,6 +51,27 @@ class TestSQLConformance(HistoryStoreConformance):
     async def messages_read(self, store: HistoryStore) -> int:
         assert isinstance(store, SQLHistoryStore)
         return store.messages_read
+
+    @pytest.fixture
+    def damage_session_document(
+        self, damage_session_document: DocumentDamager, transport: str, apsw_file: str
+    ) -> DocumentDamager:
+        """The kit's hook, on the file the transport uses; written with apsw on apsw's (one library per file)."""
+        if transport != "apsw":
+            return damage_session_document
+        import apsw
+
+        async def damage(store: HistoryStore, key: SessionKey) -> None:
+            conn = apsw.Connection(apsw_file)
+            try:
+                conn.execute(
+                    "UPDATE chatkeep_sessions SET document = ? WHERE key_hash = ?",
+                    ('{"type": "sess', key_hash(key.tenant, key.session_id)),
+                )
+            finally:
+                conn.close()
+
+        return damage
 
     @pytest.fixture(autouse=True)
     def _server_can_search(self, sql_target: Any) -> None:
