@@ -12,10 +12,14 @@ from typing import Any
 import pytest
 
 from chatkeep.core import (
+    Agent,
+    AgentSession,
     Message,
     SearchUnsupportedError,
+    SemanticRecallProvider,
     SessionKey,
     StoreConfigurationError,
+    StoreHistoryProvider,
     TenantScope,
     embed_messages,
 )
@@ -23,6 +27,7 @@ from chatkeep.core.backend import SearchableStore, searchable
 from chatkeep.sql import SQLHistoryStore
 from chatkeep.sql._schema import key_hash
 from chatkeep.testing.embedding import HashingEmbedder
+from chatkeep.testing.scripted import ScriptedChatClient
 
 TEXTS = ["the blue bicycle is in the shed", "we spoke about the weather", "the spare key hangs by the door"]
 SESSION_ROWS = (
@@ -32,14 +37,9 @@ ALL_ROWS = "SELECT count(*) FROM chatkeep_search"
 
 
 @pytest.fixture
-def pgvector_target(pgvector_backing: Any) -> Any:
-    """Each test here in a schema of its own (one switches the index's embedder)."""
-    return pgvector_backing
-
-
-@pytest.fixture
-async def pg_store(pgvector_target: Any) -> AsyncIterator[SearchableStore]:
-    async with SQLHistoryStore(pgvector_target.url) as store:
+async def pg_store(pgvector_backing: Any) -> AsyncIterator[SearchableStore]:
+    """A store in a schema of the test's own on the pgvector server (a test here switches the index's embedder)."""
+    async with SQLHistoryStore(pgvector_backing.url) as store:
         assert isinstance(store, SearchableStore)
         yield store
 
@@ -59,45 +59,45 @@ def _key() -> SessionKey:
     return SessionKey(f"t-{uuid.uuid4().hex[:8]}", "s")
 
 
-async def test_delete_leaves_nothing_indexed_in_raw_storage(pgvector_target: Any, pg_store: SearchableStore) -> None:
+async def test_delete_leaves_nothing_indexed_in_raw_storage(pgvector_backing: Any, pg_store: SearchableStore) -> None:
     key, other = _key(), _key()
     await _indexed(pg_store, key)
     await _indexed(pg_store, other)
-    assert _rows(pgvector_target, key) == len(TEXTS)
+    assert _rows(pgvector_backing, key) == len(TEXTS)
     await pg_store.delete(key)
-    assert _rows(pgvector_target, key) == 0
-    assert _rows(pgvector_target, other) == len(TEXTS), "another session's index went with it"
+    assert _rows(pgvector_backing, key) == 0
+    assert _rows(pgvector_backing, other) == len(TEXTS), "another session's index went with it"
 
 
 async def test_delete_tenant_leaves_nothing_indexed_in_raw_storage(
-    pgvector_target: Any, pg_store: SearchableStore
+    pgvector_backing: Any, pg_store: SearchableStore
 ) -> None:
     key = _key()
     await _indexed(pg_store, key)
     await _indexed(pg_store, SessionKey(key.tenant, "another"))
-    before = _rows(pgvector_target)
+    before = _rows(pgvector_backing)
     await pg_store.delete_tenant(key.tenant)
-    assert _rows(pgvector_target) == before - 2 * len(TEXTS)
+    assert _rows(pgvector_backing) == before - 2 * len(TEXTS)
     tenant_rows = (
         "SELECT count(*) FROM chatkeep_search x JOIN chatkeep_messages m ON m.session_ref = x.session_ref "
         "AND m.seq = x.seq"
     )
-    assert pgvector_target.execute_in(pgvector_target.name, [(tenant_rows, ())])[0][0] == _rows(pgvector_target)
+    assert pgvector_backing.execute_in(pgvector_backing.name, [(tenant_rows, ())])[0][0] == _rows(pgvector_backing)
 
 
 async def test_trim_and_pop_remove_the_index_rows_of_their_messages(
-    pgvector_target: Any, pg_store: SearchableStore
+    pgvector_backing: Any, pg_store: SearchableStore
 ) -> None:
     key = _key()
     await _indexed(pg_store, key)
     await pg_store.trim(key, 2)
-    assert _rows(pgvector_target, key) == 2
+    assert _rows(pgvector_backing, key) == 2
     await pg_store.pop(key)
-    assert _rows(pgvector_target, key) == 1
+    assert _rows(pgvector_backing, key) == 1
 
 
 async def test_the_vector_column_takes_the_width_of_the_embedder(
-    pgvector_target: Any, pg_store: SearchableStore
+    pgvector_backing: Any, pg_store: SearchableStore
 ) -> None:
     column = (
         "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
@@ -107,11 +107,11 @@ async def test_the_vector_column_takes_the_width_of_the_embedder(
     await _indexed(pg_store, key)
     info = await pg_store.index_info()
     assert info is not None
-    width = pgvector_target.execute_in(pgvector_target.name, [(column, ())])[0][0]
+    width = pgvector_backing.execute_in(pgvector_backing.name, [(column, ())])[0][0]
     assert str(width).endswith(f"vector({info.dimensions})")
     other = HashingEmbedder(32, salt="another-model")
     assert await pg_store.reindex(other) >= len(TEXTS)
-    assert str(pgvector_target.execute_in(pgvector_target.name, [(column, ())])[0][0]).endswith("vector(32)")
+    assert str(pgvector_backing.execute_in(pgvector_backing.name, [(column, ())])[0][0]).endswith("vector(32)")
     [vector] = await other.embed(["where is the spare key"])
     hits = await pg_store.search(TenantScope(key.tenant), vector, "spare key", 1, embedder=other.name)
     assert [hit.message.text for hit in hits] == [TEXTS[2]]
@@ -203,3 +203,37 @@ async def test_sqlite_on_the_sqlite3_transport_cannot_search(tmp_path: Path) -> 
         assert not hasattr(store, "search")
         with pytest.raises(SearchUnsupportedError, match="search capability"):
             searchable(store)
+
+
+async def test_an_agent_on_sqlite_recalls_a_fact_300_messages_back(tmp_path: Path) -> None:
+    pytest.importorskip("sqlite_vec")
+    await _agent_recalls(f"sqlite:///{tmp_path / 'agent.db'}?transport=apsw")
+
+
+async def test_an_agent_on_postgresql_recalls_a_fact_300_messages_back(pgvector_backing: Any) -> None:
+    await _agent_recalls(pgvector_backing.url)
+
+
+async def _agent_recalls(url: str) -> None:
+    """An agent with a 20-message window, asked about a fact 300 messages back, gets it recalled (no network)."""
+    fact = "the spare key of the blue bicycle hangs behind the kitchen door"
+    topics = ["weather", "train timetable", "meeting notes", "recipe", "holiday photos", "budget", "garden"]
+    earlier = [Message(role="user", text=f"Please remember: {fact}.")] + [
+        Message(role="user" if i % 2 == 0 else "assistant", text=f"message {i} about the {topics[i % len(topics)]}")
+        for i in range(300)
+    ]
+    embedder = HashingEmbedder()
+    session = AgentSession(session_id="long", tenant="acme")
+    async with SQLHistoryStore(url) as store:
+        assert isinstance(store, SearchableStore)
+        await store.append(SessionKey.of(session), earlier, embeddings=await embed_messages(embedder, earlier))
+        client = ScriptedChatClient()
+        recall = SemanticRecallProvider(store=store, embedder=embedder, k=3)
+        agent = Agent(client, history=StoreHistoryProvider(store, max_messages=20), context_providers=[recall])
+        try:
+            await agent.run("Where is the spare key of the blue bicycle?", session=session)
+        finally:
+            await agent.close()
+        sent = client.requests[-1].texts
+        assert any(text.startswith("user: [recalled: ") and fact in text for text in sent), sent
+        assert len(sent) <= 20 + 3 + 1  # the window, the recalled messages, the input
