@@ -35,6 +35,8 @@ PYTHON = "3.11"  # the only interpreter this project's machines have; the code s
 # Service URLs, each overridable by the environment (loopback defaults; see scripts/ for what starts them).
 POSTGRES_URL = os.environ.get("CHATKEEP_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("CHATKEEP_TEST_MYSQL_URL", "mysql+asyncmy://root@127.0.0.1:3306/test")
+# A PostgreSQL with pgvector (scripts/pgvector up starts it) for the search tests of the sql-postgres session.
+PGVECTOR_URL = os.environ.get("CHATKEEP_TEST_PGVECTOR_URL", "postgresql+asyncpg://postgres@127.0.0.1:5433/test")
 REDIS_URL = os.environ.get("CHATKEEP_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 REDIS_CLUSTER_URL = os.environ.get("CHATKEEP_TEST_REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7000")
 # Azurite's well-known development account (scripts/azurite starts it); any other account by its connection string.
@@ -60,7 +62,10 @@ BACKENDS: dict[str, tuple[list[str], dict[str, str]]] = {
         {},
     ),
     "sql-sqlite": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": "sqlite://"}),
-    "sql-postgres": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": POSTGRES_URL}),
+    "sql-postgres": (
+        ["packages/sql/tests"],
+        {"CHATKEEP_TEST_SQL_URL": POSTGRES_URL, "CHATKEEP_TEST_PGVECTOR_URL": PGVECTOR_URL},
+    ),
     "sql-mysql": (["packages/sql/tests"], {"CHATKEEP_TEST_SQL_URL": MYSQL_URL}),
     "redis": (["packages/redis/tests"], {"CHATKEEP_TEST_REDIS_URL": REDIS_URL}),
     "redis-cluster": (["packages/redis/tests"], {"CHATKEEP_TEST_REDIS_URL": REDIS_CLUSTER_URL}),
@@ -145,6 +150,8 @@ def tests(session: nox.Session, backend: str) -> None:
     """Run one backend's tests (and, for memory, the core and cross-package tests) against real services."""
     sync(session, "dev")
     install_example(session, backend)
+    if backend == "sql-postgres" and "CHATKEEP_TEST_PGVECTOR_URL" not in os.environ:
+        session.run("scripts/pgvector", "up", external=True)  # the search tests' PostgreSQL with pgvector
     paths, env = BACKENDS[backend]
     session.run(*PYTEST, *paths, *session.posargs, env={**env, "CHATKEEP_TEST_BACKEND": backend})
 

@@ -12,11 +12,12 @@ import inspect
 import sys
 from typing import Any
 
-# codec, sync and telemetry need no server; sql, drivers, redis, blob and the interop-* suites need the services
-# scripts/ starts.
+# codec, sync and telemetry need no server; sql, drivers, search, redis, blob and the interop-* suites need the
+# services scripts/ starts.
 SUITES = {
     "codec": "benchmarks.codec_bench",
     "sql": "benchmarks.sql_bench",
+    "search": "benchmarks.search_bench",
     "redis": "benchmarks.redis_bench",
     "blob": "benchmarks.blob_bench",
     "sync": "benchmarks.sync_bench",

@@ -9,6 +9,7 @@ defaults; a server that cannot be reached is skipped with the reason, or fails t
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import uuid
@@ -30,6 +31,10 @@ DEFAULTS = {
 }
 
 
+#: A PostgreSQL with the pgvector extension (scripts/pgvector up), for the search tests of a PostgreSQL run.
+PGVECTOR_URL = os.environ.get("CHATKEEP_TEST_PGVECTOR_URL", "postgresql+asyncpg://postgres@127.0.0.1:5433/test")
+
+
 def _family(url: str) -> str:
     scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
     return {"postgres": "postgresql", "mariadb": "mysql"}.get(scheme, scheme)
@@ -48,6 +53,11 @@ class Target:
     url: str
     server_url: str  # the URL as configured (no isolation), for tests that make their own
     name: str  # the schema, database or file the run owns
+
+    @functools.cached_property
+    def can_search(self) -> bool:
+        """Whether chatkeep can index and search here (PostgreSQL: the server has pgvector)."""
+        return self.family == "postgresql" and has_pgvector(self.server_url)
 
     def url_for(self, name: str) -> str:
         """The store URL of another isolated backing ``name`` (made with :meth:`create_backing`)."""
@@ -221,7 +231,12 @@ def drop_backing(family: str, server_url: str, name: str) -> None:
         admin_execute(family, server_url, f"DROP DATABASE IF EXISTS `{name}`")
 
 
-def _reachable(family: str, server_url: str) -> str | None:
+def has_pgvector(server_url: str) -> bool:
+    """Whether the PostgreSQL server at ``server_url`` can have the ``vector`` extension."""
+    return bool(admin_execute("postgresql", server_url, "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"))
+
+
+def reachable(family: str, server_url: str) -> str | None:
     if family == "sqlite":
         return None
     try:
@@ -236,7 +251,7 @@ def sql_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     """The database under test, with a backing (schema, database or file) this test session owns."""
     server_url: str = request.param
     family = _family(server_url)
-    problem = _reachable(family, server_url)
+    problem = reachable(family, server_url)
     if problem is not None:
         missing_service(problem)
     tmp = tmp_path_factory.mktemp("sql")
@@ -245,6 +260,37 @@ def sql_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         yield Target(family, _isolated_url(family, server_url, name), server_url, name)
     finally:
         drop_backing(family, server_url, name)
+
+
+@pytest.fixture(scope="session")
+def pgvector_target(sql_target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    """A schema of its own on the PostgreSQL with pgvector (``CHATKEEP_TEST_PGVECTOR_URL``), in a PostgreSQL run."""
+    if sql_target.family != "postgresql":
+        pytest.skip("the pgvector server is tested in the PostgreSQL run")
+    problem = reachable("postgresql", PGVECTOR_URL)
+    if problem is not None:
+        missing_service(f"{problem}; start it with scripts/pgvector up")
+    name = create_backing("postgresql", PGVECTOR_URL, tmp_path_factory.mktemp("pgvector"))
+    try:
+        yield Target("postgresql", _isolated_url("postgresql", PGVECTOR_URL, name), PGVECTOR_URL, name)
+    finally:
+        drop_backing("postgresql", PGVECTOR_URL, name)
+
+
+@pytest.fixture(scope="session")
+def apsw_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The SQLite file the kit runs on with the apsw transport (it gets a sqlite-vec index: sqlite3 refuses it)."""
+    return str(tmp_path_factory.mktemp("apsw") / "kit.db")
+
+
+@pytest.fixture
+def pgvector_backing(pgvector_target: Target, tmp_path: Path) -> Iterator[Target]:
+    """A schema of the test's own on the PostgreSQL with pgvector (dropped afterwards)."""
+    name = create_backing("postgresql", PGVECTOR_URL, tmp_path)
+    try:
+        yield Target("postgresql", pgvector_target.url_for(name), PGVECTOR_URL, name)
+    finally:
+        drop_backing("postgresql", PGVECTOR_URL, name)
 
 
 @pytest.fixture

@@ -6,18 +6,24 @@ from typing import Any
 
 import pytest
 
-from chatkeep.core import HistoryStore
+from chatkeep.core import HistoryStore, SessionKey
+from chatkeep.core.backend import SearchableStore
 from chatkeep.sql import SQLHistoryStore
-from chatkeep.testing import HistoryStoreConformance, StoreFactory
+from chatkeep.sql._schema import key_hash
+from chatkeep.testing import DocumentDamager, HistoryStoreConformance, SearchConformance, StoreFactory
 
 #: Each database's transports: the driver's own (the default) and SQLAlchemy's engine.
 TRANSPORTS = {"sqlite": "sqlite3", "postgresql": "asyncpg", "mysql": "asyncmy"}
 
 
-@pytest.fixture(params=["driver", "sqlalchemy"])
+@pytest.fixture(params=["driver", "sqlalchemy", "apsw"])
 def transport(request: pytest.FixtureRequest, sql_target: Any) -> str:
-    """The transport the kit runs on: the database's default (``driver``) or ``sqlalchemy``."""
-    return TRANSPORTS[sql_target.family] if request.param == "driver" else "sqlalchemy"
+    """The transport the kit runs on: the database's default (``driver``), ``sqlalchemy``, or on SQLite ``apsw``."""
+    if request.param == "apsw":
+        if sql_target.family != "sqlite":
+            pytest.skip("apsw is a SQLite transport")
+        pytest.importorskip("apsw", reason="the apsw transport needs chatkeep-sql[recall]")
+    return TRANSPORTS[sql_target.family] if request.param == "driver" else request.param
 
 
 class TestSQLConformance(HistoryStoreConformance):
@@ -25,7 +31,9 @@ class TestSQLConformance(HistoryStoreConformance):
     multi_process = True  # every process reaches the same database through store_url
 
     @pytest.fixture
-    def store_url(self, sql_target: Any, transport: str) -> str:
+    def store_url(self, sql_target: Any, transport: str, apsw_file: str) -> str:
+        if transport == "apsw":  # a file of its own: once indexed, the other transports refuse it
+            return f"sqlite:///{apsw_file}?transport=apsw"
         url: str = sql_target.url
         if transport == TRANSPORTS[sql_target.family]:
             return url  # the default: the URL names no transport
@@ -39,6 +47,59 @@ class TestSQLConformance(HistoryStoreConformance):
             return store
 
         return make
+
+    async def messages_read(self, store: HistoryStore) -> int:
+        assert isinstance(store, SQLHistoryStore)
+        return store.messages_read
+
+    @pytest.fixture
+    def damage_session_document(
+        self, damage_session_document: DocumentDamager, transport: str, apsw_file: str
+    ) -> DocumentDamager:
+        """The kit's hook, on the file the transport uses; written with apsw on apsw's (one library per file)."""
+        if transport != "apsw":
+            return damage_session_document
+        import apsw
+
+        async def damage(store: HistoryStore, key: SessionKey) -> None:
+            conn = apsw.Connection(apsw_file)
+            try:
+                conn.execute(
+                    "UPDATE chatkeep_sessions SET document = ? WHERE key_hash = ?",
+                    ('{"type": "sess', key_hash(key.tenant, key.session_id)),
+                )
+            finally:
+                conn.close()
+
+        return damage
+
+    @pytest.fixture(autouse=True)
+    def _server_can_search(self, sql_target: Any) -> None:
+        self.without_pgvector = sql_target.family == "postgresql" and not sql_target.can_search
+
+    def searchable_store(self, store: HistoryStore) -> SearchableStore:
+        if self.without_pgvector:
+            pytest.skip(
+                "this PostgreSQL has no pgvector: TestPgvectorSearchConformance runs the search kit on "
+                "CHATKEEP_TEST_PGVECTOR_URL (scripts/pgvector up)"
+            )
+        return super().searchable_store(store)
+
+
+class TestPgvectorSearchConformance(SearchConformance):
+    """The search kit on PostgreSQL with pgvector, once per transport."""
+
+    native_ttl = False
+    multi_process = True
+
+    @pytest.fixture(params=["asyncpg", "sqlalchemy"])
+    def store_url(self, request: pytest.FixtureRequest, pgvector_target: Any) -> str:
+        url: str = pgvector_target.url
+        return url if request.param == "asyncpg" else url + "&transport=sqlalchemy"
+
+    @pytest.fixture
+    def make_store(self, store_url: str) -> StoreFactory:
+        return lambda **options: SQLHistoryStore(store_url, **options)
 
     async def messages_read(self, store: HistoryStore) -> int:
         assert isinstance(store, SQLHistoryStore)

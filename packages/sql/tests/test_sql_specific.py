@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import random
 import re
@@ -472,8 +473,12 @@ def test_transport_defaults_to_the_drivers_own_and_sqlalchemy_runs_on_any_driver
         _config.parse_url("postgresql+psycopg://u@h/db?transport=asyncpg")
     with pytest.raises(SQLURLError, match="transport=sqlalchemy"):
         _config.parse_url("sqlite+aiosqlite:///x.db?transport=sqlite3")
-    with pytest.raises(SQLURLError, match="must be one of sqlite3, asyncpg, asyncmy, sqlalchemy"):
-        _config.parse_url("sqlite:///x.db?transport=apsw")
+    with pytest.raises(SQLURLError, match="must be one of sqlite3, apsw, asyncpg, asyncmy, sqlalchemy"):
+        _config.parse_url("sqlite:///x.db?transport=pysqlite3")
+    with pytest.raises(SQLURLError, match="the apsw transport runs on the apsw driver"):
+        _config.parse_url("postgresql://u@h/db?transport=apsw")
+    if importlib.util.find_spec("apsw") is not None:
+        assert (_config.parse_url("sqlite:///x.db?transport=apsw").transport, on_engine.family) == ("apsw", "sqlite")
 
 
 def test_statement_timeout_is_for_servers_and_defaults_to_30_seconds() -> None:

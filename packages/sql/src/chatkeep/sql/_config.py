@@ -41,6 +41,7 @@ __all__ = [
 # extra named after the family; the others are opt-in, installed by the package's own name.
 _DRIVERS: dict[str, tuple[str, str]] = {
     "pysqlite": ("sqlite3", ""),  # the standard library's
+    "apsw": ("apsw", "chatkeep-sql[recall]"),  # its own SQLite, which can load sqlite-vec
     "aiosqlite": ("aiosqlite", "aiosqlite"),
     "asyncpg": ("asyncpg", "asyncpg"),
     "psycopg": ("psycopg", "psycopg[binary]"),
@@ -68,7 +69,13 @@ class SQLURLError(StoreConfigurationError):
 
 
 #: The transports, each usable with the drivers listed (``sqlalchemy`` runs on every driver SQLAlchemy has).
-TRANSPORTS = {"sqlite3": ("pysqlite",), "asyncpg": ("asyncpg",), "asyncmy": ("asyncmy",), "sqlalchemy": ()}
+TRANSPORTS = {
+    "sqlite3": ("pysqlite",),
+    "apsw": ("pysqlite", "apsw"),
+    "asyncpg": ("asyncpg",),
+    "asyncmy": ("asyncmy",),
+    "sqlalchemy": (),
+}
 
 
 def _transport(value: object) -> str:
@@ -205,7 +212,8 @@ def _chosen_transport(url: str, driver: str, chosen: str | None) -> str:
     """The transport the ``transport`` option names, or the URL's driver's own when it has one."""
     if chosen is None:
         return next((name for name, drivers in TRANSPORTS.items() if driver in drivers), "sqlalchemy")
-    if chosen != "sqlalchemy" and driver not in TRANSPORTS[chosen] and not (chosen == "sqlite3" and driver == ""):
+    sqlite_file = chosen in ("sqlite3", "apsw") and driver == ""
+    if chosen != "sqlalchemy" and driver not in TRANSPORTS[chosen] and not sqlite_file:
         raise SQLURLError(
             f"{redact_url(url)!r}: the {chosen} transport runs on the {chosen} driver, not {driver}; "
             f"use transport=sqlalchemy, or a URL naming the {chosen} driver"
@@ -274,11 +282,11 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
                 "use memory:// for a process-local store, or name a file"
             )
         transport = _chosen_transport(url, driver, settings.transport)
-        if transport == "sqlalchemy":
-            driver = "aiosqlite"
+        if transport in ("sqlalchemy", "apsw"):
+            driver = "aiosqlite" if transport == "sqlalchemy" else "apsw"
         if _module_missing(driver):
             raise _missing(url, family, driver)
-        sa_url = None if transport == "sqlite3" else f"sqlite+aiosqlite:///{path}"
+        sa_url = None if transport in ("sqlite3", "apsw") else f"sqlite+aiosqlite:///{path}"
         return SQLConfig(
             family="sqlite", driver=driver, url=sa_url, settings=settings, transport=transport, sqlite_path=path
         )

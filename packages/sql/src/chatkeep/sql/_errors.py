@@ -16,6 +16,7 @@ __all__ = [
     "connect_timed_out",
     "disk_full",
     "retryable",
+    "sqlstate",
     "stale_snapshot",
     "timed_out",
     "translate",
@@ -76,7 +77,8 @@ def _mysql_code(error: BaseException) -> object:
     return error.args[0] if driver in _MYSQL_DRIVERS and error.args else None
 
 
-def _sqlstate(error: BaseException) -> object:
+def sqlstate(error: BaseException) -> object:
+    """A PostgreSQL driver error's SQLSTATE (``None`` for another error)."""
     return getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)
 
 
@@ -92,7 +94,7 @@ def disk_full(exc: BaseException) -> bool:
         code = getattr(error, "sqlite_errorcode", None)
         if isinstance(code, int) and code & 0xFF == _SQLITE_FULL:
             return True
-        if _sqlstate(error) == _PG_DISK_FULL or _mysql_code(error) in _MYSQL_DISK_FULL:
+        if sqlstate(error) == _PG_DISK_FULL or _mysql_code(error) in _MYSQL_DISK_FULL:
             return True
     return False
 
@@ -103,12 +105,12 @@ def timed_out(exc: BaseException) -> bool:
     PostgreSQL's SQLSTATE 57014 (``statement_timeout``), MariaDB's error 1969 (``max_statement_time``),
     MySQL's 3024 (``max_execution_time``) and InnoDB's 1205 (``innodb_lock_wait_timeout``).
     """
-    return any(_sqlstate(e) == _PG_CANCELED or _mysql_code(e) in _MYSQL_TIMED_OUT for e in _errors_within(exc))
+    return any(sqlstate(e) == _PG_CANCELED or _mysql_code(e) in _MYSQL_TIMED_OUT for e in _errors_within(exc))
 
 
 def retryable(exc: BaseException) -> bool:
     """A deadlock, serialization failure, lock timeout or busy database: the transaction can run again."""
-    if _sqlstate(exc) in _PG_RETRYABLE:
+    if sqlstate(exc) in _PG_RETRYABLE:
         return True
     args = getattr(exc, "args", ())
     if args and isinstance(args[0], int) and args[0] in _MYSQL_RETRYABLE:
@@ -119,14 +121,14 @@ def retryable(exc: BaseException) -> bool:
 
 def stale_snapshot(exc: BaseException) -> bool:
     """PostgreSQL's one-statement append found its snapshot stale and rolled back on purpose (see ``_sql``)."""
-    return _sqlstate(exc) == _PG_STALE_SNAPSHOT
+    return sqlstate(exc) == _PG_STALE_SNAPSHOT
 
 
 def refused(exc: BaseException) -> str | None:
     """What the URL names wrongly when the server refused it for good (``"database"``, ``"login"``, ``"file"``)."""
     for error in _errors_within(exc):
         mysql_code = _mysql_code(error)
-        kind = _PG_REFUSED.get(str(_sqlstate(error)))
+        kind = _PG_REFUSED.get(str(sqlstate(error)))
         if kind is None and isinstance(mysql_code, int):
             kind = _MYSQL_REFUSED.get(mysql_code)
         if kind is not None:

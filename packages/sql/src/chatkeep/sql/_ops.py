@@ -17,7 +17,18 @@ from chatkeep.sql._errors import retryable, stale_snapshot
 from chatkeep.sql._sql import Statements
 from chatkeep.sql._transport import Cancelled, Connection
 
-__all__ = ["ATTEMPTS", "SHORT_ROWS", "Head", "append", "delete_sessions", "pop", "save_document", "trim"]
+__all__ = [
+    "ATTEMPTS",
+    "SHORT_ROWS",
+    "Head",
+    "append",
+    "delete_sessions",
+    "insert",
+    "pop",
+    "save_document",
+    "transaction",
+    "trim",
+]
 
 T = TypeVar("T")
 #: (key hash, tenant hash, tenant, session id): what a write needs to create a session's row.
@@ -117,28 +128,39 @@ async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: 
         return await _retried(conn, one_statement, lambda exc: stale_snapshot(exc) or retryable(exc))
 
     async def body() -> int:
-        found = await conn.fetch(sql.upsert, (*head, now, now, n, n))
-        if not sql.append_returns:  # the engine's upsert returns nothing: read the reserved range back
-            found = await conn.fetch(sql.session_after_upsert, (head[0],))
-        session_ref, next_seq = found[0]
-        seq = next_seq - n
-        inserted = 0
-        for chunk in _chunks(rows):
-            params: list[Any] = []
-            for message_hash, record in chunk:
-                params += (session_ref, seq, message_hash, record)
-                seq += 1
-            inserted += await conn.execute(sql.insert_messages(len(chunk)), params)
+        inserted = await insert(conn, sql, head, now, rows)
         if inserted == 0:
             raise _NothingNew  # a retry of messages all stored: change nothing, not even updated_at
-        if inserted < n:
-            await conn.execute(sql.uncount, (n - inserted, session_ref))
         return inserted
 
     try:
         return await transaction(conn, sql, body)
     except _NothingNew:
         return 0
+
+
+async def insert(conn: Connection, sql: Statements, head: Head, now: int, rows: Sequence[tuple[bytes, str]]) -> int:
+    """Inside a transaction: store ``rows`` (message hash, record) in the session ``head`` names; how many were new.
+
+    The upsert of the session row reserves the sequence range under its lock, the inserts skip messages already
+    stored, and the count is corrected for them.
+    """
+    n = len(rows)
+    found = await conn.fetch(sql.upsert, (*head, now, now, n, n))
+    if not sql.append_returns:  # the engine's upsert returns nothing: read the reserved range back
+        found = await conn.fetch(sql.session_after_upsert, (head[0],))
+    session_ref, next_seq = found[0]
+    seq = next_seq - n
+    inserted = 0
+    for chunk in _chunks(rows):
+        params: list[Any] = []
+        for message_hash, record in chunk:
+            params += (session_ref, seq, message_hash, record)
+            seq += 1
+        inserted += await conn.execute(sql.insert_messages(len(chunk)), params)
+    if inserted < n:
+        await conn.execute(sql.uncount, (n - inserted, session_ref))
+    return inserted
 
 
 async def trim(conn: Connection, sql: Statements, key: bytes, keep_last: int, now: int) -> int:

@@ -45,7 +45,7 @@ SESSIONS = "chatkeep_sessions"
 MESSAGES = "chatkeep_messages"
 VERSION_TABLE = "chatkeep_alembic_version"
 #: The schema revisions this release knows, oldest first (a test checks them against the migrations).
-REVISIONS = ("0001",)
+REVISIONS = ("0001", "0002")
 HEAD = REVISIONS[-1]
 # The lock id that serializes schema changes (PostgreSQL advisory lock; MySQL GET_LOCK name prefix).
 _LOCK_ID = 0x63686B70  # "chkp"
@@ -147,17 +147,35 @@ def _alembic_upgrade(conn: Connection, revision: str) -> None:
     command.upgrade(config, revision)
 
 
-def ensure_schema(conn: Connection, *, upgrade: bool = False) -> str:
+def _refuse_sqlite_vec_index(conn: Connection) -> None:
+    """A SQLite file with a sqlite-vec search index needs sqlite-vec to change its messages (a trigger reaches it)."""
+    from sqlalchemy import text
+
+    if conn.execute(text("SELECT 1 FROM sqlite_master WHERE name = 'chatkeep_search_vec'")).all():
+        raise StoreConfigurationError(
+            "this SQLite file holds a semantic-recall index made with sqlite-vec, which this connection cannot load, "
+            'and deleting or trimming its messages needs it; install the recall extra (pip install "chatkeep-sql'
+            '[recall]") and open the file with ?transport=apsw'
+        )
+
+
+def ensure_schema(conn: Connection, *, upgrade: bool = False, loads_sqlite_vec: bool = False) -> str:
     """Check the database's schema (creating it in an empty database) and return its revision.
 
     Args:
         conn: a connection outside any transaction; committed on return.
         upgrade: migrate an older schema to the newest revision (what ``chatkeep migrate`` does); without
             it an older schema raises.
+        loads_sqlite_vec: the connections of the store load sqlite-vec (SQLite's ``apsw`` transport); without
+            it, a SQLite file holding a sqlite-vec search index is refused.
 
     Raises:
         SchemaVersionError: the schema is newer than this release, or older and ``upgrade`` is false.
+        StoreConfigurationError: a SQLite file with a sqlite-vec index, on a connection without sqlite-vec.
     """
+    if conn.dialect.name == "sqlite" and not loads_sqlite_vec:
+        _refuse_sqlite_vec_index(conn)
+        conn.rollback()
     revision = current_revision(conn)
     conn.rollback()
     if revision is not None:

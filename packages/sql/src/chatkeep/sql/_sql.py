@@ -241,6 +241,10 @@ class Statements:
         upsert = mysql_upsert(row_alias=self.row_alias)
         self.upsert = self._c(upsert + (" RETURNING id, next_seq" if self.append_returns else ""))
 
+    def convert(self, sql: str) -> str:
+        """``sql`` (``?`` placeholders) in the driver's parameter style, for statements made elsewhere."""
+        return _convert(sql, self._paramstyle)
+
     def insert_messages(self, rows: int) -> str:
         """A multi-row INSERT of ``rows`` messages that skips those already stored."""
         sql = self._inserts.get(rows)

@@ -32,7 +32,9 @@ T = TypeVar("T")
 
 
 def _busy(exc: BaseException) -> bool:
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc).lower() or "busy" in str(exc).lower())
+    """Whether a SQLite error (of either library) says the database is locked by another connection."""
+    message = str(exc).lower()
+    return type(exc).__name__ in ("OperationalError", "BusyError") and ("locked" in message or "busy" in message)
 
 
 class _SQLiteConnection(Connection):
@@ -42,7 +44,7 @@ class _SQLiteConnection(Connection):
 
     def __init__(self, raw: sqlite3.Connection) -> None:
         super().__init__()
-        self.raw = raw
+        self.raw: Any = raw  # a sqlite3 connection, or an apsw one (the apsw transport's subclass)
         self._cursor = raw.cursor()  # one cursor for every statement: each call reads its rows before the next
 
     async def _fetch(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
@@ -71,8 +73,10 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
 
     name = "sqlite3"
     serves_any_loop = True  # nothing of it belongs to an event loop
+    #: Whether its connections load sqlite-vec (which a file's search index needs for any change of messages).
+    loads_sqlite_vec = False
     hint = SQLITE_FILE_HINT
-    errors = (sqlite3.Error, OSError)
+    errors: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)
 
     def __init__(self, path: str, *, busy_timeout: float, pool_size: int, synchronous: str = "normal") -> None:
         self.path = path
@@ -84,12 +88,20 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
         self._own = threading.local()  # a worker thread's connection: each opens its own on its first call
         self._workers = Workers(self.pool_size, "chatkeep-sqlite", on_exit=self._close_own)
 
-    def connect(self) -> sqlite3.Connection:
-        """A new connection to the file, set up for chatkeep (creating the file and its folder on first use)."""
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        conn = sqlite3.connect(
+    def wrap(self, raw: Any) -> _SQLiteConnection:
+        """The :class:`Connection` of a raw connection of the library."""
+        return _SQLiteConnection(raw)
+
+    def open(self) -> Any:
+        """A new connection of the library to the file, with its busy timeout, autocommit (and extensions)."""
+        return sqlite3.connect(
             self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False, cached_statements=256
         )
+
+    def connect(self) -> Any:
+        """A new connection to the file, set up for chatkeep (creating the file and its folder on first use)."""
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        conn = self.open()
         try:
             self._use_wal(conn)
             # NORMAL is durable across application crashes in WAL mode; only a power loss can undo the last
@@ -101,7 +113,7 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
             raise
         return conn
 
-    def _use_wal(self, conn: sqlite3.Connection) -> None:
+    def _use_wal(self, conn: Any) -> None:
         """Put the file in WAL mode (it stays so: later connections only read the mode).
 
         Switching needs a moment alone with the file, and SQLite does not call its busy handler for it, so
@@ -116,7 +128,7 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
             try:
                 conn.execute("PRAGMA journal_mode=WAL").fetchall()
                 return
-            except sqlite3.OperationalError as exc:
+            except self.errors as exc:
                 if not _busy(exc) or time.monotonic() + delay > deadline:
                     raise
             time.sleep(delay)
@@ -157,7 +169,7 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
         """In a worker thread: ``op`` on the thread's connection (opened on its first call)."""
         conn: _SQLiteConnection | None = getattr(self._own, "conn", None)
         if conn is None:
-            conn = self._own.conn = _SQLiteConnection(self.connect())
+            conn = self._own.conn = self.wrap(self.connect())
         conn.cancel = cancel
         try:
             return _run_through(op(conn))
@@ -174,14 +186,18 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
             self._own.conn = None
             conn.raw.close()
 
+    def schema_connection(self) -> Any:
+        """A DBAPI connection for the schema's work (SQLAlchemy and Alembic), on this transport's library."""
+        return self.connect()
+
     def _prepare(self, upgrade: bool) -> str:
         from sqlalchemy import create_engine
         from sqlalchemy.pool import NullPool
 
-        engine = create_engine("sqlite+pysqlite://", creator=self.connect, poolclass=NullPool)
+        engine = create_engine("sqlite+pysqlite://", creator=self.schema_connection, poolclass=NullPool)
         try:
             with engine.connect() as conn:
-                return ensure_schema(conn, upgrade=upgrade)
+                return ensure_schema(conn, upgrade=upgrade, loads_sqlite_vec=self.loads_sqlite_vec)
         finally:
             engine.dispose()
 
@@ -192,7 +208,9 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
             return await self._in_thread(self._prepare, upgrade)
         except ChatkeepError:
             raise
-        except (sqlite3.Error, OSError, SQLAlchemyError) as exc:
+        except self.errors as exc:
+            raise self.translate(exc) from exc
+        except SQLAlchemyError as exc:
             raise self.translate(exc) from exc
 
     async def aclose(self) -> None:

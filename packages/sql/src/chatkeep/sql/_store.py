@@ -66,6 +66,14 @@ class SQLHistoryStore(HistoryStore):
         MissingExtraError: the URL's driver is not installed.
     """
 
+    def __new__(cls, url: str | None = None, *, client: AsyncEngine | None = None, **options: Any) -> SQLHistoryStore:
+        """A :class:`~chatkeep.sql._searchable.SearchableSQLHistoryStore` for a database that can search."""
+        if cls is SQLHistoryStore and _can_search(url, client, options):
+            from chatkeep.sql._searchable import SearchableSQLHistoryStore
+
+            cls = SearchableSQLHistoryStore
+        return super().__new__(cls)
+
     def __init__(self, url: str | None = None, *, client: AsyncEngine | None = None, **options: Any) -> None:
         if url is not None and client is not None:
             raise SQLURLError("give SQLHistoryStore a URL or a client= engine, not both")
@@ -103,7 +111,7 @@ class SQLHistoryStore(HistoryStore):
 
     @property
     def transport(self) -> str:
-        """What runs the statements (option ``transport``): ``sqlite3``, ``asyncpg``, ``asyncmy`` or ``sqlalchemy``."""
+        """What runs the statements (option ``transport``): sqlite3, apsw, asyncpg, asyncmy or sqlalchemy."""
         return self._transport.name
 
     @property
@@ -304,13 +312,30 @@ class SQLHistoryStore(HistoryStore):
         )
 
 
+def _can_search(url: str | None, client: AsyncEngine | None, options: dict[str, Any]) -> bool:
+    """Whether a store of this URL (or engine) gets the search capability: PostgreSQL's (pgvector) and SQLite's on
+    the apsw transport (sqlite-vec); the standard ``sqlite3`` module cannot load sqlite-vec."""
+    if client is not None:
+        return bool(client.dialect.name == "postgresql")
+    try:
+        config = parse_url(url or "sqlite://", **options)
+    except SQLURLError:
+        return False  # __init__ raises it
+    return config.family == "postgresql" or config.transport == "apsw"
+
+
 def _open_transport(config: SQLConfig) -> Transport[Any]:
     """The transport the parsed URL selects (``config.transport``), on a new engine for the server transports."""
-    if config.transport == "sqlite3":
+    if config.transport in ("sqlite3", "apsw"):
         from chatkeep.sql._sqlite import SQLiteTransport
 
+        sqlite_kind = SQLiteTransport
+        if config.transport == "apsw":
+            from chatkeep.sql._apsw import ApswTransport
+
+            sqlite_kind = ApswTransport
         assert config.sqlite_path is not None
-        return SQLiteTransport(
+        return sqlite_kind(
             config.sqlite_path,
             busy_timeout=config.settings.busy_timeout,
             pool_size=config.settings.pool_size,

@@ -143,7 +143,8 @@ def search_unsupported_error(store: object) -> SearchUnsupportedError:
     """The error for asking a store without the search capability to index or search messages."""
     return SearchUnsupportedError(
         f"{type(store).__name__} cannot index or search messages (it lacks the search capability); keep the "
-        "history you want to search in a store that has it: memory:// today, SQLite and PostgreSQL next"
+        "history you want to search in a store that has it: memory://, PostgreSQL with pgvector, or SQLite with "
+        '?transport=apsw (pip install "chatkeep-sql[recall]")'
     )
 
 

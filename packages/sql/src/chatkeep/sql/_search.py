@@ -1,0 +1,260 @@
+"""The search index of the SQL store on PostgreSQL: pgvector (HNSW, cosine) for meaning, ``tsvector`` for words.
+
+``chatkeep_search`` (migration 0002) holds one row per indexed message: its role, its keywords as a
+``tsvector`` (GIN index) and, once the first message is indexed, its vector in a column ``embedding
+vector(N)`` (HNSW index, cosine distance) that this module adds with the width of the index's embedder, in
+the schema where the ``vector`` extension lives. A row references its message with ``ON DELETE CASCADE``, so
+``delete``, ``trim``, ``pop``, ``prune`` and ``delete_tenant`` remove what was indexed in the same statement.
+``chatkeep_search_index`` names the embedder (name and width) the index was built with.
+
+An indexed append is one transaction: the index's record read under a share lock (a reindex switching the
+embedder holds it exclusively), the messages stored as a plain append stores them, and their index rows.
+The keywords are :func:`~chatkeep.core.backend.keyword_terms`, the rule every backend shares, written as a
+``tsvector`` literal (so PostgreSQL's own parser and dictionaries do not split them differently).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from chatkeep.core import SearchUnsupportedError
+from chatkeep.core.backend import IndexInfo, check_index, keyword_terms
+from chatkeep.sql import _ops
+from chatkeep.sql._errors import sqlstate
+from chatkeep.sql._index import IndexRow, NoIndex, Scope, SearchIndex
+from chatkeep.sql._sql import Statements
+from chatkeep.sql._transport import Connection
+
+__all__ = ["PG_SEARCH_HINT", "PostgresSearch", "tsquery", "tsvector", "vector_text"]
+
+#: What to do on a PostgreSQL without pgvector.
+PG_SEARCH_HINT = (
+    "install pgvector on the server (https://github.com/pgvector/pgvector#installation: e.g. the package "
+    "postgresql-<version>-pgvector, or the pgvector/pgvector Docker image), then run CREATE EXTENSION vector in "
+    "the database as a superuser (or let chatkeep run it once with a role allowed to)"
+)
+# tsvector limits: a lexeme of at most 2047 bytes, positions 1..16383.
+_MAX_LEXEME = 2046
+_MAX_POSITION = 16383
+
+
+def tsvector(text: str) -> str:
+    """The ``tsvector`` literal of ``text``'s keyword terms, with their positions (so term frequencies count)."""
+    positions: dict[str, list[int]] = {}
+    for n, term in enumerate(keyword_terms(text), start=1):
+        if len(term.encode()) <= _MAX_LEXEME:
+            positions.setdefault(term, []).append(min(n, _MAX_POSITION))
+    # \w+ terms hold no quote or backslash: quoting each lexeme is enough.
+    return " ".join(f"'{term}':{','.join(map(str, sorted(set(at))[:256]))}" for term, at in positions.items())
+
+
+def tsquery(terms: Sequence[str]) -> str:
+    """The ``tsquery`` literal matching any of ``terms``."""
+    return " | ".join(f"'{term}'" for term in dict.fromkeys(terms) if len(term.encode()) <= _MAX_LEXEME)
+
+
+def vector_text(vector: Sequence[float]) -> str:
+    """pgvector's text form of a vector."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class PostgresSearch(SearchIndex):
+    """The index's statements and writes on PostgreSQL, for one store (it remembers the extension's schema)."""
+
+    def __init__(self, sql: Statements, description: str) -> None:
+        super().__init__(sql, description)
+        self._namespace: str | None = None  # the vector extension's schema, quoted, once found
+        c = sql.convert
+        self.info = "SELECT embedder, dimensions FROM chatkeep_search_index WHERE id = 1"
+        self.info_shared = self.info + " FOR SHARE"
+        self.info_locked = self.info + " FOR UPDATE"
+        self.set_info = c("UPDATE chatkeep_search_index SET embedder = ?, dimensions = ? WHERE id = 1")
+        self.stored = c(
+            "SELECT message_hash FROM chatkeep_messages WHERE session_ref = ? AND message_hash = ANY(?::bytea[])"
+        )
+        self.unindexed_of = c(
+            "SELECT m.message_hash FROM chatkeep_messages m JOIN chatkeep_sessions s ON s.id = m.session_ref "
+            "LEFT JOIN chatkeep_search x ON x.session_ref = m.session_ref AND x.seq = m.seq "
+            "WHERE s.key_hash = ? AND m.message_hash = ANY(?::bytea[]) AND x.seq IS NULL"
+        )
+
+    # -- the extension -------------------------------------------------------------------------------
+
+    async def namespace(self, conn: Connection, *, create: bool) -> str:
+        """The quoted schema of the ``vector`` extension; with ``create``, create the extension when it is missing.
+
+        Raises:
+            SearchUnsupportedError: the server has no pgvector (or it may not be created here).
+        """
+        if self._namespace is not None:
+            return self._namespace
+        found = await conn.fetch(
+            "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+            "WHERE e.extname = 'vector'"
+        )
+        if not found:
+            available = await conn.fetch("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
+            if not available:
+                raise SearchUnsupportedError(
+                    f"the PostgreSQL server of {self.description} has no pgvector extension, which chatkeep "
+                    f"needs to index and search messages; {PG_SEARCH_HINT}"
+                )
+            if not create:
+                return ""
+            try:
+                await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            except Exception as exc:
+                if sqlstate(exc) != "42501":  # insufficient privilege
+                    raise
+                raise SearchUnsupportedError(
+                    f"the pgvector extension is installed on the server of {self.description} but not created in "
+                    "its database, and this role may not create it; run CREATE EXTENSION vector there as a "
+                    "superuser"
+                ) from exc
+            found = await conn.fetch(
+                "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+                "WHERE e.extname = 'vector'"
+            )
+        self._namespace = _quote(str(found[0][0]))
+        return self._namespace
+
+    # -- the recorded embedder -----------------------------------------------------------------------
+
+    async def index_info(self, conn: Connection) -> IndexInfo | None:
+        """The recorded embedder; ``None`` when nothing is indexed yet (on a server that has pgvector)."""
+        rows = await conn.fetch(self.info)
+        if rows and rows[0][0] is not None:
+            return IndexInfo(str(rows[0][0]), int(rows[0][1]))
+        await self.namespace(conn, create=False)  # a server without pgvector says so, instead of finding nothing
+        return None
+
+    async def switch(self, conn: Connection, info: IndexInfo, *, replace: bool) -> None:
+        """Record ``info`` and make the vector column of its width (dropping the old entries when it changes)."""
+        namespace = await self.namespace(conn, create=True)
+
+        async def body() -> None:
+            rows = await conn.fetch(self.info_locked)
+            recorded = IndexInfo(str(rows[0][0]), int(rows[0][1])) if rows[0][0] is not None else None
+            if recorded == info:
+                return
+            if recorded is not None and not replace:
+                check_index(recorded, info)
+            await conn.execute("DELETE FROM chatkeep_search")
+            await conn.execute("DROP INDEX IF EXISTS ix_chatkeep_search_embedding")
+            await conn.execute("ALTER TABLE chatkeep_search DROP COLUMN IF EXISTS embedding")
+            await conn.execute(
+                f"ALTER TABLE chatkeep_search ADD COLUMN embedding {namespace}.vector({int(info.dimensions)}) NOT NULL"
+            )
+            await conn.execute(
+                "CREATE INDEX ix_chatkeep_search_embedding ON chatkeep_search "
+                f"USING hnsw (embedding {namespace}.vector_cosine_ops)"
+            )
+            await conn.execute(self.set_info, (info.embedder, info.dimensions))
+
+        await _ops.transaction(conn, self.sql, body)
+
+    async def _checked(self, conn: Connection, info: IndexInfo) -> str:
+        """In a transaction: the recorded embedder, share-locked and checked against ``info``; the namespace."""
+        rows = await conn.fetch(self.info_shared)
+        if rows[0][0] is None:
+            raise NoIndex
+        check_index(IndexInfo(str(rows[0][0]), int(rows[0][1])), info)
+        return await self.namespace(conn, create=False)
+
+    def _insert_index(self, namespace: str) -> str:
+        return self.sql.convert(
+            "INSERT INTO chatkeep_search (session_ref, seq, role, terms, embedding) "
+            f"SELECT m.session_ref, m.seq, u.role, u.terms::tsvector, u.vec::{namespace}.vector "
+            "FROM unnest(?::bytea[], ?::text[], ?::text[], ?::text[]) AS u(h, role, terms, vec) "
+            "JOIN chatkeep_messages m ON m.message_hash = u.h "
+            "WHERE m.session_ref = (SELECT id FROM chatkeep_sessions WHERE key_hash = ?) "
+            "ON CONFLICT (session_ref, seq) DO NOTHING"
+        )
+
+    async def _usable(self, conn: Connection) -> None:
+        await self.namespace(conn, create=False)  # a server without pgvector says how to get it
+
+    async def _stored(self, conn: Connection, session_ref: int, hashes: list[bytes]) -> set[bytes]:
+        return {bytes(row[0]) for row in await conn.fetch(self.stored, (session_ref, hashes))}
+
+    async def _write_index(self, conn: Connection, checked: Any, head: _ops.Head, rows: Sequence[IndexRow]) -> int:
+        if not rows:
+            return 0
+        columns = list(zip(*rows, strict=True))
+        return await conn.execute(self._insert_index(checked), (*(list(c) for c in columns), head[0]))
+
+    # -- writes --------------------------------------------------------------------------------------
+
+    def rows(
+        self, hashes: Sequence[bytes], roles: Sequence[str], texts: Sequence[str], vectors: Sequence[Any]
+    ) -> list[IndexRow]:
+        """The index rows of messages with a vector (those without one are not indexed)."""
+        return [
+            (h, role, tsvector(text), vector_text(vector))
+            for h, role, text, vector in zip(hashes, roles, texts, vectors, strict=True)
+            if vector is not None
+        ]
+
+    async def unindexed(self, conn: Connection, key: bytes, info: IndexInfo, hashes: list[bytes]) -> set[bytes]:
+        """Those of ``hashes`` the session stores that are not indexed (none when the index has another embedder)."""
+        rows = await conn.fetch(self.info)
+        if rows[0][0] is None or IndexInfo(str(rows[0][0]), int(rows[0][1])) != info:
+            return set()
+        return {bytes(row[0]) for row in await conn.fetch(self.unindexed_of, (key, hashes))}
+
+    # -- reads ---------------------------------------------------------------------------------------
+
+    async def rankings(
+        self, conn: Connection, scope: Scope, vector: Sequence[float] | None, terms: list[str], limit: int
+    ) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:
+        """Rows (session id, seq, record, score) of the best ``limit`` in ``scope`` by vector and by keywords."""
+        params: list[Any]
+        if scope.session is not None:
+            where, params = "s.key_hash = ?", [scope.session]
+        else:
+            where, params = "s.tenant_hash = ?", [scope.tenant]
+        if scope.owner is not None:
+            where, params = where + " AND s.owner = ?", [*params, scope.owner]
+        if scope.before_seq is not None:
+            where, params = where + " AND x.seq < ?", [*params, scope.before_seq]
+        if scope.roles is not None:
+            where, params = where + " AND x.role = ANY(?::text[])", [*params, list(scope.roles)]
+        namespace = await self.namespace(conn, create=False)
+        base = (
+            "SELECT s.session_id, x.seq, m.record{rank} FROM chatkeep_search x "
+            "JOIN chatkeep_sessions s ON s.id = x.session_ref "
+            "JOIN chatkeep_messages m ON m.session_ref = x.session_ref AND m.seq = x.seq WHERE " + where
+        )
+        c = self.sql.convert
+        by_vector: list[Sequence[Any]] = []
+        by_words: list[Sequence[Any]] = []
+
+        async def body() -> None:
+            if vector is not None and namespace:
+                # Enough candidates from the HNSW graph, and more when filters drop some (pgvector >= 0.8).
+                await conn.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(limit, 1000))}")
+                await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                distance = f"x.embedding OPERATOR({namespace}.<=>) ?::text::{namespace}.vector"
+                rows = await conn.fetch(
+                    c(base.format(rank=f", {distance}") + " ORDER BY 4 LIMIT ?"),
+                    (vector_text(vector), *params, limit),
+                )
+                by_vector.extend(sorted(rows, key=lambda row: float(row[3])))  # relaxed order: sort the few found
+            if terms:
+                query = "?::text::tsquery"
+                rows = await conn.fetch(
+                    c(
+                        base.format(rank=f", ts_rank(x.terms, {query})")
+                        + f" AND x.terms @@ {query} ORDER BY 4 DESC, 1, 2 LIMIT ?"
+                    ),
+                    (tsquery(terms), *params, tsquery(terms), limit),
+                )
+                by_words.extend(rows)
+
+        await _ops.transaction(conn, self.sql, body)
+        return by_vector, by_words

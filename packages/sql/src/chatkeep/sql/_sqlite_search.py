@@ -1,0 +1,223 @@
+"""The search index of the SQL store on SQLite: sqlite-vec (``vec0``, cosine) for meaning, FTS5 (bm25) for words.
+
+Only the ``apsw`` transport can load sqlite-vec, so the index exists only in files an apsw store indexed. It is
+made when the first message is indexed, with the width of the embedder's vectors (the ``vec0`` table's column
+is declared with it), in one ``BEGIN IMMEDIATE`` transaction:
+
+* ``chatkeep_search_index``: the embedder the index was built with (one row);
+* ``chatkeep_search``: one row per indexed message (``id``, ``session_ref``, ``seq``, ``role``), referencing its
+  message with ``ON DELETE CASCADE``: deleting, trimming, popping or pruning messages deletes these rows;
+* ``chatkeep_search_vec`` (``vec0``: the vector, the tenant as a partition key, the session, sequence number and
+  role as metadata columns a KNN query filters on) and ``chatkeep_search_fts`` (FTS5, contentless, the keyword
+  terms), both keyed by ``chatkeep_search.id``: a trigger on ``chatkeep_search`` deletes their rows with it.
+
+A file with this index can only be changed with sqlite-vec loaded (the trigger reaches the ``vec0`` table): the
+``sqlite3`` transport refuses such a file with an error that says to open it with ``?transport=apsw``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from chatkeep.core import SearchUnsupportedError
+from chatkeep.core.backend import IndexInfo, check_index, keyword_terms
+from chatkeep.sql import _ops
+from chatkeep.sql._index import IndexRow, NoIndex, Scope, SearchIndex
+from chatkeep.sql._transport import Connection
+
+__all__ = ["SQLITE_SEARCH_HINT", "VEC_TABLE", "SQLiteSearch"]
+
+VEC_TABLE = "chatkeep_search_vec"
+#: What to do when SQLite cannot search.
+SQLITE_SEARCH_HINT = (
+    'install the recall extra (pip install "chatkeep-sql[recall]": apsw and sqlite-vec) and open the file with '
+    "?transport=apsw (sqlite:///path/to/file.db?transport=apsw)"
+)
+# vec0's largest k.
+_MAX_K = 4096
+# How many more vector candidates to ask for when an owner filter drops some after the KNN query.
+_OWNER_OVERSAMPLING = 4
+
+
+def _blob(vector: Sequence[float]) -> bytes:
+    return struct.pack(f"<{len(vector)}f", *vector)
+
+
+def _marks(n: int) -> str:
+    return ", ".join(["?"] * n)
+
+
+class SQLiteSearch(SearchIndex):
+    """The index's statements and writes on SQLite (with sqlite-vec loaded), for one store."""
+
+    def rows(
+        self, hashes: Sequence[bytes], roles: Sequence[str], texts: Sequence[str], vectors: Sequence[Any]
+    ) -> list[IndexRow]:
+        """The index rows of messages with a vector (those without one are not indexed)."""
+        return [
+            (h, role, " ".join(keyword_terms(text)), _blob(vector))
+            for h, role, text, vector in zip(hashes, roles, texts, vectors, strict=True)
+            if vector is not None
+        ]
+
+    async def _usable(self, conn: Connection) -> None:
+        try:
+            await conn.fetch("SELECT vec_version()")
+        except Exception as exc:
+            if "no such function" not in str(exc).lower():
+                raise
+            raise SearchUnsupportedError(
+                f"{self.description} cannot index or search messages: sqlite-vec is not loaded; {SQLITE_SEARCH_HINT}"
+            ) from exc
+
+    async def _recorded(self, conn: Connection) -> IndexInfo | None:
+        made = await conn.fetch("SELECT 1 FROM sqlite_master WHERE name = 'chatkeep_search_index'")
+        if not made:
+            return None
+        rows = await conn.fetch("SELECT embedder, dimensions FROM chatkeep_search_index WHERE id = 1")
+        return IndexInfo(str(rows[0][0]), int(rows[0][1])) if rows and rows[0][0] is not None else None
+
+    async def index_info(self, conn: Connection) -> IndexInfo | None:
+        """The recorded embedder; ``None`` when nothing is indexed yet."""
+        await self._usable(conn)
+        return await self._recorded(conn)
+
+    async def switch(self, conn: Connection, info: IndexInfo, *, replace: bool) -> None:
+        """Record ``info`` and make the index's tables for its width (dropping the old ones when it changes)."""
+        await self._usable(conn)
+
+        async def body() -> None:
+            recorded = await self._recorded(conn)
+            if recorded == info:
+                return
+            if recorded is not None and not replace:
+                check_index(recorded, info)
+            for statement in (
+                "DROP TRIGGER IF EXISTS chatkeep_search_gone",
+                f"DROP TABLE IF EXISTS {VEC_TABLE}",
+                "DROP TABLE IF EXISTS chatkeep_search_fts",
+                "DROP TABLE IF EXISTS chatkeep_search",
+                "CREATE TABLE IF NOT EXISTS chatkeep_search_index "
+                "(id INTEGER PRIMARY KEY CHECK (id = 1), embedder TEXT, dimensions INTEGER)",
+                "CREATE TABLE chatkeep_search (id INTEGER PRIMARY KEY AUTOINCREMENT, session_ref INTEGER NOT NULL, "
+                "seq INTEGER NOT NULL, role TEXT NOT NULL, UNIQUE (session_ref, seq), "
+                "FOREIGN KEY (session_ref, seq) REFERENCES chatkeep_messages (session_ref, seq) ON DELETE CASCADE)",
+                f"CREATE VIRTUAL TABLE {VEC_TABLE} USING vec0(embedding float[{int(info.dimensions)}] "
+                "distance_metric=cosine, tenant_key text partition key, session_ref integer, seq integer, role text)",
+                "CREATE VIRTUAL TABLE chatkeep_search_fts USING fts5(terms, content='', contentless_delete=1)",
+                "CREATE TRIGGER chatkeep_search_gone AFTER DELETE ON chatkeep_search BEGIN "
+                f"DELETE FROM {VEC_TABLE} WHERE rowid = old.id; "
+                "DELETE FROM chatkeep_search_fts WHERE rowid = old.id; END",
+            ):
+                await conn.execute(statement)
+            await conn.execute(
+                "INSERT OR REPLACE INTO chatkeep_search_index VALUES (1, ?, ?)", (info.embedder, info.dimensions)
+            )
+
+        await _ops.transaction(conn, self.sql, body)
+
+    async def _checked(self, conn: Connection, info: IndexInfo) -> None:
+        recorded = await self._recorded(conn)
+        if recorded is None:
+            raise NoIndex
+        check_index(recorded, info)
+
+    async def _stored(self, conn: Connection, session_ref: int, hashes: list[bytes]) -> set[bytes]:
+        rows = await conn.fetch(
+            "SELECT message_hash FROM chatkeep_messages WHERE session_ref = ? "
+            f"AND message_hash IN ({_marks(len(hashes))})",
+            (session_ref, *hashes),
+        )
+        return {bytes(row[0]) for row in rows}
+
+    async def _write_index(self, conn: Connection, checked: Any, head: _ops.Head, rows: Sequence[IndexRow]) -> int:
+        key, tenant = head[0], head[1]
+        written = 0
+        for message_hash, role, terms, vector in rows:
+            made = await conn.fetch(
+                "INSERT OR IGNORE INTO chatkeep_search (session_ref, seq, role) "
+                "SELECT session_ref, seq, ? FROM chatkeep_messages "
+                "WHERE session_ref = (SELECT id FROM chatkeep_sessions WHERE key_hash = ?) AND message_hash = ? "
+                "RETURNING id, session_ref, seq",
+                (role, key, message_hash),
+            )
+            if not made:
+                continue  # gone, or indexed already
+            row_id, session_ref, seq = made[0]
+            await conn.execute(
+                f"INSERT INTO {VEC_TABLE} (rowid, embedding, tenant_key, session_ref, seq, role) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (row_id, vector, tenant.hex(), session_ref, seq, role),
+            )
+            await conn.execute("INSERT INTO chatkeep_search_fts (rowid, terms) VALUES (?, ?)", (row_id, terms))
+            written += 1
+        return written
+
+    async def unindexed(self, conn: Connection, key: bytes, info: IndexInfo, hashes: list[bytes]) -> set[bytes]:
+        """Those of ``hashes`` the session stores that are not indexed (none when the index has another embedder)."""
+        if await self._recorded(conn) != info:
+            return set()
+        rows = await conn.fetch(
+            "SELECT m.message_hash FROM chatkeep_messages m "
+            "LEFT JOIN chatkeep_search x ON x.session_ref = m.session_ref AND x.seq = m.seq "
+            "WHERE m.session_ref = (SELECT id FROM chatkeep_sessions WHERE key_hash = ?) "
+            f"AND m.message_hash IN ({_marks(len(hashes))}) AND x.id IS NULL",
+            (key, *hashes),
+        )
+        return {bytes(row[0]) for row in rows}
+
+    async def rankings(
+        self, conn: Connection, scope: Scope, vector: Sequence[float] | None, terms: list[str], limit: int
+    ) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:
+        """Rows (session id, seq, record, score) of the best ``limit`` in ``scope`` by vector and by keywords."""
+        if await self._recorded(conn) is None:
+            return [], []
+        session_ref: int | None = None
+        if scope.session is not None:
+            found = await conn.fetch("SELECT id FROM chatkeep_sessions WHERE key_hash = ?", (scope.session,))
+            if not found:
+                return [], []
+            session_ref = int(found[0][0])
+        filters, params = "", list[Any]()
+        if session_ref is not None:
+            filters, params = filters + " AND {t}.session_ref = ?", [*params, session_ref]
+        if scope.before_seq is not None:
+            filters, params = filters + " AND {t}.seq < ?", [*params, scope.before_seq]
+        if scope.roles is not None:
+            filters, params = filters + f" AND {{t}}.role IN ({_marks(len(scope.roles))})", [*params, *scope.roles]
+        owner, owner_params = ("", []) if scope.owner is None else (" AND s.owner = ?", [scope.owner])
+        by_vector: list[Sequence[Any]] = []
+        if vector is not None:
+            k = min(limit * (_OWNER_OVERSAMPLING if scope.owner is not None else 1), _MAX_K)
+            knn = (
+                f"SELECT v.session_ref, v.seq, v.distance FROM {VEC_TABLE} v WHERE v.embedding MATCH ? AND k = ? "
+                "AND v.tenant_key = ?" + filters.format(t="v")
+            )
+            by_vector = list(
+                await conn.fetch(
+                    "SELECT s.session_id, m.seq, m.record, knn.distance FROM (" + knn + ") knn "
+                    "JOIN chatkeep_sessions s ON s.id = knn.session_ref "
+                    "JOIN chatkeep_messages m ON m.session_ref = knn.session_ref AND m.seq = knn.seq "
+                    "WHERE 1 = 1" + owner + " ORDER BY knn.distance, s.session_id, m.seq LIMIT ?",
+                    (_blob(vector), k, scope.tenant.hex(), *params, *owner_params, limit),
+                )
+            )
+        by_words: list[Sequence[Any]] = []
+        if terms:
+            query = " OR ".join(f'"{term}"' for term in dict.fromkeys(terms))
+            by_words = list(
+                await conn.fetch(
+                    "SELECT s.session_id, x.seq, m.record, bm25(chatkeep_search_fts) AS r FROM chatkeep_search_fts f "
+                    "JOIN chatkeep_search x ON x.id = f.rowid "
+                    "JOIN chatkeep_sessions s ON s.id = x.session_ref "
+                    "JOIN chatkeep_messages m ON m.session_ref = x.session_ref AND m.seq = x.seq "
+                    "WHERE chatkeep_search_fts MATCH ? AND s.tenant_hash = ?"
+                    + filters.format(t="x")
+                    + owner
+                    + " ORDER BY r, s.session_id, x.seq LIMIT ?",
+                    (query, scope.tenant, *params, *owner_params, limit),
+                )
+            )
+        return by_vector, by_words

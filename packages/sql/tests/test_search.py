@@ -1,0 +1,239 @@
+"""What the SQL store's search index leaves in raw storage (PostgreSQL, SQLite), and what a store that cannot search
+says."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chatkeep.core import (
+    Agent,
+    AgentSession,
+    Message,
+    SearchUnsupportedError,
+    SemanticRecallProvider,
+    SessionKey,
+    StoreConfigurationError,
+    StoreHistoryProvider,
+    TenantScope,
+    embed_messages,
+)
+from chatkeep.core.backend import SearchableStore, searchable
+from chatkeep.sql import SQLHistoryStore
+from chatkeep.sql._schema import key_hash
+from chatkeep.testing.embedding import HashingEmbedder
+from chatkeep.testing.scripted import ScriptedChatClient
+
+TEXTS = ["the blue bicycle is in the shed", "we spoke about the weather", "the spare key hangs by the door"]
+SESSION_ROWS = (
+    "SELECT count(*) FROM chatkeep_search x JOIN chatkeep_sessions s ON s.id = x.session_ref WHERE s.key_hash = ?"
+)
+ALL_ROWS = "SELECT count(*) FROM chatkeep_search"
+
+
+@pytest.fixture
+async def pg_store(pgvector_backing: Any) -> AsyncIterator[SearchableStore]:
+    """A store in a schema of the test's own on the pgvector server (a test here switches the index's embedder)."""
+    async with SQLHistoryStore(pgvector_backing.url) as store:
+        assert isinstance(store, SearchableStore)
+        yield store
+
+
+async def _indexed(store: SearchableStore, key: SessionKey, texts: list[str] = TEXTS) -> list[Message]:
+    messages = [Message(role="user", text=text) for text in texts]
+    await store.append(key, messages, embeddings=await embed_messages(HashingEmbedder(), messages))
+    return messages
+
+
+def _rows(target: Any, key: SessionKey | None = None) -> int:
+    query = (ALL_ROWS, ()) if key is None else (SESSION_ROWS, (key_hash(key.tenant, key.session_id),))
+    return int(target.execute_in(target.name, [query])[0][0])  # type: ignore[arg-type]
+
+
+def _key() -> SessionKey:
+    return SessionKey(f"t-{uuid.uuid4().hex[:8]}", "s")
+
+
+async def test_delete_leaves_nothing_indexed_in_raw_storage(pgvector_backing: Any, pg_store: SearchableStore) -> None:
+    key, other = _key(), _key()
+    await _indexed(pg_store, key)
+    await _indexed(pg_store, other)
+    assert _rows(pgvector_backing, key) == len(TEXTS)
+    await pg_store.delete(key)
+    assert _rows(pgvector_backing, key) == 0
+    assert _rows(pgvector_backing, other) == len(TEXTS), "another session's index went with it"
+
+
+async def test_delete_tenant_leaves_nothing_indexed_in_raw_storage(
+    pgvector_backing: Any, pg_store: SearchableStore
+) -> None:
+    key = _key()
+    await _indexed(pg_store, key)
+    await _indexed(pg_store, SessionKey(key.tenant, "another"))
+    before = _rows(pgvector_backing)
+    await pg_store.delete_tenant(key.tenant)
+    assert _rows(pgvector_backing) == before - 2 * len(TEXTS)
+    tenant_rows = (
+        "SELECT count(*) FROM chatkeep_search x JOIN chatkeep_messages m ON m.session_ref = x.session_ref "
+        "AND m.seq = x.seq"
+    )
+    assert pgvector_backing.execute_in(pgvector_backing.name, [(tenant_rows, ())])[0][0] == _rows(pgvector_backing)
+
+
+async def test_trim_and_pop_remove_the_index_rows_of_their_messages(
+    pgvector_backing: Any, pg_store: SearchableStore
+) -> None:
+    key = _key()
+    await _indexed(pg_store, key)
+    await pg_store.trim(key, 2)
+    assert _rows(pgvector_backing, key) == 2
+    await pg_store.pop(key)
+    assert _rows(pgvector_backing, key) == 1
+
+
+async def test_the_vector_column_takes_the_width_of_the_embedder(
+    pgvector_backing: Any, pg_store: SearchableStore
+) -> None:
+    column = (
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = 'chatkeep_search'::regclass AND attname = 'embedding'"
+    )
+    key = _key()
+    await _indexed(pg_store, key)
+    info = await pg_store.index_info()
+    assert info is not None
+    width = pgvector_backing.execute_in(pgvector_backing.name, [(column, ())])[0][0]
+    assert str(width).endswith(f"vector({info.dimensions})")
+    other = HashingEmbedder(32, salt="another-model")
+    assert await pg_store.reindex(other) >= len(TEXTS)
+    assert str(pgvector_backing.execute_in(pgvector_backing.name, [(column, ())])[0][0]).endswith("vector(32)")
+    [vector] = await other.embed(["where is the spare key"])
+    hits = await pg_store.search(TenantScope(key.tenant), vector, "spare key", 1, embedder=other.name)
+    assert [hit.message.text for hit in hits] == [TEXTS[2]]
+
+
+async def test_a_postgresql_without_pgvector_says_how_to_get_it(sql_target: Any) -> None:
+    if sql_target.family != "postgresql" or sql_target.can_search:
+        pytest.skip("needs a PostgreSQL without pgvector (the machine's own)")
+    async with SQLHistoryStore(sql_target.url) as store:
+        searching = searchable(store)
+        key = _key()
+        messages = [Message(role="user", text="hello")]
+        with pytest.raises(SearchUnsupportedError, match="pgvector") as caught:
+            await searching.append(key, messages, embeddings=await embed_messages(HashingEmbedder(), messages))
+        assert "CREATE EXTENSION vector" in str(caught.value)
+        assert await store.count(key) == 0, "a refused indexed append stored its messages"
+        with pytest.raises(SearchUnsupportedError, match="pgvector"):
+            await searching.search(key, None, "hello", 3)
+        assert await store.append(key, messages) == 1  # the history itself works as ever
+
+
+async def test_mysql_stores_cannot_search(sql_target: Any) -> None:
+    if sql_target.family != "mysql":
+        pytest.skip("a MySQL/MariaDB run")
+    async with SQLHistoryStore(sql_target.url) as store:
+        assert not hasattr(store, "search")
+        with pytest.raises(SearchUnsupportedError, match="search capability"):
+            searchable(store)
+
+
+def _sqlite_rows(path: Path) -> dict[str, int]:
+    """Rows of each index table of a closed SQLite store's file, read with apsw and sqlite-vec (one library)."""
+    apsw = pytest.importorskip("apsw")
+    sqlite_vec = pytest.importorskip("sqlite_vec")
+    conn = apsw.Connection(str(path))
+    try:
+        conn.enable_load_extension(True)
+        conn.load_extension(sqlite_vec.loadable_path())
+        tables = ("chatkeep_search", "chatkeep_search_vec", "chatkeep_search_fts")
+        counted = {table: int(conn.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]) for table in tables}
+        vec_rows = "SELECT count(*) FROM chatkeep_search_vec_rowids"  # vec0's own rowid table
+        counted["vec_rowids"] = int(conn.execute(vec_rows).fetchall()[0][0])
+        return counted
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("removal", ["delete", "delete_tenant", "trim", "pop", "prune"])
+async def test_sqlite_removals_leave_nothing_indexed_in_raw_storage(tmp_path: Path, removal: str) -> None:
+    pytest.importorskip("sqlite_vec")
+    path = tmp_path / "recall.db"
+    key, other = _key(), _key()
+    async with SQLHistoryStore(f"sqlite:///{path}?transport=apsw") as store:
+        assert isinstance(store, SearchableStore)
+        await _indexed(store, key)
+        await _indexed(store, other)
+        if removal == "delete":
+            await store.delete(key)
+        elif removal == "delete_tenant":
+            await store.delete_tenant(key.tenant)
+        elif removal == "trim":
+            await store.trim(key, 0)
+        elif removal == "pop":
+            for _ in TEXTS:
+                await store.pop(key)
+        else:
+            await store.prune(older_than=datetime.now(timezone.utc) + timedelta(seconds=1), tenant=key.tenant)
+    left = len(TEXTS)  # the other tenant's session only
+    assert _sqlite_rows(path) == dict.fromkeys(
+        ("chatkeep_search", "chatkeep_search_vec", "chatkeep_search_fts", "vec_rowids"), left
+    )
+
+
+@pytest.mark.parametrize("transport", ["sqlite3", "sqlalchemy"])
+async def test_other_transports_refuse_a_file_with_a_sqlite_vec_index(tmp_path: Path, transport: str) -> None:
+    pytest.importorskip("sqlite_vec")
+    path = tmp_path / "indexed.db"
+    async with SQLHistoryStore(f"sqlite:///{path}?transport=apsw") as store:
+        assert isinstance(store, SearchableStore)
+        await _indexed(store, _key())
+    async with SQLHistoryStore(f"sqlite:///{path}?transport={transport}") as plain:
+        assert not hasattr(plain, "search")
+        with pytest.raises(StoreConfigurationError, match="transport=apsw"):
+            await plain.count(_key())
+
+
+async def test_sqlite_on_the_sqlite3_transport_cannot_search(tmp_path: Path) -> None:
+    async with SQLHistoryStore(f"sqlite:///{tmp_path / 'plain.db'}") as store:
+        assert not hasattr(store, "search")
+        with pytest.raises(SearchUnsupportedError, match="search capability"):
+            searchable(store)
+
+
+async def test_an_agent_on_sqlite_recalls_a_fact_300_messages_back(tmp_path: Path) -> None:
+    pytest.importorskip("sqlite_vec")
+    await _agent_recalls(f"sqlite:///{tmp_path / 'agent.db'}?transport=apsw")
+
+
+async def test_an_agent_on_postgresql_recalls_a_fact_300_messages_back(pgvector_backing: Any) -> None:
+    await _agent_recalls(pgvector_backing.url)
+
+
+async def _agent_recalls(url: str) -> None:
+    """An agent with a 20-message window, asked about a fact 300 messages back, gets it recalled (no network)."""
+    fact = "the spare key of the blue bicycle hangs behind the kitchen door"
+    topics = ["weather", "train timetable", "meeting notes", "recipe", "holiday photos", "budget", "garden"]
+    earlier = [Message(role="user", text=f"Please remember: {fact}.")] + [
+        Message(role="user" if i % 2 == 0 else "assistant", text=f"message {i} about the {topics[i % len(topics)]}")
+        for i in range(300)
+    ]
+    embedder = HashingEmbedder()
+    session = AgentSession(session_id="long", tenant="acme")
+    async with SQLHistoryStore(url) as store:
+        assert isinstance(store, SearchableStore)
+        await store.append(SessionKey.of(session), earlier, embeddings=await embed_messages(embedder, earlier))
+        client = ScriptedChatClient()
+        recall = SemanticRecallProvider(store=store, embedder=embedder, k=3)
+        agent = Agent(client, history=StoreHistoryProvider(store, max_messages=20), context_providers=[recall])
+        try:
+            await agent.run("Where is the spare key of the blue bicycle?", session=session)
+        finally:
+            await agent.close()
+        sent = client.requests[-1].texts
+        assert any(text.startswith("user: [recalled: ") and fact in text for text in sent), sent
+        assert len(sent) <= 20 + 3 + 1  # the window, the recalled messages, the input
