@@ -237,8 +237,12 @@ class PostgresSearch(SearchIndex):
         async def body() -> None:
             if vector is not None and namespace:
                 # Enough candidates from the HNSW graph, and more when filters drop some (pgvector >= 0.8).
-                await conn.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(limit, 1000))}")
-                await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                # One round trip for both settings (set_config's true: for this transaction only, as SET LOCAL).
+                await conn.fetch(
+                    "SELECT set_config('hnsw.ef_search', "
+                    f"'{max(40, min(limit, 1000))}', true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                    (),
+                )
                 distance = f"x.embedding OPERATOR({namespace}.<=>) ?::text::{namespace}.vector"
                 rows = await conn.fetch(
                     c(base.format(rank=f", {distance}") + " ORDER BY 4 LIMIT ?"),
