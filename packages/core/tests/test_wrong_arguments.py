@@ -118,6 +118,6 @@ def test_a_content_with_a_wrong_value_is_refused_with_invalid_argument_error(bui
 
 def test_a_message_given_its_text_twice_is_refused_in_words() -> None:
     # Hypothesis found it: Message(x, text=y) was Python's "got multiple values for argument 'text'".
-    with pytest.raises(InvalidArgumentError, match="its text once"):
+    with pytest.raises(InvalidArgumentError, match="Pass Message its text once"):
         Message("hi", text="hello", role="user")
     assert Message(text="hi", role="user").text == Message("hi", role="user").text == "hi"

@@ -247,7 +247,9 @@ class Message(BaseModel):
         try:
             if "text" in data:  # text= by keyword (positional-only above, so a text given both ways is refused here)
                 if text is not None:
-                    raise InvalidArgumentError("give Message its text once: Message('hi') or Message(text='hi')")
+                    raise InvalidArgumentError(
+                        "Pass Message its text once: Message('hi', role=...) or Message(text='hi', role=...)"
+                    )
                 text = data.pop("text")
             if text is not None:
                 if data.get("contents"):
