@@ -14,6 +14,11 @@ A turn is what an agent does per user message: ``load(last=20)`` then ``append``
 * ``raw + guarantees, off the loop`` (SQLite only): the same, each call (the read, the append) in a worker
   thread through ``asyncio.to_thread``, as an async program must run a blocking driver (the OpenAI Agents SDK's
   ``SQLiteSession`` does this); the 20 records are decoded on the loop. chatkeep's SQLite store hops the same way.
+* ``raw async + guarantees`` (PostgreSQL and MariaDB): chatkeep's own async driver (``asyncpg``, ``asyncmy``) on one
+  connection of its own, running chatkeep's statements exactly as ``raw sync + guarantees`` does, and ``json``
+  decode of the 20. chatkeep over this path is what the library adds to its driver (pool lease, deadlines,
+  retries, error translation, pydantic messages); this path over ``raw sync + guarantees`` is what running the
+  same round trips on an event loop, through that driver, costs.
 * ``SQLAlchemy Core sync`` and ``SQLAlchemy async``: the two plain statements through SQLAlchemy's engines.
 * ``chatkeep``: ``SQLHistoryStore.load(key, last=20)`` then ``append`` (pydantic messages in and out).
 
@@ -59,6 +64,7 @@ WHOLE = 10_000
 PG_URL = os.environ.get("CHATKEEP_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("CHATKEEP_BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 OFF_LOOP = "raw + guarantees, off the loop"
+RAW_ASYNC = "raw async + guarantees"
 SHORT, LONG = "x" * 130, "y" * 530  # with the record's other fields: ~200 and ~600 bytes
 
 
@@ -259,6 +265,67 @@ def _guarded_append(cur: Any, db: _Database, key: SessionKey, *records: tuple[by
     cur.execute("COMMIT")
 
 
+class _RawAsync:
+    """chatkeep's own async driver on one connection, running chatkeep's own statements (``RAW_ASYNC``)."""
+
+    def __init__(self, family: str, conn: Any) -> None:
+        self.family = family
+        self.conn = conn
+        # The statements as chatkeep's transports send them: asyncpg's $1 placeholders, asyncmy's %s.
+        self.sql = (
+            Statements("postgresql", "numeric_dollar")
+            if family == "postgresql"
+            else Statements("mysql", "format", is_mariadb=True, found_rows=False)
+        )
+
+    @classmethod
+    async def connect(cls, db: _Database) -> _RawAsync:
+        if db.family == "postgresql":
+            import asyncpg  # type: ignore[import-untyped]
+
+            return cls(db.family, await asyncpg.connect(PG_URL, server_settings={"search_path": db.name}))
+        import asyncmy  # type: ignore[import-untyped]
+
+        host, port = MYSQL_URL.split("@", 1)[1].split("/", 1)[0].split(":")
+        conn = await asyncmy.connect(
+            host=host, port=int(port), user="root", database=db.name, autocommit=True, charset="utf8mb4"
+        )
+        return cls(db.family, conn)
+
+    async def close(self) -> None:
+        if self.family == "postgresql":
+            await self.conn.close()
+        else:
+            self.conn.close()
+
+    async def turn(self, key: SessionKey, lap: Callable[[str], None]) -> None:
+        key_bytes = key_hash(key.tenant, key.session_id)
+        sql = self.sql
+        if self.family == "postgresql":
+            rows = await self.conn.fetch(sql.load_last, key_bytes, 20)
+        else:
+            async with self.conn.cursor() as cur:
+                await cur.execute(sql.load_last, (key_bytes, 20))
+                rows = await cur.fetchall()
+        [json.loads(row[0]) for row in rows]
+        lap(_PART_NAMES[0])
+        (h1, r1), (h2, r2) = _raw_records()
+        lap(_PART_NAMES[1])
+        head = (key_bytes, tenant_hash(key.tenant), key.tenant.encode(), key.session_id.encode())
+        now = int(uuid.uuid1().time)
+        if self.family == "postgresql":
+            hashes = [h1, h2]
+            await self.conn.fetch(sql.append_one, hashes, [r1, r2], head[0], hashes, *head, now, now)
+        else:
+            async with self.conn.cursor() as cur:
+                await cur.execute(sql.begin)
+                await cur.execute(sql.upsert, (*head, now, now, 2, 2))
+                ref, next_seq = (await cur.fetchall())[0]
+                await cur.execute(sql.insert_messages(2), (ref, next_seq - 2, h1, r1, ref, next_seq - 1, h2, r2))
+                await cur.execute("COMMIT")
+        lap(_PART_NAMES[2])
+
+
 _ref_cache: dict[SessionKey, int] = {}
 _STATEMENTS = {
     "sqlite": Statements("sqlite", "qmark"),
@@ -324,6 +391,7 @@ async def _bench_database(family: str, iterations: int, synchronous: str) -> tup
         # Each path has a connection of its own: on SQLite a connection keeps its page cache only while no other
         # connection wrote, so two paths sharing one would run warm where every other path runs cold.
         conn, guarded_conn, offloop_conn = db.sync_connect(), db.sync_connect(), db.sync_connect()
+        raw_async = await _RawAsync.connect(db) if family != "sqlite" else None
         from sqlalchemy import create_engine, text
         from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -351,7 +419,7 @@ async def _bench_database(family: str, iterations: int, synchronous: str) -> tup
         # Raw paths write to sessions of their own (same sizes), so every path appends to a session it owns.
         raw_keys = {}
         for size in SIZES:
-            for label in ("raw", "guarded", "offloop", "core", "async"):
+            for label in ("raw", "guarded", "offloop", "rawasync", "core", "async"):
                 raw_key = SessionKey("bench", f"{label}{size}-{uuid.uuid4().hex[:6]}")
                 raw_keys[(label, size)] = raw_key
                 await _seed(store, raw_key, size)
@@ -424,6 +492,9 @@ async def _bench_database(family: str, iterations: int, synchronous: str) -> tup
             if family == "sqlite":
                 offloop_key = raw_keys[("offloop", size)]
                 paths[OFF_LOOP] = lambda: _guarded_turn_off_loop(offloop_conn, db, offloop_key, _laps(size, OFF_LOOP))
+            if raw_async is not None:
+                raw_async_key = raw_keys[("rawasync", size)]
+                paths[RAW_ASYNC] = lambda: raw_async.turn(raw_async_key, _laps(size, RAW_ASYNC))
             paths |= {"SQLAlchemy Core sync": core_turn, "SQLAlchemy async": async_turn, "chatkeep": chatkeep_turn}
             results += await _interleaved(size, paths, iterations=iterations)
 
@@ -443,6 +514,8 @@ async def _bench_database(family: str, iterations: int, synchronous: str) -> tup
         conn.close()
         guarded_conn.close()
         offloop_conn.close()
+        if raw_async is not None:
+            await raw_async.close()
         sync_engine.dispose()
         await async_engine.dispose()
     finally:
@@ -461,7 +534,7 @@ def _fastest_raw(results: list[Result]) -> Callable[[Result], Result]:
 
 def _parts_table(family: str, size: int) -> str:
     """The p50 of each part of a turn, per path, at one session size (the parts' p50s need not add up)."""
-    every = ("raw sync", "raw sync + guarantees", OFF_LOOP, "chatkeep")
+    every = ("raw sync", "raw sync + guarantees", OFF_LOOP, RAW_ASYNC, "chatkeep")
     paths = tuple(path for path in every if (size, path, _PART_NAMES[0]) in _PARTS)
     lines = [
         f"### {family}: where a turn's time goes, sessions of {size:,} messages (p50 of each part, µs)",
@@ -551,6 +624,10 @@ async def _main(argv: list[str]) -> None:
             print()
             chatkeep = {r.size: r for r in results if r.name == "chatkeep"}
             print(f"chatkeep p50 at 100,000 vs 10 messages: {chatkeep[100_000].p50 / chatkeep[10].p50:.2f}x")
+            raw_async = {r.size: r for r in results if r.name == RAW_ASYNC}
+            if raw_async:
+                ratios = ", ".join(f"{size:,}: {chatkeep[size].p50 / raw_async[size].p50:.2f}x" for size in SIZES)
+                print(f"chatkeep p50 vs its own driver running its statements ({RAW_ASYNC}): {ratios}")
             print()
             print(_parts_table(label, 1_000))
             print()

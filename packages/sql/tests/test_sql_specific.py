@@ -431,15 +431,17 @@ def test_sqlite_file_passes_its_integrity_check_after_writers_are_killed(
 
 async def test_pop_without_delete_returning_is_atomic(sql_target: Any) -> None:
     # MySQL has no DELETE ... RETURNING: pop reads the newest row FOR UPDATE and deletes it. The server here is
-    # MariaDB, which has RETURNING, so its stores are switched to the statements chatkeep uses on MySQL.
+    # MariaDB, which has RETURNING, so its stores (once they met the server) are switched to the statements
+    # chatkeep uses on MySQL.
     if sql_target.family != "mysql":
         pytest.skip("the MySQL pop statements need a MySQL or MariaDB server")
     stores = [SQLHistoryStore(sql_target.url) for _ in range(4)]
     try:
         for store in stores:
+            await store.count(SessionKey("pop-mysql", "nothing"))  # met the server: use_server has run
             transport: Any = store._transport
             store._sql = transport.statements = _sql.Statements("mysql", store._sql._paramstyle, is_mariadb=False)
-            assert not store._sql.pop_returns
+            assert store._sql.pop[1] is False
         key = SessionKey("pop-mysql", f"s-{random.getrandbits(48):x}")
         batch = [Message(role="user", text=f"m{n}") for n in range(30)]
         await stores[0].append(key, batch)
@@ -683,8 +685,16 @@ def test_the_server_met_at_connect_decides_the_upsert() -> None:
     assert "VALUES(next_seq)" in statements.upsert
     statements.use_server(is_mariadb=False, version=(8, 0, 36))
     assert "incoming.next_seq" in statements.upsert
+    assert not statements.upsert.endswith("RETURNING id, next_seq")
+    assert statements.pop[1] is False
     statements.use_server(is_mariadb=True, version=(10, 11, 6))  # the URL said mysql://, the server is MariaDB
     assert "VALUES(next_seq)" in statements.upsert
+    # MariaDB returns the reserved range from the upsert, and the popped record from its DELETE (one round trip less)
+    assert statements.upsert.endswith(" RETURNING id, next_seq")
+    assert statements.pop[1] is True
+    statements.use_server(is_mariadb=True, version=(10, 4, 30))  # before INSERT ... RETURNING
+    assert not statements.upsert.endswith("RETURNING id, next_seq")
+    assert statements.pop[1] is True
     postgres = _sql.Statements("postgresql", "numeric_dollar")
     before = postgres.upsert
     postgres.use_server(is_mariadb=False, version=(16, 4))
@@ -708,6 +718,7 @@ async def test_appends_on_this_server_use_the_upsert_its_version_takes(sql_targe
         if "mariadb" in str(version).lower():
             assert not store._sql.row_alias
             assert "VALUES(next_seq)" in store._sql.upsert
+            assert store._sql.upsert.endswith(" RETURNING id, next_seq")  # no locked read back on MariaDB
         else:
             numbers = tuple(int(part) for part in re.findall(r"\d+", str(version))[:3])
             assert store._sql.row_alias is (numbers >= _sql.MYSQL_ROW_ALIAS)

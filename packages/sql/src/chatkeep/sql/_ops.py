@@ -147,7 +147,7 @@ async def insert(conn: Connection, sql: Statements, head: Head, now: int, rows: 
     """
     n = len(rows)
     found = await conn.fetch(sql.upsert, (*head, now, now, n, n))
-    if not sql.append_returns:  # the engine's upsert returns nothing: read the reserved range back
+    if not found:  # the engine's upsert returns nothing (MySQL): read the reserved range back under the row's lock
         found = await conn.fetch(sql.session_after_upsert, (head[0],))
     session_ref, next_seq = found[0]
     seq = next_seq - n
@@ -197,14 +197,15 @@ async def pop(conn: Connection, sql: Statements, key: bytes, now: int) -> str | 
         if not found:
             return None
         session_ref = found[0][0]
-        if not sql.pop_returns:
-            newest = await conn.fetch(sql.pop_delete, (session_ref,))
+        statement, returns = sql.pop
+        if not returns:
+            newest = await conn.fetch(statement, (session_ref,))
             if not newest:
                 return None
             await conn.execute(sql.pop_remove, (session_ref, newest[0][0]))
             record = newest[0][1]
         else:
-            deleted = await conn.fetch(sql.pop_delete, (session_ref,) if sql.mysql else (session_ref, session_ref))
+            deleted = await conn.fetch(statement, (session_ref,) if sql.mysql else (session_ref, session_ref))
             if not deleted:
                 return None
             record = deleted[0][0]

@@ -51,6 +51,8 @@ __all__ = ["MYSQL_ROW_ALIAS", "Statements", "mysql_upsert"]
 
 #: The first MySQL release that takes a row alias in ``INSERT`` (8.0.20 deprecates ``VALUES()`` for it).
 MYSQL_ROW_ALIAS = (8, 0, 19)
+#: The first MariaDB release whose ``INSERT`` takes ``RETURNING``.
+MARIADB_INSERT_RETURNING = (10, 5, 0)
 _COLUMNS = "key_hash, tenant_hash, tenant, session_id, created_at, updated_at, next_seq, message_count"
 
 
@@ -90,6 +92,11 @@ def _convert(sql: str, paramstyle: str) -> str:
 class Statements:
     """The SQL of every call for one database family and driver parameter style."""
 
+    #: The upsert of a session's row reserving an append's range; it returns the range unless the server cannot.
+    upsert: str
+    #: pop's statement, and whether it deletes the newest row returning its record (else it reads it, locked).
+    pop: tuple[str, bool]
+
     def __init__(
         self,
         family: str,
@@ -120,7 +127,6 @@ class Statements:
         self.row_alias = False
         if self.mysql:
             # MariaDB returns the row from the upsert itself; MySQL needs a locked read (we hold the row's lock).
-            self.append_returns = is_mariadb
             self.use_server(is_mariadb=is_mariadb, version=server_version)
             self.session_after_upsert = c(f"SELECT id, next_seq FROM {SESSIONS} WHERE key_hash = ?{lock}")
             self.insert_ignore = "INSERT IGNORE INTO" if found_rows else "INSERT INTO"
@@ -136,7 +142,6 @@ class Statements:
                 f"message_count = {SESSIONS}.message_count + excluded.message_count, "
                 f"updated_at = {greatest}({SESSIONS}.updated_at, excluded.updated_at) RETURNING id, next_seq"
             )
-            self.append_returns = True
             self.upsert = c(upsert)
             self.session_after_upsert = ""
             self.insert_ignore = "INSERT INTO"
@@ -183,20 +188,13 @@ class Statements:
         self.lock_session = c(f"SELECT id FROM {SESSIONS} WHERE key_hash = ?{lock}")
         self.trim_boundary = c(f"SELECT seq FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 OFFSET ?")
         self.trim_delete = c(f"DELETE FROM {MESSAGES} WHERE session_ref = ? AND seq <= ?")
-        # pop: MySQL has no DELETE ... RETURNING, so it reads the newest row with a lock, then deletes it.
-        self.pop_returns = not (self.mysql and not is_mariadb)
-        if not self.pop_returns:
-            self.pop_delete = c(
-                f"SELECT seq, record FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1{lock}"
-            )
-        elif self.mysql:  # MariaDB refuses a subquery on the table a DELETE changes, but takes ORDER BY ... LIMIT
-            self.pop_delete = c(
-                f"DELETE FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 RETURNING record"
-            )
-        else:
-            self.pop_delete = c(
-                f"DELETE FROM {MESSAGES} WHERE session_ref = ? AND seq = "
-                f"(SELECT max(seq) FROM {MESSAGES} WHERE session_ref = ?) RETURNING record"
+        if not self.mysql:  # (MySQL and MariaDB: use_server)
+            self.pop = (
+                c(
+                    f"DELETE FROM {MESSAGES} WHERE session_ref = ? AND seq = "
+                    f"(SELECT max(seq) FROM {MESSAGES} WHERE session_ref = ?) RETURNING record"
+                ),
+                True,
             )
         self.pop_remove = c(f"DELETE FROM {MESSAGES} WHERE session_ref = ? AND seq = ?")
         # pop and trim: fewer messages, and a write (it moves updated_at).
@@ -229,17 +227,28 @@ class Statements:
         return _convert(sql, self._paramstyle)
 
     def use_server(self, *, is_mariadb: bool, version: tuple[object, ...] | None) -> None:
-        """Fit the MySQL/MariaDB upsert to the server (``version`` as the driver reports it, ``None``: unknown).
+        """Fit the MySQL/MariaDB statements to the server (``version`` as the driver reports it, ``None``: unknown).
 
-        MySQL 8.0.19 and later get the row-alias form; MariaDB (which has none), older MySQL and an unknown
-        server get ``VALUES()``. Each form works wherever it is used, so a call running meanwhile is unaffected.
+        A ``mysql://`` URL may reach either, and the dialect knows which only after its first connection. MySQL
+        8.0.19 and later get the row-alias upsert; MariaDB (which has none), older MySQL and an unknown server get
+        ``VALUES()``. MariaDB 10.5 and later return the reserved range from the upsert itself (``RETURNING``),
+        saving the locked read back, and every MariaDB deletes the newest row returning it (MySQL reads it under
+        its lock, then deletes it). A call running meanwhile is unaffected: the upsert tells by the rows it
+        returns, and pop's statement and how to read it are one attribute.
         """
         if not self.mysql:
             return
         numbers = tuple(part for part in (version or ())[:3] if isinstance(part, int))
         self.row_alias = not is_mariadb and len(numbers) == 3 and numbers >= MYSQL_ROW_ALIAS
+        returns = is_mariadb and (not numbers or numbers >= MARIADB_INSERT_RETURNING)
         upsert = mysql_upsert(row_alias=self.row_alias)
-        self.upsert = self._c(upsert + (" RETURNING id, next_seq" if self.append_returns else ""))
+        self.upsert = self._c(upsert + (" RETURNING id, next_seq" if returns else ""))
+        if is_mariadb:  # MariaDB refuses a subquery on the table a DELETE changes, but takes ORDER BY ... LIMIT
+            statement = f"DELETE FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 RETURNING record"
+            self.pop = (self._c(statement), True)
+        else:
+            statement = f"SELECT seq, record FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 FOR UPDATE"
+            self.pop = (self._c(statement), False)
 
     def convert(self, sql: str) -> str:
         """``sql`` (``?`` placeholders) in the driver's parameter style, for statements made elsewhere."""
