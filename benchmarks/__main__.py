@@ -12,7 +12,7 @@ import inspect
 import sys
 from typing import Any
 
-# codec, sync and telemetry need no server; sql, drivers, search, redis, blob and the interop-* suites need the
+# codec, sync and telemetry need no server; sql, drivers, layers, search, redis, blob and the interop-* suites need the
 # services scripts/ starts.
 SUITES = {
     "codec": "benchmarks.codec_bench",
@@ -22,6 +22,7 @@ SUITES = {
     "blob": "benchmarks.blob_bench",
     "sync": "benchmarks.sync_bench",
     "drivers": "benchmarks.drivers_bench",
+    "layers": "benchmarks.layers_bench",
     "telemetry": "benchmarks.telemetry_bench",
 }
 # An adapter beside its framework's own stores; run one at a time by name (nox -s interop_bench installs the pins).
