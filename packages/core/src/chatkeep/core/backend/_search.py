@@ -226,7 +226,7 @@ def searchable(store: object) -> SupportsSearch:
         SearchUnsupportedError: the store does not have the search capability.
     """
     if not isinstance(store, SupportsSearch):
-        raise search_unsupported_error(store)
+        raise store._search_refusal() if isinstance(store, HistoryStore) else search_unsupported_error(store)
     return store
 
 
