@@ -141,6 +141,13 @@ class TestEncryptedMemorySearchConformance(SearchConformance):
         assert isinstance(store.inner, MemoryHistoryStore)
         return store.inner.messages_read
 
+    async def index_entries_in_raw_storage(self, store: HistoryStore, tenant: str) -> int:
+        assert isinstance(store, EncryptedStore)
+        assert isinstance(store.inner, MemoryHistoryStore)
+        data = store.inner._data  # the inner store's index, as it keeps it
+        with data.lock:
+            return sum(len(session.entries) for session in data.tenants.get(tenant, {}).values())
+
 
 class TestEncryptionOverMemory(EncryptionConformance):
     @pytest.fixture

@@ -1,11 +1,10 @@
-"""What the SQL store's search index leaves in raw storage (PostgreSQL, SQLite), and what a store that cannot search
-says."""
+"""The SQL store's search index beyond the kit (which checks raw storage after removals, see test_conformance.py):
+the vector column's width, and what a store that cannot search says."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,10 @@ from chatkeep.core import (
 )
 from chatkeep.core.backend import SearchableStore, searchable
 from chatkeep.sql import SQLHistoryStore
-from chatkeep.sql._schema import key_hash
 from chatkeep.testing.embedding import HashingEmbedder
 from chatkeep.testing.scripted import ScriptedChatClient
 
 TEXTS = ["the blue bicycle is in the shed", "we spoke about the weather", "the spare key hangs by the door"]
-SESSION_ROWS = (
-    "SELECT count(*) FROM chatkeep_search x JOIN chatkeep_sessions s ON s.id = x.session_ref WHERE s.key_hash = ?"
-)
-ALL_ROWS = "SELECT count(*) FROM chatkeep_search"
 
 
 @pytest.fixture
@@ -50,50 +44,8 @@ async def _indexed(store: SearchableStore, key: SessionKey, texts: list[str] = T
     return messages
 
 
-def _rows(target: Any, key: SessionKey | None = None) -> int:
-    query = (ALL_ROWS, ()) if key is None else (SESSION_ROWS, (key_hash(key.tenant, key.session_id),))
-    return int(target.execute_in(target.name, [query])[0][0])  # type: ignore[arg-type]
-
-
 def _key() -> SessionKey:
     return SessionKey(f"t-{uuid.uuid4().hex[:8]}", "s")
-
-
-async def test_delete_leaves_nothing_indexed_in_raw_storage(pgvector_backing: Any, pg_store: SearchableStore) -> None:
-    key, other = _key(), _key()
-    await _indexed(pg_store, key)
-    await _indexed(pg_store, other)
-    assert _rows(pgvector_backing, key) == len(TEXTS)
-    await pg_store.delete(key)
-    assert _rows(pgvector_backing, key) == 0
-    assert _rows(pgvector_backing, other) == len(TEXTS), "another session's index went with it"
-
-
-async def test_delete_tenant_leaves_nothing_indexed_in_raw_storage(
-    pgvector_backing: Any, pg_store: SearchableStore
-) -> None:
-    key = _key()
-    await _indexed(pg_store, key)
-    await _indexed(pg_store, SessionKey(key.tenant, "another"))
-    before = _rows(pgvector_backing)
-    await pg_store.delete_tenant(key.tenant)
-    assert _rows(pgvector_backing) == before - 2 * len(TEXTS)
-    tenant_rows = (
-        "SELECT count(*) FROM chatkeep_search x JOIN chatkeep_messages m ON m.session_ref = x.session_ref "
-        "AND m.seq = x.seq"
-    )
-    assert pgvector_backing.execute_in(pgvector_backing.name, [(tenant_rows, ())])[0][0] == _rows(pgvector_backing)
-
-
-async def test_trim_and_pop_remove_the_index_rows_of_their_messages(
-    pgvector_backing: Any, pg_store: SearchableStore
-) -> None:
-    key = _key()
-    await _indexed(pg_store, key)
-    await pg_store.trim(key, 2)
-    assert _rows(pgvector_backing, key) == 2
-    await pg_store.pop(key)
-    assert _rows(pgvector_backing, key) == 1
 
 
 async def test_the_vector_column_takes_the_width_of_the_embedder(
@@ -140,49 +92,6 @@ async def test_mysql_stores_cannot_search(sql_target: Any) -> None:
         assert not hasattr(store, "search")
         with pytest.raises(SearchUnsupportedError, match="search capability"):
             searchable(store)
-
-
-def _sqlite_rows(path: Path) -> dict[str, int]:
-    """Rows of each index table of a closed SQLite store's file, read with apsw and sqlite-vec (one library)."""
-    apsw = pytest.importorskip("apsw")
-    sqlite_vec = pytest.importorskip("sqlite_vec")
-    conn = apsw.Connection(str(path))
-    try:
-        conn.enable_load_extension(True)
-        conn.load_extension(sqlite_vec.loadable_path())
-        tables = ("chatkeep_search", "chatkeep_search_vec", "chatkeep_search_fts")
-        counted = {table: int(conn.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]) for table in tables}
-        vec_rows = "SELECT count(*) FROM chatkeep_search_vec_rowids"  # vec0's own rowid table
-        counted["vec_rowids"] = int(conn.execute(vec_rows).fetchall()[0][0])
-        return counted
-    finally:
-        conn.close()
-
-
-@pytest.mark.parametrize("removal", ["delete", "delete_tenant", "trim", "pop", "prune"])
-async def test_sqlite_removals_leave_nothing_indexed_in_raw_storage(tmp_path: Path, removal: str) -> None:
-    pytest.importorskip("sqlite_vec")
-    path = tmp_path / "recall.db"
-    key, other = _key(), _key()
-    async with SQLHistoryStore(f"sqlite:///{path}?transport=apsw") as store:
-        assert isinstance(store, SearchableStore)
-        await _indexed(store, key)
-        await _indexed(store, other)
-        if removal == "delete":
-            await store.delete(key)
-        elif removal == "delete_tenant":
-            await store.delete_tenant(key.tenant)
-        elif removal == "trim":
-            await store.trim(key, 0)
-        elif removal == "pop":
-            for _ in TEXTS:
-                await store.pop(key)
-        else:
-            await store.prune(older_than=datetime.now(timezone.utc) + timedelta(seconds=1), tenant=key.tenant)
-    left = len(TEXTS)  # the other tenant's session only
-    assert _sqlite_rows(path) == dict.fromkeys(
-        ("chatkeep_search", "chatkeep_search_vec", "chatkeep_search_fts", "vec_rowids"), left
-    )
 
 
 @pytest.mark.parametrize("transport", ["sqlite3", "sqlalchemy"])
