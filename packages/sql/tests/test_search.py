@@ -3,6 +3,7 @@ the vector column's width, and what a store that cannot search says."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from chatkeep.core import (
     Agent,
     AgentSession,
+    EmbedderMismatchError,
     Message,
     SearchUnsupportedError,
     SemanticRecallProvider,
@@ -23,7 +25,7 @@ from chatkeep.core import (
     embed_messages,
 )
 from chatkeep.core.backend import SearchableStore, searchable
-from chatkeep.sql import SQLHistoryStore
+from chatkeep.sql import SearchIndexLayoutError, SQLHistoryStore
 from chatkeep.testing.embedding import HashingEmbedder
 from chatkeep.testing.scripted import ScriptedChatClient
 
@@ -146,3 +148,87 @@ async def _agent_recalls(url: str) -> None:
         sent = client.requests[-1].texts
         assert any(text.startswith("user: [recalled: ") and fact in text for text in sent), sent
         assert len(sent) <= 20 + 3 + 1  # the window, the recalled messages, the input
+
+
+def _raw_sqlite(path: Path, *statements: str) -> list[Any]:
+    """Run statements on the file with apsw and sqlite-vec, outside chatkeep; the last one's rows."""
+    import apsw
+    import sqlite_vec
+
+    conn = apsw.Connection(str(path))
+    try:
+        conn.enable_load_extension(True)
+        conn.load_extension(sqlite_vec.loadable_path())
+        rows: list[Any] = []
+        for statement in statements:
+            rows = conn.execute(statement).fetchall()
+        return rows
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("ALTER TABLE chatkeep_search_index DROP COLUMN layout", "an older chatkeep-sql"),  # the first release's file
+        ("UPDATE chatkeep_search_index SET layout = layout + 1", "from a newer chatkeep-sql"),
+    ],
+    ids=["older", "newer"],
+)
+async def test_a_sqlite_index_of_another_layout_is_refused_until_chatkeep_reindex(
+    tmp_path: Path, change: str, said: str
+) -> None:
+    pytest.importorskip("sqlite_vec")
+    pytest.importorskip("wordllama", reason="chatkeep reindex uses the offline embedder")
+    from chatkeep.core.cli import main
+
+    path = tmp_path / "layout.db"
+    url = f"sqlite:///{path}?transport=apsw"
+    key = _key()
+    async with SQLHistoryStore(url) as store:
+        assert isinstance(store, SearchableStore)
+        await _indexed(store, key)
+    _raw_sqlite(path, change)
+    async with SQLHistoryStore(url) as store:
+        assert isinstance(store, SearchableStore)
+        messages = [Message(role="user", text="the bicycle is in the shed")]
+        embeddings = await embed_messages(HashingEmbedder(), messages)
+        for refused in (
+            store.search(key, None, "spare key", 3),
+            store.index_info(),
+            store.append(key, messages, embeddings=embeddings),
+        ):
+            with pytest.raises(SearchIndexLayoutError, match="chatkeep reindex --store") as caught:
+                await refused
+            assert said in str(caught.value)
+        assert await store.count(key) == len(TEXTS)  # the history itself works as ever
+    assert await asyncio.to_thread(main, ["reindex", "--store", url]) == 0
+    async with SQLHistoryStore(url) as store:
+        assert isinstance(store, SearchableStore)
+        hits = await store.search(key, None, "spare key door", 1)
+        assert [hit.message.text for hit in hits] == [TEXTS[2]]
+        info = await store.index_info()
+        assert info is not None
+        assert info.dimensions == 256  # the offline embedder's: the tables were made again
+    [(sql,)] = _raw_sqlite(path, "SELECT sql FROM sqlite_master WHERE name = 'chatkeep_search_vec'")
+    assert "float[256]" in sql
+
+
+async def test_a_sqlite_index_of_another_width_is_refused_naming_chatkeep_reindex(tmp_path: Path) -> None:
+    pytest.importorskip("sqlite_vec")
+    path = tmp_path / "width.db"
+    url = f"sqlite:///{path}?transport=apsw"
+    key = _key()
+    async with SQLHistoryStore(url) as store:
+        assert isinstance(store, SearchableStore)
+        await _indexed(store, key)
+    narrow = HashingEmbedder(32, salt="another-model")
+    async with SQLHistoryStore(url) as store:
+        assert isinstance(store, SearchableStore)
+        messages = [Message(role="user", text="the bicycle is in the shed")]
+        with pytest.raises(EmbedderMismatchError, match="chatkeep reindex") as caught:
+            await store.append(key, messages, embeddings=await embed_messages(narrow, messages))
+        assert "32 dimensions" in str(caught.value)
+        assert await store.reindex(narrow) == len(TEXTS)
+    [(sql,)] = _raw_sqlite(path, "SELECT sql FROM sqlite_master WHERE name = 'chatkeep_search_vec'")
+    assert "float[32]" in sql
