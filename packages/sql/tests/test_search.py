@@ -167,6 +167,15 @@ def _raw_sqlite(path: Path, *statements: str) -> list[Any]:
         conn.close()
 
 
+async def _indexed_file(path: Path) -> tuple[str, SessionKey]:
+    """A SQLite file (apsw) with a session of :data:`TEXTS` indexed by the kit's embedder: its URL and the key."""
+    url, key = f"sqlite:///{path}?transport=apsw", _key()
+    async with SQLHistoryStore(url) as store:
+        assert isinstance(store, SearchableStore)
+        await _indexed(store, key)
+    return url, key
+
+
 @pytest.mark.parametrize(
     ("change", "said"),
     [
@@ -183,11 +192,7 @@ async def test_a_sqlite_index_of_another_layout_is_refused_until_chatkeep_reinde
     from chatkeep.core.cli import main
 
     path = tmp_path / "layout.db"
-    url = f"sqlite:///{path}?transport=apsw"
-    key = _key()
-    async with SQLHistoryStore(url) as store:
-        assert isinstance(store, SearchableStore)
-        await _indexed(store, key)
+    url, key = await _indexed_file(path)
     _raw_sqlite(path, change)
     async with SQLHistoryStore(url) as store:
         assert isinstance(store, SearchableStore)
@@ -217,11 +222,7 @@ async def test_a_sqlite_index_of_another_layout_is_refused_until_chatkeep_reinde
 async def test_a_sqlite_index_of_another_width_is_refused_naming_chatkeep_reindex(tmp_path: Path) -> None:
     pytest.importorskip("sqlite_vec")
     path = tmp_path / "width.db"
-    url = f"sqlite:///{path}?transport=apsw"
-    key = _key()
-    async with SQLHistoryStore(url) as store:
-        assert isinstance(store, SearchableStore)
-        await _indexed(store, key)
+    url, key = await _indexed_file(path)
     narrow = HashingEmbedder(32, salt="another-model")
     async with SQLHistoryStore(url) as store:
         assert isinstance(store, SearchableStore)
