@@ -19,15 +19,27 @@ from chatkeep.core import (
     FunctionCallContent,
     HistoryStore,
     Message,
+    SearchUnsupportedError,
+    SemanticRecallProvider,
     SessionKey,
+    TenantScope,
+    embed_messages,
     open_store,
 )
+from chatkeep.core.backend import searchable
 from chatkeep.core.cli import main
-from chatkeep.core.encryption import KEYS_TENANT, DecryptionError, EncryptedStore
+from chatkeep.core.encryption import (
+    KEYS_TENANT,
+    DecryptionError,
+    EncryptedStore,
+    PlaintextIndexError,
+    SearchableEncryptedStore,
+)
 from chatkeep.core.offline import OfflineChatClient
 from chatkeep.memory import MemoryHistoryStore
 from chatkeep.memory import _store as memory_internals
-from chatkeep.testing import DocumentDamager, FakeClock, HistoryStoreConformance, StoreFactory
+from chatkeep.testing import DocumentDamager, FakeClock, HistoryStoreConformance, SearchConformance, StoreFactory
+from chatkeep.testing.embedding import HashingEmbedder
 from chatkeep.testing.encryption import BackingFactory, EncryptionConformance
 
 CANARY = "canary-7f3a-plaintext-must-never-be-stored"
@@ -59,6 +71,7 @@ class Backing:
         master: dict[str, bytes] | None = None,
         current: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        allow_plaintext_index: bool = False,
         **options: Any,
     ) -> EncryptedStore:
         return EncryptedStore(
@@ -66,6 +79,7 @@ class Backing:
             key_store=MemoryHistoryStore(namespace=self.keys),
             master_keys=master or {"k1": K1},
             current_key_id=current,
+            allow_plaintext_index=allow_plaintext_index,
         )
 
 
@@ -101,6 +115,38 @@ class TestEncryptedMemoryConformance(HistoryStoreConformance):
             sealed.document = "[1, 2"  # the sealed document as the inner store keeps it
 
         return damage
+
+
+class TestEncryptedMemorySearchConformance(SearchConformance):
+    """The search kit through ``EncryptedStore(..., allow_plaintext_index=True)`` over the memory store."""
+
+    native_ttl = True
+    multi_process = False
+
+    @pytest.fixture
+    def ttl_clock(self) -> FakeClock:
+        return FakeClock()
+
+    @pytest.fixture
+    def make_store(self, ttl_clock: FakeClock) -> StoreFactory:
+        backing = Backing()
+
+        def make(**options: Any) -> HistoryStore:
+            return backing.open(clock=ttl_clock, allow_plaintext_index=True, **options)
+
+        return make
+
+    async def messages_read(self, store: HistoryStore) -> int:
+        assert isinstance(store, EncryptedStore)
+        assert isinstance(store.inner, MemoryHistoryStore)
+        return store.inner.messages_read
+
+    async def index_entries_in_raw_storage(self, store: HistoryStore, tenant: str) -> int:
+        assert isinstance(store, EncryptedStore)
+        assert isinstance(store.inner, MemoryHistoryStore)
+        data = store.inner._data  # the inner store's index, as it keeps it
+        with data.lock:
+            return sum(len(session.entries) for session in data.tenants.get(tenant, {}).values())
 
 
 class TestEncryptionOverMemory(EncryptionConformance):
@@ -353,3 +399,57 @@ class TestCommandLine:
 
         assert asyncio.run(read("restored")) == [CANARY]
         assert asyncio.run(read("copy")) == [CANARY]
+
+
+async def test_an_encrypted_store_refuses_to_index_without_allow_plaintext_index(backing: Backing) -> None:
+    store = backing.open()
+    key = SessionKey("acme", "chat")
+    messages = [Message(role="user", text=CANARY)]
+    assert not hasattr(store, "search")
+    for refuse in (
+        lambda: searchable(store),
+        lambda: SemanticRecallProvider(store=store, embedder=HashingEmbedder()),
+    ):
+        with pytest.raises(PlaintextIndexError, match="allow_plaintext_index=True") as caught:
+            refuse()
+        assert "leak" in str(caught.value)
+    with pytest.raises(PlaintextIndexError, match="allow_plaintext_index=True"):
+        await store.append(key, messages, embeddings=await embed_messages(HashingEmbedder(), messages))
+    assert await store.count(key) == 0, "a refused indexed append stored its messages"
+    await store.close()
+
+
+async def test_allow_plaintext_index_searches_with_messages_sealed_at_rest(backing: Backing) -> None:
+    store = backing.open(allow_plaintext_index=True)
+    assert isinstance(store, SearchableEncryptedStore)
+    embedder = HashingEmbedder()
+    key = SessionKey("acme", "chat")
+    fact = Message(role="user", text=f"the spare key hangs behind the kitchen door {CANARY}")
+    indexed = [Message(role="assistant", text="we spoke about the weather"), fact]
+    await store.append(key, indexed, embeddings=await embed_messages(embedder, indexed))
+    assert CANARY not in raw_memory_dump(backing.data), "a message's text reached the data store in clear"
+    [vector] = await embedder.embed(["where is the spare key?"])
+    [best] = await store.search(TenantScope("acme"), vector, "spare key", 1, embedder=embedder.name)
+    assert best.message == fact  # opened: the whole message, as appended
+    # Stored without vectors, then indexed by reindex: it reads the messages through the wrapper (opened).
+    later = Message(role="user", text="the bicycle is in the shed")
+    await store.append(key, [later])
+    assert await store.reindex(embedder, "acme") == 1
+    [bike] = await store.search(key, None, "bicycle shed", 1)
+    assert bike.message == later
+    await store.delete_tenant("acme")
+    assert await store.search(TenantScope("acme"), vector, "spare key", 5) == []
+    await store.close()
+
+
+async def test_allow_plaintext_index_needs_an_inner_store_that_can_search(tmp_path: Path) -> None:
+    pytest.importorskip("chatkeep.sql")
+    plain = open_store(f"sqlite:///{tmp_path}/chat.db")
+    with pytest.raises(SearchUnsupportedError, match="search capability"):
+        EncryptedStore(
+            plain,
+            key_store=MemoryHistoryStore(namespace=f"keys-{uuid.uuid4().hex}"),
+            master_keys={"k1": K1},
+            allow_plaintext_index=True,
+        )
+    await plain.close()

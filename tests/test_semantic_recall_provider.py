@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import uuid
+from datetime import datetime, timedelta, timezone
+
 import pytest
 
 from chatkeep.core import (
@@ -89,4 +93,56 @@ async def test_a_store_without_search_is_refused_up_front(tmp_path: object) -> N
             SemanticRecallProvider(store=store, embedder=HashingEmbedder(), scope="everywhere")  # type: ignore[arg-type]
     finally:
         await sqlite.close()
+        await store.close()
+
+
+async def test_the_search_history_tool_returns_the_planted_fact_to_the_model() -> None:
+    from chatkeep.core.openai import OpenAIChatClient
+    from chatkeep.testing.openai_server import FakeOpenAIServer
+
+    store = open_store(f"memory://recall-tool-{uuid.uuid4().hex}")
+    embedder = HashingEmbedder()
+    recall = SemanticRecallProvider(store=store, embedder=embedder, k=3, search_tool=True)
+    session = AgentSession(session_id="long", tenant="acme")
+    with FakeOpenAIServer() as server:
+        server.reply_tool_calls([("call_1", "search_history", '{"query": "spare key of the blue bicycle"}')])
+        server.reply_text("It hangs behind the kitchen door.")
+        async with OpenAIChatClient("fake-model", base_url=server.base_url) as client:
+            agent = Agent(client, history=StoreHistoryProvider(store, max_messages=20), context_providers=[recall])
+            try:
+                earlier = [Message(role="user", text=f"Please remember: {FACT}."), *_filler(300)]
+                await recall.after_run(agent=agent, session=session, context=_context(earlier), state={})
+                reply = await agent.run("Hello again, what did I tell you long ago?", session=session)
+            finally:
+                await agent.close()
+        first, second = server.requests
+    assert reply.text == "It hangs behind the kitchen door."
+    offered = [tool["function"] for tool in first["tools"]]
+    assert [tool["name"] for tool in offered] == ["search_history"]
+    assert set(offered[0]["parameters"]["properties"]) == {"query", "limit"}
+    [result] = [m for m in second["messages"] if m["role"] == "tool"]
+    assert result["tool_call_id"] == "call_1"
+    matches = json.loads(result["content"])
+    assert 1 <= len(matches) <= 3
+    assert matches[0]["text"] == f"Please remember: {FACT}."
+    assert matches[0]["role"] == "user"
+    assert matches[0]["session_id"] == "long"
+    said = datetime.strptime(matches[0]["said_at"], "%Y-%m-%d %H:%M UTC").replace(tzinfo=timezone.utc)
+    assert abs(datetime.now(timezone.utc) - said) < timedelta(minutes=5)
+    # The tool's exchange is stored like any other; the tool itself is the run's, not the agent's.
+    assert agent.tools == []
+    stored = await store.load(SessionKey.of(session), last=4)
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    await store.close()
+
+
+async def test_without_search_tool_the_model_is_offered_no_tool() -> None:
+    store = open_store(f"memory://recall-no-tool-{uuid.uuid4().hex}")
+    client = ScriptedChatClient()
+    agent = Agent(client, context_providers=[SemanticRecallProvider(store=store, embedder=HashingEmbedder())])
+    try:
+        await agent.run("hello", session=AgentSession(session_id="s", tenant="acme"))
+        assert list(client.requests[-1].options.tools) == []
+    finally:
+        await agent.close()
         await store.close()

@@ -639,3 +639,50 @@ def test_run_sync_from_a_tool_of_a_run_sync_run_raises_sync_call_error() -> None
         assert agent.run_sync("still works").text == "echo: still works"
     finally:
         agent.close_sync()
+
+
+# -- search through the view ----------------------------------------------------------------------------
+
+
+def test_the_view_of_a_store_that_can_search_searches_reindexes_and_reports_its_index() -> None:
+    from chatkeep.core import SyncSearchableStore, TenantScope, embed_messages
+    from chatkeep.testing.embedding import HashingEmbedder
+
+    embedder = HashingEmbedder()
+    with MemoryHistoryStore(namespace=namespace()).sync() as view:
+        assert isinstance(view, SyncSearchableStore)
+        indexed = [Message(role="user", text="the spare key hangs behind the kitchen door")]
+        assert view.append(KEY, indexed, embeddings=view.run(embed_messages(embedder, indexed))) == 1
+        later = Message(role="assistant", text="the bicycle is in the shed")
+        view.append(KEY, [later])
+        [vector] = view.run(embedder.embed(["where is the spare key?"]))
+        [hit] = view.search(TenantScope("acme"), vector, "spare key", 1, embedder=embedder.name)
+        assert hit == (indexed[0], KEY.session_id, hit.score)
+        assert view.search(KEY, None, "bicycle shed", 5) == []  # stored, not indexed yet
+        seen: list[int] = []
+        assert view.reindex(embedder, "acme", progress=seen.append) == 1
+        assert seen == [1]
+        assert [h.message for h in view.search(KEY, None, "bicycle shed", 5)] == [later]
+        info = view.index_info()
+        assert info is not None
+        assert (info.embedder, info.dimensions) == (embedder.name, embedder.dimensions)
+
+
+def test_the_search_twins_have_the_async_methods_signatures_and_a_store_without_search_has_none() -> None:
+    from chatkeep.core import SyncSearchableStore
+    from chatkeep.core.backend import SearchableStore
+    from chatkeep.core.encryption import EncryptedStore
+
+    for name in ("search", "reindex", "index_info"):
+        twin, member = getattr(SyncSearchableStore, name), getattr(SearchableStore, name)
+        assert not inspect.iscoroutinefunction(twin)
+        assert inspect.signature(twin).parameters == inspect.signature(member).parameters
+        assert inspect.getdoc(twin) == inspect.getdoc(member)
+    plain = EncryptedStore(
+        MemoryHistoryStore(namespace=namespace()),
+        key_store=MemoryHistoryStore(namespace=namespace()),
+        master_keys={"k1": bytes(32)},
+    )
+    with SyncHistoryStore(plain) as view:
+        assert type(view) is SyncHistoryStore
+        assert not hasattr(view, "search")

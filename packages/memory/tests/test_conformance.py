@@ -28,3 +28,13 @@ class TestMemoryConformance(HistoryStoreConformance):
             return MemoryHistoryStore(namespace=namespace, clock=ttl_clock, **options)
 
         return make
+
+    async def index_entries_in_raw_storage(self, store: HistoryStore, tenant: str) -> int:
+        assert isinstance(store, MemoryHistoryStore)
+        return index_entries(store, tenant)
+
+
+def index_entries(store: MemoryHistoryStore, tenant: str) -> int:
+    """The index entries a memory store's namespace holds for ``tenant``, read behind the store's API."""
+    with store._data.lock:
+        return sum(len(session.entries) for session in store._data.tenants.get(tenant, {}).values())

@@ -47,20 +47,3 @@ async def test_reindex_switches_the_embedder_and_resumes_after_an_interruption()
     hits = await store.search(TenantScope("acme"), vector, "shed key", 1, embedder=new.name)
     assert [hit.message.text for hit in hits] == ["the shed key is blue"]
     await store.close()
-
-
-async def test_the_raw_index_loses_what_trim_pop_and_delete_remove() -> None:
-    store = MemoryHistoryStore(namespace=f"search-{uuid.uuid4().hex}")
-    embedder = HashingEmbedder()
-    key = SessionKey("acme", "chat")
-    messages = [Message(role="user", text=f"note {n}") for n in range(6)]
-    await store.append(key, messages, embeddings=await embed_messages(embedder, messages))
-    entries = store._data.tenants["acme"]["chat"].entries  # the raw index, behind the store
-    assert set(entries) == {m.message_id for m in messages}
-    await store.trim(key, 4)
-    assert set(entries) == {m.message_id for m in messages[2:]}
-    await store.pop(key)
-    assert set(entries) == {m.message_id for m in messages[2:5]}
-    await store.delete(key)
-    assert "acme" not in store._data.tenants
-    await store.close()

@@ -9,7 +9,7 @@ import pytest
 from chatkeep.core import HistoryStore, SessionKey
 from chatkeep.core.backend import SearchableStore
 from chatkeep.sql import SQLHistoryStore
-from chatkeep.sql._schema import key_hash
+from chatkeep.sql._schema import key_hash, tenant_hash
 from chatkeep.testing import DocumentDamager, HistoryStoreConformance, SearchConformance, StoreFactory
 
 #: Each database's transports: the driver's own (the default) and SQLAlchemy's engine.
@@ -24,6 +24,37 @@ def transport(request: pytest.FixtureRequest, sql_target: Any) -> str:
             pytest.skip("apsw is a SQLite transport")
         pytest.importorskip("apsw", reason="the apsw transport needs chatkeep-sql[recall]")
     return TRANSPORTS[sql_target.family] if request.param == "driver" else request.param
+
+
+TENANT_INDEX_ROWS = (
+    "SELECT count(*) FROM chatkeep_search x JOIN chatkeep_sessions s ON s.id = x.session_ref WHERE s.tenant_hash = ?"
+)
+#: SQLite's virtual tables of the index, whose rows a trigger removes with chatkeep_search's: any left is an orphan.
+SQLITE_ORPHANS = (
+    "SELECT (SELECT count(*) FROM chatkeep_search_vec WHERE rowid NOT IN (SELECT id FROM chatkeep_search)) "
+    "+ (SELECT count(*) FROM chatkeep_search_fts WHERE rowid NOT IN (SELECT id FROM chatkeep_search))"
+)
+
+
+def postgres_index_entries(target: Any, tenant: str) -> int:
+    """The tenant's rows of ``chatkeep_search`` (each references its message, so an orphan cannot exist)."""
+    return int(target.execute_in(target.name, [(TENANT_INDEX_ROWS, (tenant_hash(tenant),))])[0][0])
+
+
+def sqlite_index_entries(path: str, tenant: str) -> int:
+    """The tenant's rows of ``chatkeep_search``, and the orphans of its vector and keyword tables, read with apsw."""
+    import apsw
+    import sqlite_vec
+
+    conn = apsw.Connection(path)
+    try:
+        conn.enable_load_extension(True)
+        conn.load_extension(sqlite_vec.loadable_path())
+        [(rows,)] = conn.execute(TENANT_INDEX_ROWS, (tenant_hash(tenant),)).fetchall()
+        [(orphans,)] = conn.execute(SQLITE_ORPHANS).fetchall()
+        return int(rows) + int(orphans)
+    finally:
+        conn.close()
 
 
 class TestSQLConformance(HistoryStoreConformance):
@@ -74,8 +105,14 @@ class TestSQLConformance(HistoryStoreConformance):
         return damage
 
     @pytest.fixture(autouse=True)
-    def _server_can_search(self, sql_target: Any) -> None:
+    def _server_can_search(self, sql_target: Any, transport: str, apsw_file: str) -> None:
         self.without_pgvector = sql_target.family == "postgresql" and not sql_target.can_search
+        self.raw_target, self.apsw_file = sql_target, (apsw_file if transport == "apsw" else None)
+
+    async def index_entries_in_raw_storage(self, store: HistoryStore, tenant: str) -> int:
+        if self.apsw_file is not None:
+            return sqlite_index_entries(self.apsw_file, tenant)
+        return postgres_index_entries(self.raw_target, tenant)
 
     def searchable_store(self, store: HistoryStore) -> SearchableStore:
         if self.without_pgvector:
@@ -104,3 +141,10 @@ class TestPgvectorSearchConformance(SearchConformance):
     async def messages_read(self, store: HistoryStore) -> int:
         assert isinstance(store, SQLHistoryStore)
         return store.messages_read
+
+    async def index_entries_in_raw_storage(self, store: HistoryStore, tenant: str) -> int:
+        return postgres_index_entries(self.pgvector, tenant)
+
+    @pytest.fixture(autouse=True)
+    def _raw_target(self, pgvector_target: Any) -> None:
+        self.pgvector = pgvector_target

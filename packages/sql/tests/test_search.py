@@ -1,11 +1,11 @@
-"""What the SQL store's search index leaves in raw storage (PostgreSQL, SQLite), and what a store that cannot search
-says."""
+"""The SQL store's search index beyond the kit (which checks raw storage after removals, see test_conformance.py):
+the vector column's width, and what a store that cannot search says."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import pytest
 from chatkeep.core import (
     Agent,
     AgentSession,
+    EmbedderMismatchError,
     Message,
     SearchUnsupportedError,
     SemanticRecallProvider,
@@ -24,16 +25,11 @@ from chatkeep.core import (
     embed_messages,
 )
 from chatkeep.core.backend import SearchableStore, searchable
-from chatkeep.sql import SQLHistoryStore
-from chatkeep.sql._schema import key_hash
+from chatkeep.sql import SearchIndexLayoutError, SQLHistoryStore
 from chatkeep.testing.embedding import HashingEmbedder
 from chatkeep.testing.scripted import ScriptedChatClient
 
 TEXTS = ["the blue bicycle is in the shed", "we spoke about the weather", "the spare key hangs by the door"]
-SESSION_ROWS = (
-    "SELECT count(*) FROM chatkeep_search x JOIN chatkeep_sessions s ON s.id = x.session_ref WHERE s.key_hash = ?"
-)
-ALL_ROWS = "SELECT count(*) FROM chatkeep_search"
 
 
 @pytest.fixture
@@ -50,50 +46,8 @@ async def _indexed(store: SearchableStore, key: SessionKey, texts: list[str] = T
     return messages
 
 
-def _rows(target: Any, key: SessionKey | None = None) -> int:
-    query = (ALL_ROWS, ()) if key is None else (SESSION_ROWS, (key_hash(key.tenant, key.session_id),))
-    return int(target.execute_in(target.name, [query])[0][0])  # type: ignore[arg-type]
-
-
 def _key() -> SessionKey:
     return SessionKey(f"t-{uuid.uuid4().hex[:8]}", "s")
-
-
-async def test_delete_leaves_nothing_indexed_in_raw_storage(pgvector_backing: Any, pg_store: SearchableStore) -> None:
-    key, other = _key(), _key()
-    await _indexed(pg_store, key)
-    await _indexed(pg_store, other)
-    assert _rows(pgvector_backing, key) == len(TEXTS)
-    await pg_store.delete(key)
-    assert _rows(pgvector_backing, key) == 0
-    assert _rows(pgvector_backing, other) == len(TEXTS), "another session's index went with it"
-
-
-async def test_delete_tenant_leaves_nothing_indexed_in_raw_storage(
-    pgvector_backing: Any, pg_store: SearchableStore
-) -> None:
-    key = _key()
-    await _indexed(pg_store, key)
-    await _indexed(pg_store, SessionKey(key.tenant, "another"))
-    before = _rows(pgvector_backing)
-    await pg_store.delete_tenant(key.tenant)
-    assert _rows(pgvector_backing) == before - 2 * len(TEXTS)
-    tenant_rows = (
-        "SELECT count(*) FROM chatkeep_search x JOIN chatkeep_messages m ON m.session_ref = x.session_ref "
-        "AND m.seq = x.seq"
-    )
-    assert pgvector_backing.execute_in(pgvector_backing.name, [(tenant_rows, ())])[0][0] == _rows(pgvector_backing)
-
-
-async def test_trim_and_pop_remove_the_index_rows_of_their_messages(
-    pgvector_backing: Any, pg_store: SearchableStore
-) -> None:
-    key = _key()
-    await _indexed(pg_store, key)
-    await pg_store.trim(key, 2)
-    assert _rows(pgvector_backing, key) == 2
-    await pg_store.pop(key)
-    assert _rows(pgvector_backing, key) == 1
 
 
 async def test_the_vector_column_takes_the_width_of_the_embedder(
@@ -140,49 +94,6 @@ async def test_mysql_stores_cannot_search(sql_target: Any) -> None:
         assert not hasattr(store, "search")
         with pytest.raises(SearchUnsupportedError, match="search capability"):
             searchable(store)
-
-
-def _sqlite_rows(path: Path) -> dict[str, int]:
-    """Rows of each index table of a closed SQLite store's file, read with apsw and sqlite-vec (one library)."""
-    apsw = pytest.importorskip("apsw")
-    sqlite_vec = pytest.importorskip("sqlite_vec")
-    conn = apsw.Connection(str(path))
-    try:
-        conn.enable_load_extension(True)
-        conn.load_extension(sqlite_vec.loadable_path())
-        tables = ("chatkeep_search", "chatkeep_search_vec", "chatkeep_search_fts")
-        counted = {table: int(conn.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]) for table in tables}
-        vec_rows = "SELECT count(*) FROM chatkeep_search_vec_rowids"  # vec0's own rowid table
-        counted["vec_rowids"] = int(conn.execute(vec_rows).fetchall()[0][0])
-        return counted
-    finally:
-        conn.close()
-
-
-@pytest.mark.parametrize("removal", ["delete", "delete_tenant", "trim", "pop", "prune"])
-async def test_sqlite_removals_leave_nothing_indexed_in_raw_storage(tmp_path: Path, removal: str) -> None:
-    pytest.importorskip("sqlite_vec")
-    path = tmp_path / "recall.db"
-    key, other = _key(), _key()
-    async with SQLHistoryStore(f"sqlite:///{path}?transport=apsw") as store:
-        assert isinstance(store, SearchableStore)
-        await _indexed(store, key)
-        await _indexed(store, other)
-        if removal == "delete":
-            await store.delete(key)
-        elif removal == "delete_tenant":
-            await store.delete_tenant(key.tenant)
-        elif removal == "trim":
-            await store.trim(key, 0)
-        elif removal == "pop":
-            for _ in TEXTS:
-                await store.pop(key)
-        else:
-            await store.prune(older_than=datetime.now(timezone.utc) + timedelta(seconds=1), tenant=key.tenant)
-    left = len(TEXTS)  # the other tenant's session only
-    assert _sqlite_rows(path) == dict.fromkeys(
-        ("chatkeep_search", "chatkeep_search_vec", "chatkeep_search_fts", "vec_rowids"), left
-    )
 
 
 @pytest.mark.parametrize("transport", ["sqlite3", "sqlalchemy"])
@@ -237,3 +148,88 @@ async def _agent_recalls(url: str) -> None:
         sent = client.requests[-1].texts
         assert any(text.startswith("user: [recalled: ") and fact in text for text in sent), sent
         assert len(sent) <= 20 + 3 + 1  # the window, the recalled messages, the input
+
+
+def _raw_sqlite(path: Path, *statements: str) -> list[Any]:
+    """Run statements on the file with apsw and sqlite-vec, outside chatkeep; the last one's rows."""
+    import apsw
+    import sqlite_vec
+
+    conn = apsw.Connection(str(path))
+    try:
+        conn.enable_load_extension(True)
+        conn.load_extension(sqlite_vec.loadable_path())
+        rows: list[Any] = []
+        for statement in statements:
+            rows = conn.execute(statement).fetchall()
+        return rows
+    finally:
+        conn.close()
+
+
+async def _indexed_file(path: Path) -> tuple[str, SessionKey]:
+    """A SQLite file (apsw) with a session of :data:`TEXTS` indexed by the kit's embedder: its URL and the key."""
+    url, key = f"sqlite:///{path}?transport=apsw", _key()
+    async with SQLHistoryStore(url) as store:
+        assert isinstance(store, SearchableStore)
+        await _indexed(store, key)
+    return url, key
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("ALTER TABLE chatkeep_search_index DROP COLUMN layout", "an older chatkeep-sql"),  # the first release's file
+        ("UPDATE chatkeep_search_index SET layout = layout + 1", "from a newer chatkeep-sql"),
+    ],
+    ids=["older", "newer"],
+)
+async def test_a_sqlite_index_of_another_layout_is_refused_until_chatkeep_reindex(
+    tmp_path: Path, change: str, said: str
+) -> None:
+    pytest.importorskip("sqlite_vec")
+    pytest.importorskip("wordllama", reason="chatkeep reindex uses the offline embedder")
+    from chatkeep.core.cli import main
+
+    path = tmp_path / "layout.db"
+    url, key = await _indexed_file(path)
+    _raw_sqlite(path, change)
+    async with SQLHistoryStore(url) as store:
+        assert isinstance(store, SearchableStore)
+        messages = [Message(role="user", text="the bicycle is in the shed")]
+        embeddings = await embed_messages(HashingEmbedder(), messages)
+        for refused in (
+            store.search(key, None, "spare key", 3),
+            store.index_info(),
+            store.append(key, messages, embeddings=embeddings),
+        ):
+            with pytest.raises(SearchIndexLayoutError, match="chatkeep reindex --store") as caught:
+                await refused
+            assert said in str(caught.value)
+        assert await store.count(key) == len(TEXTS)  # the history itself works as ever
+    assert await asyncio.to_thread(main, ["reindex", "--store", url]) == 0
+    async with SQLHistoryStore(url) as store:
+        assert isinstance(store, SearchableStore)
+        hits = await store.search(key, None, "spare key door", 1)
+        assert [hit.message.text for hit in hits] == [TEXTS[2]]
+        info = await store.index_info()
+        assert info is not None
+        assert info.dimensions == 256  # the offline embedder's: the tables were made again
+    [(sql,)] = _raw_sqlite(path, "SELECT sql FROM sqlite_master WHERE name = 'chatkeep_search_vec'")
+    assert "float[256]" in sql
+
+
+async def test_a_sqlite_index_of_another_width_is_refused_naming_chatkeep_reindex(tmp_path: Path) -> None:
+    pytest.importorskip("sqlite_vec")
+    path = tmp_path / "width.db"
+    url, key = await _indexed_file(path)
+    narrow = HashingEmbedder(32, salt="another-model")
+    async with SQLHistoryStore(url) as store:
+        assert isinstance(store, SearchableStore)
+        messages = [Message(role="user", text="the bicycle is in the shed")]
+        with pytest.raises(EmbedderMismatchError, match="chatkeep reindex") as caught:
+            await store.append(key, messages, embeddings=await embed_messages(narrow, messages))
+        assert "32 dimensions" in str(caught.value)
+        assert await store.reindex(narrow) == len(TEXTS)
+    [(sql,)] = _raw_sqlite(path, "SELECT sql FROM sqlite_master WHERE name = 'chatkeep_search_vec'")
+    assert "float[32]" in sql

@@ -48,7 +48,7 @@ from chatkeep.core.backend import (
     TenantScope,
     embed_messages,
 )
-from chatkeep.core.backend._sync import SyncHistoryStore
+from chatkeep.core.backend._sync import SyncHistoryStore, SyncSearchableStore
 from chatkeep.core.plugins import installed_backends, open_store, register_plugin
 
 __all__ = [
@@ -98,6 +98,7 @@ __all__ = [
     "StoredSession",
     "SummarizingReducer",
     "SyncHistoryStore",
+    "SyncSearchableStore",
     "TextContent",
     "TokenBudgetReducer",
     "UriContent",

@@ -300,7 +300,8 @@ class Agent:
         chat_options = dataclasses.replace(
             options,
             instructions=instructions,
-            tools=[*self.tools, *options.tools],
+            # as_tools refuses two tools of one name: a provider's tool must not shadow the agent's.
+            tools=as_tools([*self.tools, *options.tools, *(t for batch in context.tools.values() for t in batch)]),
             conversation_id=options.conversation_id or session.service_session_id,
         )
         per_call = self.require_per_service_call_history_persistence
@@ -385,7 +386,7 @@ class Agent:
                         f"the model still asked for tools after {self.max_tool_iterations} rounds; raise "
                         "max_tool_iterations if that is expected, or check that the tools' results answer the model"
                     )
-                results = await self._call_tools(calls)
+                results = await self._call_tools(calls, options.tools)
                 produced.append(results)
                 step.append(results)
                 yield AgentResponseUpdate(message=results)
@@ -404,8 +405,8 @@ class Agent:
             )
         )
 
-    async def _call_tools(self, calls: list[FunctionCallContent]) -> Message:
-        tools = {t.name: t for t in self.tools}
+    async def _call_tools(self, calls: list[FunctionCallContent], offered: Sequence[FunctionTool]) -> Message:
+        tools = {t.name: t for t in offered}
         results: list[FunctionResultContent] = []
         for call in calls:
             target = tools.get(call.name)

@@ -15,6 +15,7 @@ from chatkeep.core._errors import AgentConfigurationError, InvalidArgumentError
 from chatkeep.core._messages import Message, decode_records
 from chatkeep.core._reducers import MessageCountingReducer, Reducer, drop_orphan_tool_results
 from chatkeep.core._session import AgentSession
+from chatkeep.core._tools import FunctionTool
 from chatkeep.core.backend import HistoryStore, SessionKey
 from chatkeep.core.plugins import default_registry
 
@@ -42,6 +43,7 @@ class SessionContext:
         input_messages: the new messages the caller passed to ``run``.
         context_messages: messages providers added, by the ``source_id`` of the provider that added them.
         instructions: extra instructions providers added, by source.
+        tools: tools providers gave the model for this run, by source (the agent's own tools come first).
         response: the run's response, set before ``after_run`` when the run succeeded.
         error: the exception that failed the run, set before ``after_run`` when it failed.
     """
@@ -50,6 +52,7 @@ class SessionContext:
         self.input_messages: list[Message] = list(input_messages)
         self.context_messages: dict[str, list[Message]] = {}
         self.instructions: dict[str, str] = {}
+        self.tools: dict[str, list[FunctionTool]] = {}
         self.response: AgentResponse | None = None
         self.error: BaseException | None = None
         self.history_sources: set[str] = set()
@@ -67,6 +70,11 @@ class SessionContext:
         source_id = source if isinstance(source, str) else source.source_id
         previous = self.instructions.get(source_id)
         self.instructions[source_id] = f"{previous}\n{text}" if previous else text
+
+    def extend_tools(self, source: ContextProvider | str, tools: Sequence[FunctionTool]) -> None:
+        """Give the model ``tools`` for this run, from ``source``; the agent calls them as it calls its own."""
+        source_id = source if isinstance(source, str) else source.source_id
+        self.tools.setdefault(source_id, []).extend(tools)
 
     def get_messages(self, *, include_input: bool = True) -> list[Message]:
         """All context messages (in the order providers added them), then the input."""

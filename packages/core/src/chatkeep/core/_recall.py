@@ -1,7 +1,8 @@
 """Semantic recall for an agent: earlier messages that match the new input, brought back into the context.
 
 :class:`SemanticRecallProvider` searches a search-capable store before each run and indexes the run's messages
-after it. With a history provider on the same store, each message is stored once and indexed once.
+after it; optionally it gives the model a ``search_history`` tool on the same scope. With a history provider on
+the same store, each message is stored once and indexed once.
 """
 
 from __future__ import annotations
@@ -13,18 +14,23 @@ from chatkeep.core._errors import InvalidArgumentError
 from chatkeep.core._messages import Message
 from chatkeep.core._providers import ContextProvider, SessionContext
 from chatkeep.core._session import AgentSession
-from chatkeep.core.backend import SearchHit, SessionKey, TenantScope, embed_messages, searchable
+from chatkeep.core._tools import FunctionTool
+from chatkeep.core.backend import SearchHit, SearchScope, SessionKey, TenantScope, embed_messages, searchable
 
 if TYPE_CHECKING:
     from chatkeep.core._agent import Agent
     from chatkeep.core.backend import HistoryStore
 
-__all__ = ["SemanticRecallProvider", "recalled_message"]
+__all__ = ["SEARCH_TOOL_NAME", "SemanticRecallProvider", "recalled_message"]
+
+#: The name of the tool :class:`SemanticRecallProvider` gives the model with ``search_tool=True``.
+SEARCH_TOOL_NAME = "search_history"
+_SAID_AT = "%Y-%m-%d %H:%M UTC"
 
 
 def recalled_message(hit: SearchHit) -> Message:
     """The context message that brings ``hit`` back: its text, with who said it and when."""
-    said = hit.message.created_at.strftime("%Y-%m-%d %H:%M UTC")
+    said = hit.message.created_at.strftime(_SAID_AT)
     return Message(role="user", text=f"[recalled: the {hit.message.role} said on {said}] {hit.message.text}")
 
 
@@ -43,6 +49,8 @@ class SemanticRecallProvider(ContextProvider):
         source_id: names this provider.
         index: index the run's input and output messages after a successful run (storing them when no history
             provider has).
+        search_tool: also give the model a ``search_history(query, limit)`` tool that searches the same scope
+            and returns the matches (text, role, when said, session), best first, at most ``k`` of them.
 
     Raises:
         SearchUnsupportedError: the store cannot search.
@@ -58,6 +66,7 @@ class SemanticRecallProvider(ContextProvider):
         *,
         source_id: str = "recall",
         index: bool = True,
+        search_tool: bool = False,
     ) -> None:
         super().__init__(source_id)
         self.store = store
@@ -70,23 +79,57 @@ class SemanticRecallProvider(ContextProvider):
         self.k = k
         self.scope = scope
         self.index = index
+        self.search_tool = search_tool
+
+    def _scope(self, session: AgentSession) -> SearchScope:
+        key = SessionKey.of(session)
+        return key if self.scope == "session" else TenantScope(session.tenant)
+
+    async def _hits(self, scope: SearchScope, query: str, k: int) -> list[SearchHit]:
+        [vector] = await self.embedder.embed([query])
+        return await self._search.search(scope, vector, query, k, embedder=self.embedder.name)
 
     async def before_run(
         self, *, agent: Agent, session: AgentSession, context: SessionContext, state: dict[str, Any]
     ) -> None:
-        """Search with the input's text and add the best matches the context does not hold yet."""
+        """Search with the input's text and add the best matches the context does not hold yet (and the tool)."""
+        scope = self._scope(session)
+        if self.search_tool:
+            context.extend_tools(self, [self._tool(scope)])
         query = "\n".join(message.text for message in context.input_messages if message.text.strip())
         if not query:
             return
-        [vector] = await self.embedder.embed([query])
-        key = SessionKey.of(session)
-        scope = key if self.scope == "session" else TenantScope(session.tenant)
         present = {message.message_id for message in context.get_messages()}
         # Ask for more than k: some of the best may be in the window already.
-        hits = await self._search.search(scope, vector, query, self.k + len(present), embedder=self.embedder.name)
+        hits = await self._hits(scope, query, self.k + len(present))
         fresh = [hit for hit in hits if hit.message.message_id not in present][: self.k]
         if fresh:
             context.extend_messages(self, [recalled_message(hit) for hit in fresh])
+
+    def _tool(self, scope: SearchScope) -> FunctionTool:
+        """The ``search_history`` tool of one run: it searches ``scope`` (the run's session or tenant)."""
+        most = self.k
+
+        async def search_history(query: str, limit: int = most) -> list[dict[str, str]]:
+            """Search the earlier conversation for messages about `query` (by meaning and by words), best first.
+
+            Use it for what was said before and is not in view. Each match gives its text, who said it (role),
+            when (UTC) and its session.
+            """
+            if not query.strip():
+                return []
+            hits = await self._hits(scope, query, max(1, min(limit, most)))
+            return [
+                {
+                    "text": hit.message.text,
+                    "role": hit.message.role,
+                    "said_at": hit.message.created_at.strftime(_SAID_AT),
+                    "session_id": hit.session_id,
+                }
+                for hit in hits
+            ]
+
+        return FunctionTool(search_history, name=SEARCH_TOOL_NAME)
 
     async def after_run(
         self, *, agent: Agent, session: AgentSession, context: SessionContext, state: dict[str, Any]

@@ -11,6 +11,11 @@ message id, role and time, so a ciphertext moved to another place fails to decry
 * Ids, roles, times and order stay in clear, so windowed loads keep their cost and idempotent
   appends keep working.
 
+Search: an index (vectors, keywords) holds in clear what it encodes, so an ``EncryptedStore`` has no search
+capability and refuses to index (:class:`PlaintextIndexError`) unless told ``allow_plaintext_index=True``; then it
+is a :class:`SearchableEncryptedStore`, which indexes through the inner store (the messages stay sealed there, the
+index holds the plaintext's vectors and words) and opens the messages a search returns.
+
 Wrapped data keys live in a separate ``key_store`` (another URL: a separate memory namespace,
 database schema or Redis prefix). Never prune it: its entries are only ever replaced or shredded.
 
@@ -33,10 +38,23 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from chatkeep.core._errors import ChatkeepError, MissingExtraError, redact_url
+from chatkeep.core._errors import ChatkeepError, MissingExtraError, SearchUnsupportedError, redact_url
 from chatkeep.core._messages import Content, DataContent, Message, new_message_id
 from chatkeep.core._session import AgentSession, validate_id
-from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession, TelemetryTarget, checked
+from chatkeep.core.backend import (
+    Candidate,
+    HistoryStore,
+    IndexInfo,
+    Rankings,
+    SearchableStore,
+    SearchScope,
+    SessionKey,
+    SessionPage,
+    StoredSession,
+    TelemetryTarget,
+    checked,
+    searchable,
+)
 from chatkeep.core.backend._sealed import KEYS_TENANT, SEALED_MEDIA_TYPE, SEALED_PROPERTY, is_sealed
 
 try:
@@ -48,7 +66,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         'install it with: pip install "chatkeep-core[encryption]"'
     ) from exc
 
-__all__ = ["KEYS_TENANT", "SEALED_MEDIA_TYPE", "DecryptionError", "EncryptedStore", "MissingDataKeyError"]
+__all__ = [
+    "KEYS_TENANT",
+    "SEALED_MEDIA_TYPE",
+    "DecryptionError",
+    "EncryptedStore",
+    "MissingDataKeyError",
+    "PlaintextIndexError",
+    "SearchableEncryptedStore",
+]
 
 _SEALED = SEALED_PROPERTY
 _NONCE = 12
@@ -68,6 +94,20 @@ class MissingDataKeyError(DecryptionError):
     key was shredded. Nothing is written: a new key there would make the tenant's stored data unreadable to the
     store configured with the right key store.
     """
+
+
+class PlaintextIndexError(SearchUnsupportedError):
+    """An :class:`EncryptedStore` was asked to index or search without ``allow_plaintext_index=True``."""
+
+
+def _plaintext_index_error() -> PlaintextIndexError:
+    return PlaintextIndexError(
+        "EncryptedStore lacks the search capability by default: an index keeps in clear what it encodes (a "
+        "message's words, and vectors from which its meaning, often its words, can be recovered), so it would leak "
+        "what the store encrypts. To search all the same, pass EncryptedStore(..., allow_plaintext_index=True) over "
+        "an inner store that can search (memory://, PostgreSQL with pgvector, SQLite with ?transport=apsw): the "
+        "messages stay encrypted at rest, the index holds their plaintext words and vectors (docs/security.md)"
+    )
 
 
 class _SealedBody(BaseModel):
@@ -115,7 +155,16 @@ class EncryptedStore(HistoryStore):
         owns_stores: close ``inner`` and ``key_store`` when this store is closed.
         key_cache_seconds: how long an unwrapped data key is reused before it is read again (so a shred
             reaches other processes within this time).
+        allow_plaintext_index: make a :class:`SearchableEncryptedStore`, which indexes and searches through
+            ``inner`` (which must be able to) with the index in plaintext; without it, indexing or searching raises
+            :class:`PlaintextIndexError`.
     """
+
+    def __new__(cls, *args: Any, allow_plaintext_index: bool = False, **options: Any) -> EncryptedStore:
+        """A :class:`SearchableEncryptedStore` when ``allow_plaintext_index`` is true."""
+        if cls is EncryptedStore and allow_plaintext_index:
+            cls = SearchableEncryptedStore
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -126,6 +175,7 @@ class EncryptedStore(HistoryStore):
         current_key_id: str | None = None,
         owns_stores: bool = True,
         key_cache_seconds: float = 60.0,
+        allow_plaintext_index: bool = False,
     ) -> None:
         super().__init__(max_message_bytes=inner.max_message_bytes)
         if inner is key_store:
@@ -149,8 +199,12 @@ class EncryptedStore(HistoryStore):
         self.key_cache_seconds = key_cache_seconds
         self._cache: dict[str, tuple[float, AESGCM]] = {}
         self._verified: dict[SessionKey, None] = {}
+        self.allow_plaintext_index = allow_plaintext_index
         # The inner store hands sealed records to this wrapper; without it, it refuses them (EncryptedSessionError).
         inner.sealed_passthrough = True
+
+    def _search_refusal(self) -> SearchUnsupportedError:
+        return _plaintext_index_error()
 
     # -- data keys -------------------------------------------------------------------------------
 
@@ -469,3 +523,86 @@ class EncryptedStore(HistoryStore):
     def _telemetry_target(self) -> TelemetryTarget:
         # Its spans wrap those of the inner store's calls (which name the database and server).
         return TelemetryTarget("chatkeep.encrypted")
+
+
+class SearchableEncryptedStore(EncryptedStore, SearchableStore):
+    """An :class:`EncryptedStore` that indexes and searches, its index in plaintext: ``allow_plaintext_index=True``.
+
+    Messages are sealed in ``inner`` as by any ``EncryptedStore``; their index entries (vectors and keywords,
+    made from the plaintext) go to ``inner``'s index in the same atomic append, and live and die with the sealed
+    messages there. A search ranks in ``inner`` and opens what it returns. Crypto-shredding a tenant makes its
+    messages unreadable but leaves their index entries until the messages are deleted (``delete_tenant`` does
+    both).
+
+    Raises:
+        SearchUnsupportedError: ``inner`` cannot search.
+    """
+
+    def __init__(self, inner: HistoryStore, **options: Any) -> None:
+        searchable(inner)  # names what the inner store lacks
+        if not isinstance(inner, SearchableStore):
+            raise SearchUnsupportedError(
+                f"allow_plaintext_index=True needs an inner store that subclasses SearchableStore; "
+                f"{type(inner).__name__} does not: wrap a store from open_store() that can search"
+            )
+        super().__init__(inner, **options)
+        self._searching: SearchableStore = inner
+
+    async def _append_indexed(
+        self,
+        key: SessionKey,
+        messages: Sequence[Message],
+        records: Sequence[str],
+        info: IndexInfo,
+        vectors: Sequence[tuple[float, ...] | None],
+    ) -> int:
+        """Seal the messages and append them to ``inner`` with index entries made from their plaintext."""
+        aead = await self._writing_key(key)
+        await self._check_before_first_write(key, aead)
+        # The inner store checks and encodes the sealed records as its own append would (size, duplicates).
+        sealed, sealed_records = self.inner._appendable(key, [self._seal(key, aead, m) for m in messages])
+        plain = {m.message_id: m for m in messages}
+        return await self._searching._append_indexed(
+            key, [plain[m.message_id] for m in sealed], sealed_records, info, vectors
+        )
+
+    async def _index_info(self) -> IndexInfo | None:
+        return await self._searching._index_info()
+
+    async def _rankings(
+        self,
+        scope: SearchScope,
+        vector: tuple[float, ...] | None,
+        terms: list[str],
+        limit: int,
+        before_seq: int | None,
+        roles: frozenset[str] | None,
+    ) -> Rankings:
+        """``inner``'s rankings, each message opened."""
+        found = await self._searching._rankings(scope, vector, terms, limit, before_seq, roles)
+        if not found.vector and not found.keyword:
+            return found
+        first = (found.vector or found.keyword)[0]
+        aead = await self._reading_key(SessionKey(scope.tenant, first.session_id))  # one data key per tenant
+
+        def opened(ranking: list[Candidate]) -> list[Candidate]:
+            return [
+                Candidate(
+                    c.session_id, c.seq, self._open_all(SessionKey(scope.tenant, c.session_id), aead, [c.message])[0]
+                )
+                for c in ranking
+            ]
+
+        return Rankings(opened(found.vector), opened(found.keyword))
+
+    async def _begin_reindex(self, info: IndexInfo) -> None:
+        await self._searching._begin_reindex(info)
+
+    async def _unindexed(self, key: SessionKey, info: IndexInfo, messages: Sequence[Message]) -> list[Message]:
+        return await self._searching._unindexed(key, info, messages)
+
+    async def _index(
+        self, key: SessionKey, info: IndexInfo, messages: Sequence[Message], vectors: Sequence[tuple[float, ...]]
+    ) -> int:
+        """Index stored messages (read and opened by ``reindex``) with entries made from their plaintext."""
+        return await self._searching._index(key, info, messages, vectors)

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from chatkeep.sql._config import SQLURLError, default_sqlite_path
     from chatkeep.sql._schema import HEAD as SCHEMA_REVISION
     from chatkeep.sql._schema import SchemaVersionError
+    from chatkeep.sql._sqlite_search import SearchIndexLayoutError
     from chatkeep.sql._store import SQLHistoryProvider, SQLHistoryStore, migrate, open_store
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "SQLHistoryStore",
     "SQLURLError",
     "SchemaVersionError",
+    "SearchIndexLayoutError",
     "default_sqlite_path",
     "migrate",
     "open_store",
@@ -32,6 +34,7 @@ __getattr__ = lazy_exports(
     {
         "SCHEMA_REVISION": "_schema:HEAD",
         "SchemaVersionError": "_schema",
+        "SearchIndexLayoutError": "_sqlite_search",
         "SQLURLError": "_config",
         "default_sqlite_path": "_config",
         "SQLHistoryProvider": "_store",

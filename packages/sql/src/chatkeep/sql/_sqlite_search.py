@@ -4,12 +4,16 @@ Only the ``apsw`` transport can load sqlite-vec, so the index exists only in fil
 made when the first message is indexed, with the width of the embedder's vectors (the ``vec0`` table's column
 is declared with it), in one ``BEGIN IMMEDIATE`` transaction:
 
-* ``chatkeep_search_index``: the embedder the index was built with (one row);
+* ``chatkeep_search_index``: the embedder the index was built with, and the layout of these tables (one row);
 * ``chatkeep_search``: one row per indexed message (``id``, ``session_ref``, ``seq``, ``role``), referencing its
   message with ``ON DELETE CASCADE``: deleting, trimming, popping or pruning messages deletes these rows;
 * ``chatkeep_search_vec`` (``vec0``: the vector, the tenant as a partition key, the session, sequence number and
   role as metadata columns a KNN query filters on) and ``chatkeep_search_fts`` (FTS5, contentless, the keyword
   terms), both keyed by ``chatkeep_search.id``: a trigger on ``chatkeep_search`` deletes their rows with it.
+
+A file indexed with another layout of these tables (an older release's, recorded or not, or a newer one's) is
+refused with :class:`SearchIndexLayoutError`, which names ``chatkeep reindex``: a reindex drops the tables and
+makes them again in this release's layout. The messages are not touched.
 
 A file with this index can only be changed with sqlite-vec loaded (the trigger reaches the ``vec0`` table): the
 ``sqlite3`` transport refuses such a file with an error that says to open it with ``?transport=apsw``.
@@ -25,9 +29,15 @@ from chatkeep.core import SearchUnsupportedError
 from chatkeep.core.backend import IndexInfo, check_index, keyword_terms
 from chatkeep.sql import _ops
 from chatkeep.sql._index import IndexRow, NoIndex, Scope, SearchIndex
+from chatkeep.sql._schema import SchemaVersionError
 from chatkeep.sql._transport import Connection
 
-__all__ = ["SQLITE_SEARCH_HINT", "VEC_TABLE", "SQLiteSearch"]
+__all__ = ["LAYOUT", "SQLITE_SEARCH_HINT", "VEC_TABLE", "SQLiteSearch", "SearchIndexLayoutError"]
+
+#: The layout of the index's tables this release makes and reads. Raise it with any change to them: files of
+#: another layout are then refused until ``chatkeep reindex`` makes the tables again. 1: the first layout that
+#: records itself (files of the first release of SQLite search record none).
+LAYOUT = 1
 
 VEC_TABLE = "chatkeep_search_vec"
 #: What to do when SQLite cannot search.
@@ -47,6 +57,22 @@ def _blob(vector: Sequence[float]) -> bytes:
 
 def _marks(n: int) -> str:
     return ", ".join(["?"] * n)
+
+
+class SearchIndexLayoutError(SchemaVersionError):
+    """A SQLite file's search index has another layout than this release's: ``chatkeep reindex`` remakes it."""
+
+
+def _layout_error(description: str, found: int | None) -> SearchIndexLayoutError:
+    made_by = "an older chatkeep-sql (before layouts were recorded)" if found is None else f"layout {found}"
+    if found is not None and found > LAYOUT:
+        made_by += ", from a newer chatkeep-sql (upgrade this one, or reindex, which the newer one then refuses)"
+    return SearchIndexLayoutError(
+        f"{description}'s search index was made by {made_by}, and this chatkeep-sql reads layout {LAYOUT}; "
+        "rebuild the index with: chatkeep reindex --store 'sqlite:///path/to/file.db?transport=apsw' (or "
+        "store.reindex(embedder)): it drops the index's tables and indexes every message again; the messages "
+        "themselves are not touched. Until then the history works, but indexing and searching do not"
+    )
 
 
 class SQLiteSearch(SearchIndex):
@@ -72,12 +98,26 @@ class SQLiteSearch(SearchIndex):
                 f"{self.description} cannot index or search messages: sqlite-vec is not loaded; {SQLITE_SEARCH_HINT}"
             ) from exc
 
-    async def _recorded(self, conn: Connection) -> IndexInfo | None:
+    async def _read(self, conn: Connection) -> tuple[IndexInfo | None, int | None]:
+        """The recorded embedder (``None``: none) and the tables' layout (``None``: not recorded, the oldest)."""
         made = await conn.fetch("SELECT 1 FROM sqlite_master WHERE name = 'chatkeep_search_index'")
         if not made:
-            return None
-        rows = await conn.fetch("SELECT embedder, dimensions FROM chatkeep_search_index WHERE id = 1")
-        return IndexInfo(str(rows[0][0]), int(rows[0][1])) if rows and rows[0][0] is not None else None
+            return None, LAYOUT
+        try:
+            rows = await conn.fetch("SELECT embedder, dimensions, layout FROM chatkeep_search_index WHERE id = 1")
+        except Exception as exc:
+            if "no such column" not in str(exc).lower():
+                raise
+            rows = await conn.fetch("SELECT embedder, dimensions, NULL FROM chatkeep_search_index WHERE id = 1")
+        if not rows or rows[0][0] is None:
+            return None, LAYOUT  # nothing indexed: the first indexed write makes the tables
+        return IndexInfo(str(rows[0][0]), int(rows[0][1])), None if rows[0][2] is None else int(rows[0][2])
+
+    async def _recorded(self, conn: Connection) -> IndexInfo | None:
+        recorded, layout = await self._read(conn)
+        if layout != LAYOUT:
+            raise _layout_error(self.description, layout)
+        return recorded
 
     async def index_info(self, conn: Connection) -> IndexInfo | None:
         """The recorded embedder; ``None`` when nothing is indexed yet."""
@@ -89,8 +129,8 @@ class SQLiteSearch(SearchIndex):
         await self._usable(conn)
 
         async def body() -> None:
-            recorded = await self._recorded(conn)
-            if recorded == info:
+            recorded, layout = await self._read(conn) if replace else (await self._recorded(conn), LAYOUT)
+            if recorded == info and layout == LAYOUT:
                 return
             if recorded is not None and not replace:
                 check_index(recorded, info)
@@ -99,8 +139,9 @@ class SQLiteSearch(SearchIndex):
                 f"DROP TABLE IF EXISTS {VEC_TABLE}",
                 "DROP TABLE IF EXISTS chatkeep_search_fts",
                 "DROP TABLE IF EXISTS chatkeep_search",
-                "CREATE TABLE IF NOT EXISTS chatkeep_search_index "
-                "(id INTEGER PRIMARY KEY CHECK (id = 1), embedder TEXT, dimensions INTEGER)",
+                "DROP TABLE IF EXISTS chatkeep_search_index",
+                "CREATE TABLE chatkeep_search_index "
+                "(id INTEGER PRIMARY KEY CHECK (id = 1), embedder TEXT, dimensions INTEGER, layout INTEGER)",
                 "CREATE TABLE chatkeep_search (id INTEGER PRIMARY KEY AUTOINCREMENT, session_ref INTEGER NOT NULL, "
                 "seq INTEGER NOT NULL, role TEXT NOT NULL, UNIQUE (session_ref, seq), "
                 "FOREIGN KEY (session_ref, seq) REFERENCES chatkeep_messages (session_ref, seq) ON DELETE CASCADE)",
@@ -113,7 +154,7 @@ class SQLiteSearch(SearchIndex):
             ):
                 await conn.execute(statement)
             await conn.execute(
-                "INSERT OR REPLACE INTO chatkeep_search_index VALUES (1, ?, ?)", (info.embedder, info.dimensions)
+                "INSERT INTO chatkeep_search_index VALUES (1, ?, ?, ?)", (info.embedder, info.dimensions, LAYOUT)
             )
 
         await _ops.transaction(conn, self.sql, body)

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from chatkeep.core._embedding import Embedder
 from chatkeep.core._errors import (
@@ -28,6 +28,9 @@ from chatkeep.core._session import DEFAULT_TENANT, validate_id
 from chatkeep.core._telemetry import operation
 from chatkeep.core._terms import keyword_terms
 from chatkeep.core.backend._store import HistoryStore, SessionKey, search_unsupported_error
+
+if TYPE_CHECKING:
+    from chatkeep.core.backend._sync import SyncSearchableStore
 
 __all__ = [
     "RRF_K",
@@ -226,7 +229,7 @@ def searchable(store: object) -> SupportsSearch:
         SearchUnsupportedError: the store does not have the search capability.
     """
     if not isinstance(store, SupportsSearch):
-        raise search_unsupported_error(store)
+        raise store._search_refusal() if isinstance(store, HistoryStore) else search_unsupported_error(store)
     return store
 
 
@@ -252,6 +255,12 @@ class SearchableStore(HistoryStore):
     ``_index`` and ``_begin_reindex`` (what ``reindex`` needs). The index must live and die with the messages:
     ``_delete``, ``_trim``, ``_pop``, ``_prune``, ``_delete_tenant`` and expiry remove what they indexed.
     """
+
+    def sync(self) -> SyncSearchableStore:
+        """A blocking view of this store, with ``search``, ``reindex`` and ``index_info`` too."""
+        from chatkeep.core.backend._sync import SyncSearchableStore
+
+        return SyncSearchableStore(self)
 
     async def _append_embedded(self, key: SessionKey, messages: Sequence[Message], embeddings: Embeddings) -> int:
         if not isinstance(embeddings, Embeddings):

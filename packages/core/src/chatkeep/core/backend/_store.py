@@ -437,7 +437,14 @@ class HistoryStore(abc.ABC):
 
     async def _append_embedded(self, key: SessionKey, messages: Sequence[Message], embeddings: Embeddings) -> int:
         """``append`` with embeddings: a store with the search capability (``SearchableStore``) overrides it."""
-        raise search_unsupported_error(self)
+        raise self._search_refusal()
+
+    def _search_refusal(self) -> SearchUnsupportedError:
+        """The error for indexing or searching this store, which lacks the search capability.
+
+        Override it to say why this store has none and what to do (``EncryptedStore`` does).
+        """
+        return search_unsupported_error(self)
 
     def _appendable(self, key: SessionKey, messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
         """What ``append`` checks before storing: the messages to store (first of each id) and their records."""

@@ -2,7 +2,9 @@
 
 Its store methods are generated from :class:`HistoryStore`'s (:func:`_blocking`): same signature, same
 docstring, and each runs the async method on the view's private loop (:class:`LoopThread`), so there is one
-implementation of every call and nothing to keep in step by hand.
+implementation of every call and nothing to keep in step by hand. The view of a store with the search
+capability is a :class:`SyncSearchableStore`, whose search methods are generated the same way from
+:class:`SearchableStore`'s.
 """
 
 from __future__ import annotations
@@ -18,18 +20,19 @@ from typing_extensions import ParamSpec, Self
 from chatkeep.core._errors import InvalidArgumentTypeError, StoreClosedError
 from chatkeep.core._loop_thread import LoopThread
 from chatkeep.core._messages import Message
-from chatkeep.core.backend import HistoryStore, SessionKey
+from chatkeep.core.backend import HistoryStore, SearchableStore, SessionKey, SupportsSearch
 
-__all__ = ["SyncHistoryStore"]
+__all__ = ["SyncHistoryStore", "SyncSearchableStore"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
+_Store = TypeVar("_Store", bound=HistoryStore)
 
 
 def _blocking(
-    method: Callable[Concatenate[HistoryStore, _P], Coroutine[Any, Any, _T]],
+    method: Callable[Concatenate[_Store, _P], Coroutine[Any, Any, _T]],
 ) -> Callable[Concatenate[SyncHistoryStore, _P], _T]:
-    """The blocking twin of a ``HistoryStore`` coroutine method, for the view's class body.
+    """The blocking twin of a ``HistoryStore`` (or ``SearchableStore``) coroutine method, for a view's class body.
 
     It has the async method's name, signature (for type checkers, through ``ParamSpec``) and docstring, and
     calls the view's store's method of that name (a backend's override included) on the view's loop.
@@ -40,7 +43,8 @@ def _blocking(
         bound: Callable[_P, Coroutine[Any, Any, _T]] = getattr(self._store, name)
         return self._thread.run(bound(*args, **kwargs))
 
-    call.__name__, call.__qualname__, call.__doc__ = name, f"SyncHistoryStore.{name}", method.__doc__
+    owner = "SyncSearchableStore" if method.__qualname__.startswith("SearchableStore.") else "SyncHistoryStore"
+    call.__name__, call.__qualname__, call.__doc__ = name, f"{owner}.{name}", method.__doc__
     # Not __wrapped__: code that unwraps a callable to see whether it is async would take this one for async.
     call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
     return call
@@ -77,8 +81,15 @@ class SyncHistoryStore:
     Args:
         store: the async store. The view owns it: closing the view closes the store. A store that
             ``serves_any_loop`` (every bundled store opened from a URL) may be awaited on other loops meanwhile;
-            another raises :class:`StoreLoopError` there.
+            another raises :class:`StoreLoopError` there. A store with the search capability gets a
+            :class:`SyncSearchableStore`.
     """
+
+    def __new__(cls, store: HistoryStore) -> SyncHistoryStore:
+        """A :class:`SyncSearchableStore` for a store with the search capability."""
+        if cls is SyncHistoryStore and isinstance(store, SupportsSearch):
+            cls = SyncSearchableStore
+        return super().__new__(cls)
 
     def __init__(self, store: HistoryStore) -> None:
         if not isinstance(store, HistoryStore):
@@ -190,3 +201,16 @@ class SyncHistoryStore:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+class SyncSearchableStore(SyncHistoryStore):
+    """The blocking view of a store with the search capability: :class:`SyncHistoryStore` plus ``search``,
+    ``reindex`` and ``index_info``, each running the store's method on the view's loop.
+
+    ``SyncHistoryStore(store)`` and ``store.sync()`` return one for a store that can search. A ``reindex``
+    progress callback runs on the view's loop thread.
+    """
+
+    search = _blocking(SearchableStore.search)
+    reindex = _blocking(SearchableStore.reindex)
+    index_info = _blocking(SearchableStore.index_info)

@@ -2,8 +2,9 @@
 
 A store with the capability (:class:`~chatkeep.core.SupportsSearch`) runs every test here; a store without it
 runs only :meth:`SearchConformance.test_the_search_capability_is_declared_truthfully`, which proves that asking
-it to search raises a clear error, and skips the rest saying why. The vectors come from
-:class:`~chatkeep.testing.embedding.HashingEmbedder`: deterministic, no model, no network.
+it to search raises a clear error, and skips the rest saying why. A backend with the capability implements one
+hook, :meth:`SearchConformance.index_entries_in_raw_storage`, so that the kit checks its raw storage too. The
+vectors come from :class:`~chatkeep.testing.embedding.HashingEmbedder`: deterministic, no model, no network.
 """
 
 from __future__ import annotations
@@ -53,6 +54,19 @@ class SearchConformance(ConformanceBase):
             pytest.skip(f"{type(store).__name__} does not have the search capability")
         assert isinstance(store, SearchableStore), "a store with the search capability subclasses SearchableStore"
         return store
+
+    async def index_entries_in_raw_storage(self, store: HistoryStore, tenant: str) -> int:
+        """How many index entries the backing storage holds for ``tenant``, read beside the store's API.
+
+        Count what the index keeps for the tenant's messages (rows, keys, vectors, keyword entries), plus any
+        entry the backing holds whose message is gone (an orphan, whichever tenant it was of). The kit checks with
+        it that removing messages removes their index entries in storage, not only from search results. A
+        backend with the search capability must override it (the bundled backends' kit subclasses show how).
+        """
+        raise TypeError(
+            f"{type(store).__name__} can search, so {type(self).__name__} must override "
+            "index_entries_in_raw_storage(store, tenant) to count the index entries its storage holds for a tenant"
+        )
 
     async def append_indexed(self, store: SearchableStore, key: SessionKey, texts: list[str]) -> list[Message]:
         """Append messages of ``texts`` with their vectors; returns the messages."""
@@ -122,6 +136,10 @@ class SearchConformance(ConformanceBase):
         key = kit.key()
         await self.append_indexed(searching, key, [*FILLER, FACT])
         assert FACT in await self.ask(searching, key)
+        indexed = await self.index_entries_in_raw_storage(searching, key.tenant)
+        assert indexed == len(FILLER) + 1, (
+            f"index_entries_in_raw_storage counted {indexed} entries, not {len(FILLER) + 1}"
+        )
         if removal == "delete":
             await searching.delete(key)
         elif removal == "delete_tenant":
@@ -136,6 +154,8 @@ class SearchConformance(ConformanceBase):
         for scope in (key, TenantScope(key.tenant)):
             assert FACT not in await self.ask(fresh, scope, k=10), f"the index kept the message after {removal}"
             assert FACT not in [h.message.text for h in await fresh.search(scope, None, "bicycle kitchen", 10)]
+        left = await self.index_entries_in_raw_storage(searching, key.tenant)
+        assert left == (len(FILLER) if removal == "pop" else 0), f"{removal} left {left} index entries in storage"
 
     async def test_nothing_is_found_after_delete(self, kit: StoreKit, store: HistoryStore) -> None:
         await self.check_nothing_found_after(kit, store, "delete")
