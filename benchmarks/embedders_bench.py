@@ -1,10 +1,10 @@
 """The offline embedders side by side: ``MiniLMEmbedder`` (the default) and ``WordLlamaEmbedder``.
 
 Run with ``python -m benchmarks embedders [--iterations N]``; it needs no server, only the extras
-``chatkeep-core[recall]`` and ``chatkeep-core[wordllama]``. The texts are the 480 chat messages of the recall set
-(tests/data/recall_set.json). Each embedder is timed embedding one message (what an agent's turn embeds) and a
-batch of 64 (what ``reindex`` or an import embeds at a time), through its public async ``embed``, so the worker
-thread's hand-off is counted. The baseline is WordLlama, the fast static model MiniLM replaced as the default;
+``chatkeep-core[recall]`` and ``chatkeep-core[wordllama]``. The texts are the 480 chat messages of the testing
+kit's recall set (:mod:`chatkeep.testing.recall`). Each embedder is timed embedding one message (what an agent's
+turn embeds) and a batch of 64 (what ``reindex`` or an import embeds at a time), through its public async
+``embed``, so the worker thread's hand-off is counted. The baseline is WordLlama, the fast static model MiniLM replaced as the default;
 the load time (first use in the process) is printed apart. docs/recall.md keeps what it printed.
 """
 
@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 from benchmarks._common import Result, format_table, measure_async
 from chatkeep.core import Embedder, MiniLMEmbedder, WordLlamaEmbedder
+from chatkeep.testing.recall import load_recall_set
 
 __all__ = ["main"]
 
-_TEXTS = Path(__file__).parent.parent / "tests" / "data" / "recall_set.json"
 _BATCH = 64
 
 
@@ -30,7 +28,7 @@ async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks embedders")
     parser.add_argument("--iterations", type=int, default=60)
     args = parser.parse_args(argv)
-    texts = [row["text"] for row in json.loads(_TEXTS.read_text(encoding="utf-8"))["messages"]]
+    texts = [message.text for message in load_recall_set().messages]
     results: list[Result] = []
     loads: list[str] = []
     embedders: list[WordLlamaEmbedder | MiniLMEmbedder] = [WordLlamaEmbedder(), MiniLMEmbedder()]
