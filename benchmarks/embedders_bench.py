@@ -4,8 +4,9 @@ Run with ``python -m benchmarks embedders [--iterations N]``; it needs no server
 ``chatkeep-core[recall]`` and ``chatkeep-core[wordllama]``. The texts are the 480 chat messages of the testing
 kit's recall set (:mod:`chatkeep.testing.recall`). Each embedder is timed embedding one message (what an agent's
 turn embeds) and a batch of 64 (what ``reindex`` or an import embeds at a time), through its public async
-``embed``, so the worker thread's hand-off is counted. The baseline is WordLlama, the fast static model MiniLM replaced as the default;
-the load time (first use in the process) is printed apart. docs/recall.md keeps what it printed.
+``embed``, so the worker thread's hand-off is counted. The baseline is WordLlama, the fast static model MiniLM
+replaced as the default; the load time (first use in the process) is printed apart. docs/recall.md keeps what
+it printed.
 """
 
 from __future__ import annotations
