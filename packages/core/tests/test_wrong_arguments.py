@@ -121,3 +121,9 @@ def test_a_message_given_its_text_twice_is_refused_in_words() -> None:
     with pytest.raises(InvalidArgumentError, match="Pass Message its text once"):
         Message("hi", text="hello", role="user")
     assert Message(text="hi", role="user").text == Message("hi", role="user").text == "hi"
+
+
+def test_a_message_given_text_and_contents_is_refused_saying_what_to_pass() -> None:
+    # Hypothesis found it: the refusal said what was wrong but not what to pass, as every refusal must.
+    with pytest.raises(InvalidArgumentError, match="Pass Message either text= or contents="):
+        Message("hi", role="user", contents=[TextContent(text="hello")])

@@ -5,7 +5,8 @@ These are the names an application uses. Backend authors build on :mod:`chatkeep
 
 from chatkeep.core._agent import Agent, AgentInput, AgentResponse, AgentResponseUpdate, BaseChatClient
 from chatkeep.core._chat import ChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
-from chatkeep.core._embedding import Embedder, WordLlamaEmbedder, default_embedder
+from chatkeep.core._default_embedder import MiniLMEmbedder, default_embedder
+from chatkeep.core._embedding import Embedder, WordLlamaEmbedder
 from chatkeep.core._errors import *  # noqa: F403
 from chatkeep.core._errors import __all__ as _errors_all
 from chatkeep.core._messages import (
@@ -59,6 +60,7 @@ __all__ = [
     "SearchHit",
     "default_embedder",
     "WordLlamaEmbedder",
+    "MiniLMEmbedder",
     "Embedder",
     *(name for name in _errors_all if name != "redact_url"),
     "DEFAULT_TENANT",

@@ -253,7 +253,9 @@ class Message(BaseModel):
                 text = data.pop("text")
             if text is not None:
                 if data.get("contents"):
-                    raise InvalidArgumentError("give Message either text= or contents=, not both")
+                    raise InvalidArgumentError(
+                        "Pass Message either text= or contents=, not both (the text can be a TextContent in contents)"
+                    )
                 data["contents"] = [TextContent(text=text)]
             super().__init__(**data)
         except ValidationError as exc:  # a ChatkeepError, as every refusal of the public API; pydantic's is the cause

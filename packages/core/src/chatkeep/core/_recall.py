@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from chatkeep.core._embedding import Embedder, default_embedder
+from chatkeep.core._default_embedder import default_embedder
+from chatkeep.core._embedding import Embedder
 from chatkeep.core._errors import InvalidArgumentError
 from chatkeep.core._messages import Message
 from chatkeep.core._providers import ContextProvider, SessionContext

@@ -42,6 +42,7 @@ from chatkeep.core.backend._lazy import lazy_exports
 from chatkeep.core.backend._loops import PerLoop
 from chatkeep.core.backend._paging import decode_cursor, encode_cursor
 from chatkeep.core.backend._search import (
+    KEYWORD_WEIGHT,
     RRF_K,
     Candidate,
     Embeddings,
@@ -77,6 +78,7 @@ from chatkeep.core.backend._store import (
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "KEYWORD_WEIGHT",
     "RRF_K",
     "BackendSpec",
     "Candidate",

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from chatkeep.core._embedding import Embedder, default_embedder
+from chatkeep.core._default_embedder import default_embedder
+from chatkeep.core._embedding import Embedder
 from chatkeep.core._errors import redact_url
 from chatkeep.core._session import DEFAULT_TENANT
 from chatkeep.core.backend import SessionKey, TenantScope, searchable
