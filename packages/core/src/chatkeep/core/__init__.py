@@ -38,11 +38,14 @@ from chatkeep.core._signing import SessionSigner
 from chatkeep.core._tools import FunctionTool, tool
 from chatkeep.core._version import __version__ as __version__
 from chatkeep.core.backend import (
+    ForkInfo,
     HistoryStore,
+    ModelUsage,
     SearchHit,
     SessionInfo,
     SessionKey,
     SessionPage,
+    SessionUsage,
     StoredSession,
     SupportsSearch,
     TenantScope,
@@ -79,6 +82,7 @@ __all__ = [
     "DataContent",
     "FunctionCallContent",
     "FunctionResultContent",
+    "ForkInfo",
     "FunctionTool",
     "HistoryProvider",
     "HistoryStore",
@@ -86,6 +90,7 @@ __all__ = [
     "Message",
     "MessageCountingReducer",
     "MessageFilter",
+    "ModelUsage",
     "ProviderSessionState",
     "Reducer",
     "Role",
@@ -94,6 +99,7 @@ __all__ = [
     "SessionKey",
     "SessionPage",
     "SessionSigner",
+    "SessionUsage",
     "StoreHistoryProvider",
     "StoredSession",
     "SummarizingReducer",

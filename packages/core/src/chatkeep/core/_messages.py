@@ -178,10 +178,14 @@ class Usage:
 @_refusing
 @dataclass(slots=True, kw_only=True, config=_CONTENT)
 class UsageContent:
-    """Usage attached to the message that a model call produced."""
+    """Usage attached to the message that a model call produced, and the model that produced it (when known).
+
+    ``model`` is left out of the stored record when ``None``, so records without it keep their bytes.
+    """
 
     type: Literal["usage"] = "usage"
     usage: Usage
+    model: str | None = Field(default=None, exclude_if=lambda model: model is None)
 
 
 Content = Annotated[
