@@ -12,8 +12,8 @@ import inspect
 import sys
 from typing import Any
 
-# codec, sync, telemetry and embedders need no server; sql, drivers, layers, search, redis, blob and the interop-*
-# suites need the services scripts/ starts.
+# codec, sync, telemetry, embedders and forks (on memory://) need no server; sql, drivers, layers, search, redis,
+# blob and the interop-* suites need the services scripts/ starts.
 SUITES = {
     "codec": "benchmarks.codec_bench",
     "sql": "benchmarks.sql_bench",
@@ -25,6 +25,7 @@ SUITES = {
     "layers": "benchmarks.layers_bench",
     "telemetry": "benchmarks.telemetry_bench",
     "embedders": "benchmarks.embedders_bench",
+    "forks": "benchmarks.forks_bench",
 }
 # An adapter beside its framework's own stores; run one at a time by name (nox -s interop_bench installs the pins).
 INTEROP_SUITES = {

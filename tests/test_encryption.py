@@ -38,9 +38,19 @@ from chatkeep.core.encryption import (
 from chatkeep.core.offline import OfflineChatClient
 from chatkeep.memory import MemoryHistoryStore
 from chatkeep.memory import _store as memory_internals
-from chatkeep.testing import DocumentDamager, FakeClock, HistoryStoreConformance, SearchConformance, StoreFactory
+from chatkeep.testing import (
+    DocumentDamager,
+    FakeClock,
+    ForkConformance,
+    HistoryStoreConformance,
+    InfoConformance,
+    SearchConformance,
+    StoreFactory,
+    UsageConformance,
+    not_implemented_yet,
+)
 from chatkeep.testing.embedding import HashingEmbedder
-from chatkeep.testing.encryption import BackingFactory, EncryptionConformance
+from chatkeep.testing.encryption import ENCRYPTED_STORE_LACKS, BackingFactory, EncryptionConformance
 
 CANARY = "canary-7f3a-plaintext-must-never-be-stored"
 K1, K2 = os.urandom(32), os.urandom(32)
@@ -83,6 +93,12 @@ class Backing:
         )
 
 
+@not_implemented_yet(
+    ForkConformance,
+    UsageConformance,
+    InfoConformance,
+    reason=ENCRYPTED_STORE_LACKS,
+)
 class TestEncryptedMemoryConformance(HistoryStoreConformance):
     native_ttl = True
     multi_process = False

@@ -10,7 +10,16 @@ from chatkeep.core import HistoryStore, SessionKey
 from chatkeep.core.backend import SearchableStore
 from chatkeep.sql import SQLHistoryStore
 from chatkeep.sql._schema import key_hash, tenant_hash
-from chatkeep.testing import DocumentDamager, HistoryStoreConformance, SearchConformance, StoreFactory
+from chatkeep.testing import (
+    DocumentDamager,
+    ForkConformance,
+    HistoryStoreConformance,
+    InfoConformance,
+    SearchConformance,
+    StoreFactory,
+    UsageConformance,
+    not_implemented_yet,
+)
 
 #: Each database's transports: the driver's own (the default) and SQLAlchemy's engine.
 TRANSPORTS = {"sqlite": "sqlite3", "postgresql": "asyncpg", "mysql": "asyncmy"}
@@ -57,6 +66,7 @@ def sqlite_index_entries(path: str, tenant: str) -> int:
         conn.close()
 
 
+@not_implemented_yet(ForkConformance, UsageConformance, InfoConformance, reason="not implemented yet on SQL: issue 22")
 class TestSQLConformance(HistoryStoreConformance):
     native_ttl = False  # no engine-side expiry: prune(older_than=...) is the retention tool
     multi_process = True  # every process reaches the same database through store_url

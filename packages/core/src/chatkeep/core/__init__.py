@@ -39,11 +39,14 @@ from chatkeep.core._signing import SessionSigner
 from chatkeep.core._tools import FunctionTool, tool
 from chatkeep.core._version import __version__ as __version__
 from chatkeep.core.backend import (
+    ForkInfo,
     HistoryStore,
+    ModelUsage,
     SearchHit,
     SessionInfo,
     SessionKey,
     SessionPage,
+    SessionUsage,
     StoredSession,
     SupportsSearch,
     TenantScope,
@@ -81,6 +84,7 @@ __all__ = [
     "DataContent",
     "FunctionCallContent",
     "FunctionResultContent",
+    "ForkInfo",
     "FunctionTool",
     "HistoryProvider",
     "HistoryStore",
@@ -88,6 +92,7 @@ __all__ = [
     "Message",
     "MessageCountingReducer",
     "MessageFilter",
+    "ModelUsage",
     "ProviderSessionState",
     "Reducer",
     "Role",
@@ -96,6 +101,7 @@ __all__ = [
     "SessionKey",
     "SessionPage",
     "SessionSigner",
+    "SessionUsage",
     "StoreHistoryProvider",
     "StoredSession",
     "SummarizingReducer",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -32,7 +33,7 @@ from chatkeep.core._providers import (
 )
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession
 from chatkeep.core._tools import FunctionTool, as_tools
-from chatkeep.core.backend import HistoryStore
+from chatkeep.core.backend import HistoryStore, SessionKey
 
 __all__ = ["Agent", "AgentInput", "AgentResponse", "AgentResponseUpdate", "BaseChatClient"]
 
@@ -198,6 +199,48 @@ class Agent:
     ) -> AgentSession:
         """A session continuing a conversation the model service already holds (service-managed history)."""
         return AgentSession(session_id=session_id, tenant=tenant, service_session_id=service_session_id)
+
+    async def fork_session(
+        self, session: AgentSession, *, through: str | None = None, session_id: str | None = None
+    ) -> AgentSession:
+        """A new session continuing ``session``'s conversation from message ``through`` (default: its newest).
+
+        The history is forked in the agent's store (:meth:`HistoryStore.fork`: nothing is copied), so the two
+        sessions go on independently; the old one stays as it was. Rewinding is forking from an earlier message:
+        ``await agent.fork_session(session, through=earlier.message_id)``. The new session has its own id, the
+        same tenant and a copy of ``session.state``; when the store holds ``session``'s document, the new one is
+        saved too, bound to the same owner.
+
+        Args:
+            session: the session to fork (it must have stored messages).
+            through: the id of the last message the new session takes (``None``: all of them).
+            session_id: the new session's id (default: a new random id).
+
+        Raises:
+            AgentConfigurationError: the agent keeps no history in a store (``history=`` a URL or a store), or
+                ``session`` is service-managed (its history is the model service's).
+            InvalidArgumentError: ``through`` is not a message of ``session``.
+            ConcurrencyConflictError: a session with ``session_id`` already exists.
+        """
+        provider = self.history_provider
+        if not isinstance(provider, StoreHistoryProvider):
+            raise AgentConfigurationError(
+                "fork_session forks the history in the agent's store, and this agent keeps none; pass "
+                'history="sqlite:///chat.db" (or another store URL, a HistoryStore) when building the agent'
+            )
+        if session.service_session_id is not None:
+            raise AgentConfigurationError(
+                f"session {session.session_id!r} is service-managed (its history is the model service's); fork "
+                "sessions whose history the agent stores"
+            )
+        forked = AgentSession(session_id=session_id, tenant=session.tenant, state=copy.deepcopy(session.state))
+        store = provider.store
+        source = SessionKey.of(session)
+        await store.fork(source, SessionKey.of(forked), through=through)
+        stored = await store.load_session(source)
+        if stored is not None:
+            await store.save_session(SessionKey.of(forked), forked, owner=stored.owner)
+        return forked
 
     @property
     def history_provider(self) -> HistoryProvider | None:

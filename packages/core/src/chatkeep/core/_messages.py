@@ -75,9 +75,10 @@ def _refusing(cls: _Dataclass) -> _Dataclass:
     """
     init: Callable[..., None] = vars(cls)["__init__"]  # the one pydantic made for the dataclass
     params = ", ".join(
-        f"{field.name}: {field.type}" + ("" if field.default is dataclasses.MISSING else f" = {field.default!r}")
+        f"{field.name}: {field.type}" + ("" if default is dataclasses.MISSING else f" = {default!r}")
         for field in dataclasses.fields(cls)
         if field.name != "type"  # the tag, which each class sets itself
+        for default in [getattr(field.default, "default", field.default)]  # a pydantic Field(...) holds its default
     )
     hint = f"Pass keyword arguments of these types: {cls.__name__}({params})"
 
@@ -178,10 +179,14 @@ class Usage:
 @_refusing
 @dataclass(slots=True, kw_only=True, config=_CONTENT)
 class UsageContent:
-    """Usage attached to the message that a model call produced."""
+    """Usage attached to the message that a model call produced, and the model that produced it (when known).
+
+    ``model`` is left out of the stored record when ``None``, so records without it keep their bytes.
+    """
 
     type: Literal["usage"] = "usage"
     usage: Usage
+    model: str | None = Field(default=None, exclude_if=lambda model: model is None)
 
 
 Content = Annotated[

@@ -38,7 +38,13 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from chatkeep.core._errors import ChatkeepError, MissingExtraError, SearchUnsupportedError, redact_url
+from chatkeep.core._errors import (
+    ChatkeepError,
+    MissingExtraError,
+    SearchUnsupportedError,
+    UnsupportedOperationError,
+    redact_url,
+)
 from chatkeep.core._messages import Content, DataContent, Message, new_message_id
 from chatkeep.core._session import AgentSession, validate_id
 from chatkeep.core.backend import (
@@ -50,6 +56,7 @@ from chatkeep.core.backend import (
     SearchScope,
     SessionKey,
     SessionPage,
+    SessionUsage,
     StoredSession,
     TelemetryTarget,
     checked,
@@ -142,6 +149,13 @@ def _where(store: HistoryStore) -> str:
 def _ids(messages: Sequence[Message]) -> str:
     shown = ", ".join(m.message_id for m in messages[:5])
     return shown + (f" and {len(messages) - 5} more" if len(messages) > 5 else "")
+
+
+def _refused(call: str, why: str) -> UnsupportedOperationError:
+    return UnsupportedOperationError(
+        f"EncryptedStore does not support {call}: {why}; call it on a store without encryption, or keep the "
+        "session's title and tags in your own encrypted records"
+    )
 
 
 class EncryptedStore(HistoryStore):
@@ -475,6 +489,24 @@ class EncryptedStore(HistoryStore):
         removed = await self.inner.delete_tenant(tenant)
         await self.shred_tenant(tenant)
         return removed
+
+    # Forks, usage and info are refused, not passed to ``inner``: a seal binds each message to its session (a fork
+    # would read its source's messages under its own key and fail to open them), usage contents are sealed, and a
+    # title, tags or metadata would be stored in clear beside the sealed history.
+
+    async def _fork(self, source: SessionKey, target: SessionKey, through: str | None) -> int:
+        raise _refused("fork()", "each message is sealed to its session, so a fork could not open what it took")
+
+    async def _usage(self, key: SessionKey) -> SessionUsage:
+        raise _refused("usage()", "the messages' usage contents are sealed")
+
+    async def _update_info(
+        self, key: SessionKey, title: str | None, tags: frozenset[str] | None, metadata: dict[str, Any] | None
+    ) -> bool:
+        raise _refused("update_info()", "a title, tags or metadata would be stored in clear")
+
+    async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
+        raise _refused("list_sessions(tag=...)", "it keeps no tags")
 
     # -- key management --------------------------------------------------------------------------
 

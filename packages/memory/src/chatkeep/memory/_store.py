@@ -2,6 +2,11 @@
 
 The critical sections never await, so every call is atomic even when its task is cancelled, and the
 lock (a ``threading.Lock``) also serializes stores used from other threads' event loops.
+
+A session's messages live in a chain of logs (:class:`_Log`): a fork's log refers to its source's log and
+numbers its own messages on from the cut. A log a fork refers to is shared and never shrinks: a pop or a trim
+of its session moves that session onto a new log (or only raises its first visible sequence number), and a
+deleted session's log lives on, by reference, as long as a fork needs it (see docs/writing-a-plugin.md, Forks).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 from chatkeep.core import AgentSession, BackendHistoryProvider, Message, SessionInfo, SessionKey, SessionPage
 from chatkeep.core.backend import (
     Candidate,
+    ForkInfo,
     IndexInfo,
     Rankings,
     SearchableStore,
@@ -30,13 +36,17 @@ from chatkeep.core.backend import (
     decode_records,
     decode_session_document,
     encode_cursor,
+    fork_source_error,
+    fork_target_exists_error,
     keyword_terms,
     owner_error,
     session_document,
     stamp_time,
     time_stamp,
+    usage_of,
     write_stamp,
 )
+from chatkeep.core.backend import SessionUsage as Usage
 from chatkeep.memory._config import parse_url
 
 __all__ = ["MemoryHistoryProvider", "MemoryHistoryStore", "open_store"]
@@ -68,24 +78,122 @@ def _entry(message: Message, vector: Sequence[float]) -> _Entry:
 
 
 @dataclass(eq=False)
+class _Log:
+    """Records numbered from ``start``; the sequence numbers below ``start`` are ``base``'s (``None``: none).
+
+    ``shared`` once a fork refers to it: from then on its records never change (appends go on after them).
+    """
+
+    start: int = 0
+    base: _Log | None = None
+    records: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    usages: list[Usage] = field(default_factory=list)
+    seq_by_id: dict[str, int] = field(default_factory=dict)
+    shared: bool = False
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.records)
+
+    def spans(self, low: int, high: int) -> list[tuple[_Log, int, int]]:
+        """The pieces of sequence numbers ``[low, high)``, oldest first: (log, first index, end index)."""
+        pieces: list[tuple[_Log, int, int]] = []
+        log: _Log | None = self
+        while log is not None and high > low:
+            if log.start < high:
+                pieces.append((log, max(low, log.start) - log.start, high - log.start))
+                high = log.start
+            log = log.base
+        return pieces[::-1]
+
+    def records_in(self, low: int, high: int) -> list[str]:
+        return [record for log, i, j in self.spans(low, high) for record in log.records[i:j]]
+
+    def usage_in(self, low: int, high: int) -> Usage:
+        total = Usage()
+        for log, i, j in self.spans(low, high):
+            for used in log.usages[i:j]:
+                if used:
+                    total += used
+        return total
+
+    def at(self, seq: int) -> tuple[_Log, int]:
+        """The log holding sequence number ``seq`` and its index there."""
+        log = self
+        while seq < log.start:
+            assert log.base is not None
+            log = log.base
+        return log, seq - log.start
+
+    def find(self, message_id: str, low: int) -> int | None:
+        """The sequence number of ``message_id`` among those this chain shows from ``low`` on, or ``None``."""
+        log: _Log | None = self
+        limit = self.end
+        while log is not None and limit > low:
+            seq = log.seq_by_id.get(message_id)
+            if seq is not None and low <= seq < limit:
+                return seq
+            limit = min(limit, log.start)
+            log = log.base
+        return None
+
+
+@dataclass(eq=False)
 class _Session:
-    """One session's data. ``records[i]`` has sequence number ``first_seq + i``; trims advance ``first_seq``."""
+    """One session: its log, the first sequence number it shows (trims raise it), its usage, info and document."""
 
     created_at: datetime
     updated_at: datetime
-    records: list[str] = field(default_factory=list)
-    ids: list[str] = field(default_factory=list)
-    id_set: set[str] = field(default_factory=set)
+    log: _Log = field(default_factory=_Log)
     first_seq: int = 0
+    usage: Usage = field(default_factory=Usage)
+    forked_from: ForkInfo | None = None
+    title: str | None = None
+    tags: frozenset[str] = frozenset()
+    metadata: dict[str, Any] = field(default_factory=dict)
     expires_at: float | None = None  # deadline on the writing store's clock (time.monotonic unless given)
     document: str | None = None
     version: str | None = None
     owner: str | None = None
     entries: dict[str, _Entry] = field(default_factory=dict)  # message id -> its search index entry
 
-    def seq_of(self) -> dict[str, int]:
-        """Each stored message id's sequence number."""
-        return {message_id: self.first_seq + n for n, message_id in enumerate(self.ids)}
+    @property
+    def records(self) -> list[str]:
+        """The records of the session's own log (all of them, for a session that is not a fork)."""
+        return self.log.records
+
+    @property
+    def count(self) -> int:
+        return self.log.end - self.first_seq
+
+    def seq(self, message_id: str) -> int | None:
+        """The sequence number of a message the session holds, or ``None``."""
+        return self.log.find(message_id, self.first_seq)
+
+    def record(self, seq: int) -> str:
+        log, index = self.log.at(seq)
+        return log.records[index]
+
+    def own_log(self) -> _Log:
+        """The log to change: the session's own, or a new one on top of it when a fork refers to it."""
+        if self.log.shared:
+            self.log = _Log(self.log.end, self.log)
+        return self.log
+
+    def info(self, session_id: str, tenant: str) -> SessionInfo:
+        return SessionInfo(
+            session_id,
+            tenant,
+            self.count,
+            self.created_at,
+            self.updated_at,
+            self.forked_from,
+            self.usage,
+            self.title,
+            self.tags,
+            dict(self.metadata),
+        )
 
 
 class _Namespace:
@@ -94,7 +202,22 @@ class _Namespace:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.tenants: dict[str, dict[str, _Session]] = {}
+        self.tagged: dict[str, dict[str, set[str]]] = {}  # tenant -> tag -> session ids: list_sessions(tag=...)
         self.index: IndexInfo | None = None  # the embedder the search index was built with
+
+    def retag(self, tenant: str, session_id: str, old: frozenset[str], new: frozenset[str]) -> None:
+        """Move ``session_id`` from the tag index entries of ``old`` to those of ``new``."""
+        tags = self.tagged.setdefault(tenant, {})
+        for tag in old - new:
+            ids = tags.get(tag)
+            if ids is not None:
+                ids.discard(session_id)
+                if not ids:
+                    del tags[tag]
+        for tag in new - old:
+            tags.setdefault(tag, set()).add(session_id)
+        if not tags:
+            del self.tagged[tenant]
 
     def get(self, key: SessionKey, now: float) -> _Session | None:
         """The live session at ``key`` at time ``now``; an expired one is removed on the way."""
@@ -114,9 +237,16 @@ class _Namespace:
 
     def remove(self, tenant: str, session_id: str) -> None:
         sessions = self.tenants[tenant]
-        del sessions[session_id]
+        # The session's logs stay alive as long as a fork refers to them: that is what keeps forks unchanged.
+        removed = sessions.pop(session_id)
+        if removed.tags:
+            self.retag(tenant, session_id, removed.tags, frozenset())
         if not sessions:
             del self.tenants[tenant]
+
+    def drop_tenant(self, tenant: str) -> None:
+        self.tenants.pop(tenant, None)
+        self.tagged.pop(tenant, None)
 
 
 def _expired(session: _Session, now: float) -> bool:
@@ -200,7 +330,7 @@ class MemoryHistoryStore(SearchableStore):
         session = data.get(key, self._clock())
         new = []
         for message, record, vector in zip(messages, records, vectors, strict=True):
-            if session is None or message.message_id not in session.id_set:
+            if session is None or session.seq(message.message_id) is None:
                 new.append((message, record, vector))
             elif vector is not None and message.message_id not in session.entries:
                 session.entries[message.message_id] = _entry(message, vector)  # stored before, indexed now
@@ -209,10 +339,15 @@ class MemoryHistoryStore(SearchableStore):
         now = stamp_time(write_stamp())
         if session is None:
             session = data.tenants.setdefault(key.tenant, {})[key.session_id] = _Session(now, now)
+        log = session.log  # appends go on after what a fork took, even on a shared log
         for message, record, vector in new:
-            session.ids.append(message.message_id)
-            session.records.append(record)
-            session.id_set.add(message.message_id)
+            log.seq_by_id[message.message_id] = log.end
+            log.ids.append(message.message_id)
+            log.records.append(record)
+            used = usage_of([message])
+            log.usages.append(used)
+            if used:
+                session.usage += used
             if vector is not None:
                 session.entries[message.message_id] = _entry(message, vector)
         self._touch(session, now)
@@ -261,15 +396,16 @@ class MemoryHistoryStore(SearchableStore):
         with self._data.lock:
             found: list[tuple[str, _Session, int, _Entry]] = []
             for session_id, session in self._scope(scope):
-                seqs = session.seq_of()
                 for message_id, entry in session.entries.items():
-                    seq = seqs[message_id]
+                    seq = session.seq(message_id)
+                    if seq is None:
+                        continue
                     if (before_seq is None or seq < before_seq) and (roles is None or entry.role in roles):
                         found.append((session_id, session, seq, entry))
             by_vector = [] if query is None else sorted(found, key=lambda f: -_dot(query, f[3].vector))[:limit]
             by_words = _bm25(found, terms, limit)
             chosen = {(f[0], f[2]): f for f in (*by_vector, *by_words)}
-            records = {ident: f[1].records[f[2] - f[1].first_seq] for ident, f in chosen.items()}
+            records = {ident: f[1].record(f[2]) for ident, f in chosen.items()}
         decoded = dict(zip(records, self._decode(list(records.values())), strict=True))
 
         def ranked(rows: list[tuple[str, _Session, int, _Entry]]) -> list[Candidate]:
@@ -291,7 +427,9 @@ class MemoryHistoryStore(SearchableStore):
             session = self._data.get(key, self._clock())
             if session is None or self._data.index != info:
                 return []
-            return [m for m in messages if m.message_id in session.id_set and m.message_id not in session.entries]
+            return [
+                m for m in messages if m.message_id not in session.entries and session.seq(m.message_id) is not None
+            ]
 
     async def _index(
         self, key: SessionKey, info: IndexInfo, messages: Sequence[Message], vectors: Sequence[tuple[float, ...]]
@@ -304,7 +442,7 @@ class MemoryHistoryStore(SearchableStore):
                 return 0
             indexed = 0
             for message, vector in zip(messages, vectors, strict=True):
-                if message.message_id in session.id_set and message.message_id not in session.entries:
+                if message.message_id not in session.entries and session.seq(message.message_id) is not None:
                     session.entries[message.message_id] = _entry(message, vector)
                     indexed += 1
             return indexed
@@ -314,7 +452,9 @@ class MemoryHistoryStore(SearchableStore):
             session = self._data.get(key, self._clock())
             if session is None:
                 return []
-            records = session.records[-last:] if last is not None else list(session.records)
+            end = session.log.end
+            low = session.first_seq if last is None else max(session.first_seq, end - last)
+            records = session.log.records_in(low, end)
         return self._decode(records)
 
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
@@ -326,9 +466,10 @@ class MemoryHistoryStore(SearchableStore):
                 if session is None or (origin is not None and session is not origin):
                     return  # deleted (and maybe re-created) while we read
                 origin = session
-                start = 0 if seq is None else max(seq - session.first_seq, 0)
-                records = session.records[start : start + batch]
-                seq = session.first_seq + start + len(records)
+                start = session.first_seq if seq is None else max(seq, session.first_seq)
+                stop = min(start + batch, session.log.end)
+                records = session.log.records_in(start, stop) if stop > start else []
+                seq = stop
             if not records:
                 return
             for message in self._decode(records):
@@ -337,7 +478,7 @@ class MemoryHistoryStore(SearchableStore):
     async def _count(self, key: SessionKey) -> int:
         with self._data.lock:
             session = self._data.get(key, self._clock())
-            return 0 if session is None else len(session.records)
+            return 0 if session is None else session.count
 
     async def _delete(self, key: SessionKey) -> bool:
         with self._data.lock:
@@ -352,13 +493,20 @@ class MemoryHistoryStore(SearchableStore):
             session = data.get(key, self._clock())
             if session is None:
                 return 0
-            removed = max(len(session.records) - keep_last, 0)
+            removed = max(session.count - keep_last, 0)
             if removed:  # a trim that deletes is a write; one that deletes nothing changes nothing
-                session.id_set.difference_update(session.ids[:removed])
-                for message_id in session.ids[:removed]:
-                    session.entries.pop(message_id, None)
-                del session.ids[:removed], session.records[:removed]
-                session.first_seq += removed
+                log, first = session.log, session.first_seq + removed
+                session.usage -= log.usage_in(session.first_seq, first)
+                for piece, i, j in log.spans(session.first_seq, first):
+                    for message_id in piece.ids[i:j]:
+                        session.entries.pop(message_id, None)
+                session.first_seq = first
+                if log.base is None and not log.shared:  # nothing else refers to the records: free them
+                    cut = first - log.start
+                    for message_id in log.ids[:cut]:
+                        del log.seq_by_id[message_id]
+                    del log.ids[:cut], log.records[:cut], log.usages[:cut]
+                    log.start = first
                 self._touch(session, stamp_time(write_stamp()))
             return removed
 
@@ -366,33 +514,96 @@ class MemoryHistoryStore(SearchableStore):
         data = self._data
         with data.lock:
             session = data.get(key, self._clock())
-            if session is None or not session.records:
+            if session is None or not session.count:
                 return None
-            record = session.records.pop()
-            popped_id = session.ids.pop()
-            session.id_set.discard(popped_id)
+            log = session.log
+            seq = log.end - 1
+            holder, index = log.at(seq)
+            record, popped_id, used = holder.records[index], holder.ids[index], holder.usages[index]
+            if holder is log and not log.shared:
+                log.records.pop()
+                log.ids.pop()
+                log.usages.pop()
+                del log.seq_by_id[popped_id]
+            else:  # the newest message belongs to a log a fork refers to: leave it there, and show one less
+                session.log = _Log(seq, log if log.records or log.shared else log.base)
+            if used:
+                session.usage -= used
             session.entries.pop(popped_id, None)
             self._touch(session, stamp_time(write_stamp()))
         return self._decode([record])[0]
 
-    async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
-        after = None if cursor is None else decode_cursor(cursor, int, str)
+    async def _fork(self, source: SessionKey, target: SessionKey, through: str | None) -> int:
+        data = self._data
+        with data.lock:
+            now_clock = self._clock()
+            if data.get(target, now_clock) is not None:
+                raise fork_target_exists_error(target)
+            origin = data.get(source, now_clock)
+            if origin is None or not origin.count:
+                raise fork_source_error(source, through)
+            log = origin.log
+            seq = log.end - 1 if through is None else origin.seq(through)
+            if seq is None:
+                raise fork_source_error(source, through)
+            holder, index = log.at(seq)
+            log.shared = True  # its records up to the cut are the fork's now too: they never change again
+            now = stamp_time(write_stamp())
+            fork = _Session(
+                now,
+                now,
+                log=_Log(seq + 1, log),
+                first_seq=origin.first_seq,
+                usage=origin.usage - log.usage_in(seq + 1, log.end),
+                forked_from=ForkInfo(source.session_id, holder.ids[index]),
+                title=origin.title,
+                tags=origin.tags,
+                metadata=dict(origin.metadata),
+            )
+            data.tenants.setdefault(target.tenant, {})[target.session_id] = fork
+            if fork.tags:
+                data.retag(target.tenant, target.session_id, frozenset(), fork.tags)
+            self._touch(fork, now)
+            return fork.count
+
+    async def _usage(self, key: SessionKey) -> Usage:
         with self._data.lock:
-            rows = [
-                (s.updated_at, session_id, len(s.records), s.created_at)
-                for session_id, s in self._data.live(tenant, self._clock())
-            ]
-        # Keyset pagination on (updated_at, session_id): stable while sessions are added between pages.
-        rows.sort(reverse=True)
-        if after is not None:
-            rows = [row for row in rows if (time_stamp(row[0]), row[1]) < after]
-        page = [
-            SessionInfo(session_id, tenant, count, created, updated) for updated, session_id, count, created in rows
-        ]
-        if len(page) > limit:
-            last = page[limit - 1]
-            return SessionPage(page[:limit], encode_cursor(time_stamp(last.updated_at), last.session_id))
-        return SessionPage(page)
+            session = self._data.get(key, self._clock())
+            return Usage() if session is None else session.usage
+
+    async def _update_info(
+        self, key: SessionKey, title: str | None, tags: frozenset[str] | None, metadata: dict[str, Any] | None
+    ) -> bool:
+        data = self._data
+        with data.lock:
+            session = data.get(key, self._clock())
+            if session is None:
+                return False
+            if title is not None:
+                session.title = title or None
+            if tags is not None:
+                data.retag(key.tenant, key.session_id, session.tags, tags)
+                session.tags = tags
+            if metadata is not None:
+                session.metadata = metadata
+            self._touch(session, stamp_time(write_stamp()))
+            return True
+
+    async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
+        with self._data.lock:
+            listed = list(self._data.live(tenant, self._clock()))
+        return _page(tenant, listed, limit, cursor)
+
+    async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
+        data = self._data
+        with data.lock:
+            now = self._clock()
+            listed = []
+            for session_id in list(data.tagged.get(tenant, {}).get(tag, ())):  # the tag index: no scan of the tenant
+                session = data.get(SessionKey(tenant, session_id), now)
+                if session is not None:
+                    listed.append((session_id, session))
+        return _page(tenant, listed, limit, cursor)
 
     async def _save_session(
         self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
@@ -441,8 +652,22 @@ class MemoryHistoryStore(SearchableStore):
     async def _delete_tenant(self, tenant: str) -> int:
         with self._data.lock:
             removed = len(list(self._data.live(tenant, self._clock())))
-            self._data.tenants.pop(tenant, None)
+            self._data.drop_tenant(tenant)
         return removed
+
+
+def _page(tenant: str, listed: list[tuple[str, _Session]], limit: int, cursor: str | None) -> SessionPage:
+    """One page of ``listed``, newest first, after ``cursor``."""
+    after = None if cursor is None else decode_cursor(cursor, int, str)
+    # Keyset pagination on (updated_at, session_id): stable while sessions are added between pages.
+    rows = sorted(((s.updated_at, session_id, s) for session_id, s in listed), key=lambda r: r[:2], reverse=True)
+    if after is not None:
+        rows = [row for row in rows if (time_stamp(row[0]), row[1]) < after]
+    page = [session.info(session_id, tenant) for _, session_id, session in rows[: limit + 1]]
+    if len(page) > limit:
+        last = page[limit - 1]
+        return SessionPage(page[:limit], encode_cursor(time_stamp(last.updated_at), last.session_id))
+    return SessionPage(page)
 
 
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:

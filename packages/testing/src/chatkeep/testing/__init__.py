@@ -27,7 +27,9 @@ if TYPE_CHECKING:
         ContentConformance,
         DocumentDamager,
         FakeClock,
+        ForkConformance,
         HistoryStoreConformance,
+        InfoConformance,
         KeyConformance,
         LifecycleConformance,
         ListingConformance,
@@ -41,7 +43,9 @@ if TYPE_CHECKING:
         StoreKit,
         TenantIsolationConformance,
         TTLConformance,
+        UsageConformance,
         for_all,
+        not_implemented_yet,
     )
 
 __all__ = [
@@ -56,7 +60,9 @@ __all__ = [
     "ContentConformance",
     "DocumentDamager",
     "FakeClock",
+    "ForkConformance",
     "HistoryStoreConformance",
+    "InfoConformance",
     "KeyConformance",
     "LifecycleConformance",
     "ListingConformance",
@@ -70,7 +76,9 @@ __all__ = [
     "StoreKit",
     "TTLConformance",
     "TenantIsolationConformance",
+    "UsageConformance",
     "for_all",
+    "not_implemented_yet",
 ]
 
 

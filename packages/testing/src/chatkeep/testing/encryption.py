@@ -20,7 +20,13 @@ import pytest_asyncio
 from chatkeep.core import AgentSession, EncryptedSessionError, HistoryStore, Message, SessionKey
 from chatkeep.core.encryption import KEYS_TENANT, DecryptionError, EncryptedStore, MissingDataKeyError
 
-__all__ = ["BackingFactory", "EncryptionConformance", "Places"]
+__all__ = ["ENCRYPTED_STORE_LACKS", "BackingFactory", "EncryptionConformance", "Places"]
+
+#: Why an ``EncryptedStore``'s conformance class declares forks, usage and info ``not_implemented_yet``.
+ENCRYPTED_STORE_LACKS = (
+    "EncryptedStore does not fork, count usage or keep titles and tags yet: its seals bind each message to its "
+    "session, and usage, titles and tags would be stored in clear (issue 22)"
+)
 
 #: What the ``open_backing`` fixture returns: ``open(name)`` opens a new plain store on the backing ``name``.
 BackingFactory = Callable[[str], "HistoryStore | Awaitable[HistoryStore]"]

@@ -37,6 +37,16 @@ from chatkeep.core.backend._converters import (
     text,
 )
 from chatkeep.core.backend._damage import damaged_listing_error, damaged_record_error, damaged_session_error
+from chatkeep.core.backend._info import (
+    ForkInfo,
+    ModelUsage,
+    SessionUsage,
+    check_metadata,
+    check_tag,
+    check_tags,
+    check_title,
+    usage_of,
+)
 from chatkeep.core.backend._keys import hashed_key, length_prefixed
 from chatkeep.core.backend._lazy import lazy_exports
 from chatkeep.core.backend._loops import PerLoop
@@ -72,6 +82,9 @@ from chatkeep.core.backend._store import (
     checked,
     conflict_error,
     decode_session_document,
+    feature_unsupported_error,
+    fork_source_error,
+    fork_target_exists_error,
     owner_error,
     session_document,
 )
@@ -85,8 +98,10 @@ __all__ = [
     "DriverOptions",
     "Embeddings",
     "Flag",
+    "ForkInfo",
     "HistoryStore",
     "IndexInfo",
+    "ModelUsage",
     "NonEmptyText",
     "NonNegativeInt",
     "PerLoop",
@@ -99,6 +114,7 @@ __all__ = [
     "SessionInfo",
     "SessionKey",
     "SessionPage",
+    "SessionUsage",
     "StoreSettings",
     "StoredSession",
     "SupportsExistenceCheck",
@@ -112,6 +128,10 @@ __all__ = [
     "TenantScope",
     "boolean",
     "check_index",
+    "check_metadata",
+    "check_tag",
+    "check_tags",
+    "check_title",
     "checked",
     "conflict_error",
     "converted",
@@ -124,6 +144,9 @@ __all__ = [
     "embed_messages",
     "encode_cursor",
     "encode_records",
+    "feature_unsupported_error",
+    "fork_source_error",
+    "fork_target_exists_error",
     "fuse",
     "hashed_key",
     "hookimpl",
@@ -142,5 +165,6 @@ __all__ = [
     "stamp_time",
     "text",
     "time_stamp",
+    "usage_of",
     "write_stamp",
 ]

@@ -38,6 +38,7 @@ from chatkeep.core._messages import Message, encode_records
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession, validate_id
 from chatkeep.core._telemetry import TelemetryTarget, note_records, operation, operation_stream
 from chatkeep.core.backend._damage import damaged_record_error, damaged_session_error
+from chatkeep.core.backend._info import ForkInfo, SessionUsage, check_metadata, check_tag, check_tags, check_title
 from chatkeep.core.backend._sealed import SealedSessions, is_sealed
 
 if TYPE_CHECKING:
@@ -54,6 +55,9 @@ __all__ = [
     "checked",
     "conflict_error",
     "decode_session_document",
+    "feature_unsupported_error",
+    "fork_source_error",
+    "fork_target_exists_error",
     "owner_error",
     "prune_cutoff",
     "search_unsupported_error",
@@ -86,13 +90,28 @@ class SessionKey:
 
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
-    """What ``list_sessions`` tells about one stored session."""
+    """What ``list_sessions`` tells about one stored session.
+
+    The fields after ``updated_at`` have defaults, so a backend written before they existed still builds one.
+
+    Attributes:
+        forked_from: the session this one was forked from and the last message it took (``None``: not a fork).
+        usage: the tokens its messages used (``None``: the backend does not count usage).
+        title: its title (``None``: none set).
+        tags: its tags.
+        metadata: the JSON-safe dict set with ``update_info``.
+    """
 
     session_id: str
     tenant: str
     message_count: int
     created_at: datetime
     updated_at: datetime
+    forked_from: ForkInfo | None = None
+    usage: SessionUsage | None = None
+    title: str | None = None
+    tags: frozenset[str] = frozenset()
+    metadata: dict[str, Any] = field(default_factory=dict, hash=False)  # hash=False: a SessionInfo stays hashable
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +164,36 @@ def search_unsupported_error(store: object) -> SearchUnsupportedError:
         f"{type(store).__name__} cannot index or search messages (it lacks the search capability); keep the "
         "history you want to search in a store that has it: memory://, PostgreSQL with pgvector, or SQLite with "
         '?transport=apsw (pip install "chatkeep-sql[recall]")'
+    )
+
+
+def feature_unsupported_error(store: object, call: str, hook: str) -> UnsupportedOperationError:
+    """The error for a call whose hook the store's backend does not implement (its plugin predates the call)."""
+    return UnsupportedOperationError(
+        f"{type(store).__name__} does not support {call}: its backend was written before "
+        f"HistoryStore.{call.split('(')[0]} existed; upgrade the plugin that provides it, or ask its author to "
+        f"implement HistoryStore.{hook} (see 'Writing a plugin' in the docs)"
+    )
+
+
+def fork_target_exists_error(target: SessionKey) -> ConcurrencyConflictError:
+    """The error for a fork onto a session that exists (raise it from ``_fork``)."""
+    return ConcurrencyConflictError(
+        f"cannot fork onto session {target.session_id!r}: it already exists; pass a new session id as the target "
+        "(or delete that session first)"
+    )
+
+
+def fork_source_error(source: SessionKey, through: str | None) -> InvalidArgumentError:
+    """The error for a fork whose ``through`` is not a message of the source, or whose source is empty."""
+    if through is None:
+        return InvalidArgumentError(
+            f"session {source.session_id!r} holds no messages, so there is nothing to fork; "
+            "fork a session that has some"
+        )
+    return InvalidArgumentError(
+        f"message {through!r} is not in session {source.session_id!r}; pass the id of one of its messages as through= "
+        "(chatkeep show lists them)"
     )
 
 
@@ -277,10 +326,12 @@ class HistoryStore(abc.ABC):
     then calls the hook a backend implements: ``_append``, ``_load``, ``_iter_messages``, ``_count``,
     ``_delete``, ``_trim``, ``_list_sessions``, ``_save_session`` and ``_load_session`` (and optionally
     ``_pop``, ``_prune``, ``_prune_session``, ``_list_tenants``, ``_delete_tenant``, ``_aclose`` and
-    ``_on_loop_change``). A hook is only called with valid arguments, on an open store, on the store's own
-    event loop (on any running loop when :attr:`serves_any_loop` is set). ``_pop``'s default refuses (a backend
-    written before ``pop`` existed raises :class:`UnsupportedOperationError`); ``_prune`` and ``_delete_tenant``
-    default to paging through ``_list_sessions`` and deleting session by session (``_prune_session``, ``_delete``).
+    ``_on_loop_change``; and ``_fork``, ``_usage``, ``_update_info``, ``_list_tagged_sessions`` for forks, usage,
+    titles and tags). A hook is only called with valid arguments, on an open store, on the store's own event loop
+    (on any running loop when :attr:`serves_any_loop` is set). ``_pop``'s default refuses (a backend written before
+    ``pop`` existed raises :class:`UnsupportedOperationError`), and so do the defaults of the fork, usage and info
+    hooks; ``_prune`` and ``_delete_tenant`` default to paging through ``_list_sessions`` and deleting session by
+    session (``_prune_session``, ``_delete``).
 
     The base class keeps the rules every backend shares: ``close()`` is idempotent, and a closed store raises
     :class:`StoreClosedError`. Drivers' connections belong to one event loop: a backend that keeps a driver
@@ -536,19 +587,25 @@ class HistoryStore(abc.ABC):
 
     @operation("list_sessions", lambda page: {"db.response.returned_rows": len(page.items)})
     async def list_sessions(
-        self, tenant: str = DEFAULT_TENANT, *, limit: int = 100, cursor: str | None = None
+        self, tenant: str = DEFAULT_TENANT, *, tag: str | None = None, limit: int = 100, cursor: str | None = None
     ) -> SessionPage:
-        """List one tenant's sessions, most recently updated first.
+        """List one tenant's sessions, most recently updated first; with ``tag``, only the sessions carrying it.
 
         Raises:
-            InvalidArgumentError: ``limit`` is below 1, or ``cursor`` is not a ``next_cursor`` of this store.
+            InvalidArgumentError: ``limit`` is below 1, ``tag`` is not a tag, or ``cursor`` is not a ``next_cursor``
+                of this store (for the same ``tag``).
+            UnsupportedOperationError: ``tag`` is given and the backend's plugin predates tags.
         """
         self._check_usable()
         _check_tenant(tenant)
         _check_count(limit, "limit", minimum=1)
+        if tag is not None:
+            check_tag(tag)
         if cursor is not None and (not isinstance(cursor, str) or not cursor):
             raise InvalidArgumentError(f"cursor must be the next_cursor of a previous page (a string), got {cursor!r}")
         try:
+            if tag is not None:
+                return await self._list_tagged_sessions(tenant, tag, limit, cursor)
             return await self._list_sessions(tenant, limit, cursor)
         except ChatkeepError:  # its own account (a damaged entry, a bad argument), not a cursor it failed to read
             raise
@@ -558,6 +615,97 @@ class HistoryStore(abc.ABC):
             raise InvalidArgumentError(
                 f"{cursor!r} is not a list_sessions cursor of this store; pass the next_cursor of the previous page"
             ) from exc
+
+    @operation("fork", lambda held: {"chatkeep.messages.new": held})
+    async def fork(self, source: SessionKey, target: SessionKey, *, through: str | None = None) -> int:
+        """Start session ``target`` with ``source``'s history up to and including message ``through``.
+
+        The history is not copied: ``target`` refers to ``source``'s messages up to that point, so a fork costs the
+        same at 10 messages as at 100,000. From then on the two are independent: appends, pops and trims on either
+        never show in the other, and deleting, trimming, pruning or expiring ``source`` never changes ``target``.
+        ``target`` also starts with ``source``'s title, tags and metadata (not its session document: see
+        ``Agent.fork_session``), and ``SessionInfo.forked_from`` names ``source`` and ``through``.
+
+        Args:
+            source: the session to fork; it must hold messages.
+            target: the new session, in the same tenant; it must not exist yet (no messages, no document).
+            through: the id of the last message ``target`` takes (``None``: all of ``source``'s).
+
+        Returns:
+            How many messages ``target`` holds.
+
+        Raises:
+            ConcurrencyConflictError: ``target`` already exists.
+            InvalidArgumentError: ``through`` is not a message of ``source``, ``source`` holds no messages, or
+                ``target`` is ``source``.
+            SessionOwnershipError: ``target`` is in another tenant than ``source``.
+            UnsupportedOperationError: the backend's plugin predates forks.
+        """
+        self._check_usable()
+        _check_key(source)
+        _check_key(target)
+        if source.tenant != target.tenant:
+            raise SessionOwnershipError(
+                f"a fork stays in its tenant: source is in tenant {source.tenant!r}, target in {target.tenant!r}; "
+                f"pass a target key of tenant {source.tenant!r}, or copy the session across tenants with chatkeep copy"
+            )
+        if source == target:
+            raise InvalidArgumentError(
+                f"cannot fork session {source.session_id!r} onto itself; pass another target key"
+            )
+        if through is not None and (not isinstance(through, str) or not through):
+            raise InvalidArgumentError(f"through must be a message id (a non-empty string) or None, got {through!r}")
+        if not self.sealed_passthrough:
+            self._sealed.refuse_append(target)
+        with _naming_damage(source):
+            return await self._fork(source, target, through)
+
+    @operation("usage")
+    async def usage(self, key: SessionKey) -> SessionUsage:
+        """The tokens the session's messages say they used, read without reading the messages (kept by ``append``).
+
+        A session without messages (or without usage contents) has an empty usage.
+
+        Raises:
+            UnsupportedOperationError: the backend's plugin predates usage.
+        """
+        self._check_usable()
+        return await self._usage(_check_key(key))
+
+    @operation("update_info")
+    async def update_info(
+        self,
+        key: SessionKey,
+        *,
+        title: str | None = None,
+        tags: Iterable[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> bool:
+        """Set the session's title, tags or metadata (an argument left ``None`` is left as it is).
+
+        A write: it counts as an update for ``list_sessions`` and ``prune`` and restarts the TTL.
+
+        Args:
+            key: the session; it must exist (hold messages or a document).
+            title: the new title (``""`` clears it).
+            tags: the new tag set, replacing the old one (``set()`` clears it).
+            metadata: the new metadata, replacing the old (``{}`` clears it); JSON values only, at most 64 KiB.
+
+        Returns:
+            ``True`` when the session exists and was updated; ``False`` when there is no such session.
+
+        Raises:
+            InvalidArgumentError: a title, tag or metadata out of its limits (nothing is stored).
+            UnsupportedOperationError: the backend's plugin predates titles and tags.
+        """
+        self._check_usable()
+        _check_key(key)
+        checked_title = None if title is None else check_title(title)
+        checked_tags = None if tags is None else check_tags(tags)
+        checked_metadata = None if metadata is None else check_metadata(metadata)
+        if checked_title is None and checked_tags is None and checked_metadata is None:
+            raise InvalidArgumentError("update_info needs title=, tags= or metadata=; pass at least one")
+        return await self._update_info(key, checked_title, checked_tags, checked_metadata)
 
     @operation("save_session")
     async def save_session(
@@ -655,7 +803,8 @@ class HistoryStore(abc.ABC):
     async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
         """Store ``records`` (the encoded ``messages``, distinct ids, within the size limit) atomically.
 
-        Skip messages whose id the session still holds; return how many were new. Never called empty.
+        Skip messages whose id the session still holds; return how many were new. Never called empty. In the same
+        write, add :func:`~chatkeep.core.backend.usage_of` the new messages to the session's usage (``_usage``).
         """
 
     @abc.abstractmethod
@@ -698,6 +847,43 @@ class HistoryStore(abc.ABC):
     @abc.abstractmethod
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One page of ``tenant``'s sessions, newest first; raise ``ValueError`` for a cursor it cannot read."""
+
+    async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
+        """One page of ``tenant``'s sessions carrying ``tag``, newest first, found through an index of tags.
+
+        Read only the tagged sessions (never scan the tenant). Raise ``ValueError`` for a cursor it cannot read.
+        Optional: without it, ``list_sessions(tag=...)`` raises :class:`UnsupportedOperationError`.
+        """
+        raise feature_unsupported_error(self, "list_sessions(tag=...)", "_list_tagged_sessions")
+
+    async def _fork(self, source: SessionKey, target: SessionKey, through: str | None) -> int:
+        """Make ``target`` refer to ``source``'s history up to ``through`` (its newest when ``None``), atomically.
+
+        Never copy the history: keep a parent reference and a sequence cut (see 'Writing a plugin', Forks). Raise
+        :func:`fork_target_exists_error` when ``target`` exists (messages, document or info), and
+        :func:`fork_source_error` when ``source`` holds no messages or ``through`` is not one of them. Copy
+        ``source``'s title, tags and metadata, set ``forked_from`` and ``target``'s usage (that of the messages it
+        takes), and count the fork as a write of ``target``. Return how many messages ``target`` holds.
+        Optional: without it, ``fork`` raises :class:`UnsupportedOperationError`.
+        """
+        raise feature_unsupported_error(self, "fork()", "_fork")
+
+    async def _usage(self, key: SessionKey) -> SessionUsage:
+        """The session's usage as kept by ``_append``, ``_pop``, ``_trim`` and ``_fork`` (never by reading messages).
+
+        Optional: without it, ``usage`` raises :class:`UnsupportedOperationError`.
+        """
+        raise feature_unsupported_error(self, "usage()", "_usage")
+
+    async def _update_info(
+        self, key: SessionKey, title: str | None, tags: frozenset[str] | None, metadata: dict[str, Any] | None
+    ) -> bool:
+        """Set the given fields (checked; ``None``: leave it) if the session exists, as a write; ``True`` if it does.
+
+        Keep ``tags`` in an index ``_list_tagged_sessions`` reads. Optional: without it, ``update_info`` raises
+        :class:`UnsupportedOperationError`.
+        """
+        raise feature_unsupported_error(self, "update_info()", "_update_info")
 
     @abc.abstractmethod
     async def _save_session(

@@ -130,6 +130,9 @@ class SyncHistoryStore:
     prune = _blocking(HistoryStore.prune)
     list_tenants = _blocking(HistoryStore.list_tenants)
     delete_tenant = _blocking(HistoryStore.delete_tenant)
+    fork = _blocking(HistoryStore.fork)
+    usage = _blocking(HistoryStore.usage)
+    update_info = _blocking(HistoryStore.update_info)
 
     def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> Iterator[Message]:
         """Iterate over the whole history in append order, ``batch`` messages per read.

@@ -370,13 +370,16 @@ def model_error(
     return ModelError(f"{api_name} call failed: {hint} ({type(exc).__name__}: {exc})")
 
 
-def assistant_message(text: str, calls: list[FunctionCallContent], usage: Usage | None) -> Message:
+def assistant_message(
+    text: str, calls: list[FunctionCallContent], usage: Usage | None, model: str | None = None
+) -> Message:
     """The assistant message of a response: its text, then its tool calls, then its usage.
 
     Args:
         text: the response's text; no text content when empty.
         calls: the tool calls the model made.
         usage: the tokens the call used, if the service said.
+        model: the model that answered, as the service named it (kept with the usage: per-model counts).
 
     Returns:
         The message.
@@ -385,5 +388,5 @@ def assistant_message(text: str, calls: list[FunctionCallContent], usage: Usage 
     contents.extend(calls)
     if usage is not None:
         # Kept on the message too, so a stored history still says what each model call cost.
-        contents.append(UsageContent(usage=usage))
+        contents.append(UsageContent(usage=usage, model=model or None))
     return Message(role="assistant", contents=contents)

@@ -365,7 +365,7 @@ def _response_from_completion(completion: ChatCompletion, model: str) -> ChatRes
     ]
     usage = _usage(completion.usage)
     return ChatResponse(
-        messages=[assistant_message(text, calls, usage)],
+        messages=[assistant_message(text, calls, usage, completion.model)],
         usage=usage,
         response_id=completion.id,
         finish_reason=choice.finish_reason,
@@ -381,10 +381,12 @@ class _StreamAssembler:
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
+        self.model: str | None = None
 
     def add(self, chunk: ChatCompletionChunk) -> str:
         """Take one chunk; return its text delta."""
         self.response_id = self.response_id or chunk.id
+        self.model = self.model or chunk.model
         if chunk.usage is not None:
             self.usage = _usage(chunk.usage)
         delta_text = ""
@@ -420,7 +422,7 @@ class _StreamAssembler:
                 FunctionCallContent(call_id=entry["id"], name=entry["name"], arguments="".join(entry["arguments"]))
             )
         return ChatResponse(
-            messages=[assistant_message("".join(self.text), calls, self.usage)],
+            messages=[assistant_message("".join(self.text), calls, self.usage, self.model or model)],
             usage=self.usage,
             response_id=self.response_id,
             finish_reason=self.finish_reason,

@@ -420,7 +420,7 @@ def _chat_response(response: Response, request: _Request) -> ChatResponse:
     else:
         finish_reason = "stop" if response.status in (None, "completed") else response.status
     return ChatResponse(
-        messages=[assistant_message("".join(texts), calls, usage)],
+        messages=[assistant_message("".join(texts), calls, usage, response.model)],
         usage=usage,
         response_id=response.id,
         conversation_id=request.continuation(response.id),
@@ -486,6 +486,7 @@ class _StreamAssembler:
                     )
                 arguments = entry["arguments"] if entry["arguments"] is not None else "".join(entry["pieces"])
                 calls.append(FunctionCallContent(call_id=entry["call_id"], name=entry["name"], arguments=arguments))
-            chat.messages = [assistant_message(message.text, calls, chat.usage)]
+            model = next((c.model for c in message.contents if isinstance(c, UsageContent)), None)
+            chat.messages = [assistant_message(message.text, calls, chat.usage, model)]
             chat.finish_reason = "tool_calls"
         return chat

@@ -3,8 +3,8 @@
 A backend's test module subclasses :class:`HistoryStoreConformance` and tells the kit how to open
 stores; the kit brings the tests (order, idempotent retries, concurrent writers, cancellation,
 atomic pops, windowed reads, hostile ids, tenant isolation, versioned documents, listing, prune, TTL, lifecycle,
-search for stores with that capability, and property tests drawing random messages, ids and session state
-with Hypothesis)::
+search for stores with that capability, forks, usage, titles and tags, and property tests drawing random
+messages, ids and session state with Hypothesis)::
 
     import uuid
 
@@ -57,6 +57,10 @@ The subclass contract:
   ``@pytest.mark.xfail(strict=True, reason=...)`` and call ``super()`` in its body, so the test
   still runs and reports when the backend starts passing. Any other override, a skip mark or a
   removed standard test raises ``TypeError`` when the subclass is defined.
+* A backend that does not implement a whole feature yet (forks, usage, titles and tags: the optional hooks
+  ``_fork``, ``_usage``, ``_update_info``, ``_list_tagged_sessions``) declares it with the class decorator
+  :func:`not_implemented_yet` (``@not_implemented_yet(ForkConformance, reason="...")``): each of those tests is
+  then a strict expected failure that must fail with ``UnsupportedOperationError``.
 
 :class:`CLIConformance` runs the ``chatkeep`` command end to end on a backend (every command, bad input,
 an unreachable server, a copy killed midway and rerun); a backend's tests subclass it with a ``store_url``
@@ -75,11 +79,14 @@ from chatkeep.testing.conformance._base import (
     FakeClock,
     StoreFactory,
     StoreKit,
+    not_implemented_yet,
 )
 from chatkeep.testing.conformance._cli import CLIConformance, CLIResult
 from chatkeep.testing.conformance._concurrency import ConcurrencyConformance
 from chatkeep.testing.conformance._conformance import HistoryStoreConformance
+from chatkeep.testing.conformance._forks import ForkConformance
 from chatkeep.testing.conformance._history import AppendConformance, ContentConformance, ReadConformance
+from chatkeep.testing.conformance._info import InfoConformance, UsageConformance
 from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationConformance
 from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
 from chatkeep.testing.conformance._pop import PopConformance
@@ -99,7 +106,9 @@ __all__ = [
     "ContentConformance",
     "DocumentDamager",
     "FakeClock",
+    "ForkConformance",
     "HistoryStoreConformance",
+    "InfoConformance",
     "KeyConformance",
     "LifecycleConformance",
     "ListingConformance",
@@ -113,5 +122,7 @@ __all__ = [
     "StoreKit",
     "TTLConformance",
     "TenantIsolationConformance",
+    "UsageConformance",
     "for_all",
+    "not_implemented_yet",
 ]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from chatkeep.testing.conformance._concurrency import ConcurrencyConformance
+from chatkeep.testing.conformance._forks import ForkConformance
 from chatkeep.testing.conformance._history import AppendConformance, ContentConformance, ReadConformance
+from chatkeep.testing.conformance._info import InfoConformance, UsageConformance
 from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationConformance
 from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
 from chatkeep.testing.conformance._pop import PopConformance
@@ -29,6 +31,9 @@ class HistoryStoreConformance(
     LifecycleConformance,
     PropertyConformance,
     SearchConformance,
+    ForkConformance,
+    UsageConformance,
+    InfoConformance,
 ):
     """Every rule of the :class:`~chatkeep.core.HistoryStore` contract, as tests a backend inherits.
 
