@@ -8,11 +8,12 @@ database, with a growing, jittered pause; it commits only if the caller was not 
 
 from __future__ import annotations
 
+import json
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from chatkeep.core.backend import conflict_error, owner_error, record_retry
+from chatkeep.core.backend import SessionUsage, conflict_error, owner_error, record_retry
 from chatkeep.sql._errors import retryable, stale_snapshot
 from chatkeep.sql._sql import Statements
 from chatkeep.sql._transport import Cancelled, Connection
@@ -21,6 +22,7 @@ __all__ = [
     "ATTEMPTS",
     "SHORT_ROWS",
     "Head",
+    "Row",
     "append",
     "delete_sessions",
     "insert",
@@ -28,11 +30,15 @@ __all__ = [
     "save_document",
     "transaction",
     "trim",
+    "update_info",
+    "usage_text",
 ]
 
 T = TypeVar("T")
 #: (key hash, tenant hash, tenant, session id): what a write needs to create a session's row.
 Head = tuple[bytes, bytes, bytes, bytes]
+#: (message hash, record, the message's usage as JSON or ``None``): one message an append stores.
+Row = tuple[bytes, str, str | None]
 
 ATTEMPTS = 8
 #: Appends of at most this many messages are one statement on PostgreSQL. Longer appends keep a transaction
@@ -96,10 +102,32 @@ async def transaction(conn: Connection, sql: Statements, body: Callable[[], Awai
     return await _retried(conn, attempt, retryable)
 
 
-def _chunks(rows: Sequence[tuple[bytes, str]]) -> list[Sequence[tuple[bytes, str]]]:
-    chunks: list[Sequence[tuple[bytes, str]]] = []
+def usage_text(used: SessionUsage) -> str | None:
+    """How a usage is stored (JSON; ``None`` for none)."""
+    return json.dumps(used.to_dict()) if used else None
+
+
+def _usage(texts: Iterable[str | None]) -> SessionUsage:
+    """The sum of stored usages (``None``: none)."""
+    total = SessionUsage()
+    for text in texts:
+        if text is not None:
+            total += SessionUsage.from_dict(json.loads(text))
+    return total
+
+
+async def _add_usage(conn: Connection, sql: Statements, session_ref: int, change: SessionUsage, sign: int) -> None:
+    """Inside a transaction holding the session row's lock: add (``sign`` 1) or remove (-1) ``change``."""
+    if not change:
+        return
+    current = _usage(row[0] for row in await conn.fetch(sql.session_usage, (session_ref,)))
+    await conn.execute(sql.set_usage, (usage_text(current + change if sign > 0 else current - change), session_ref))
+
+
+def _chunks(rows: Sequence[Row]) -> list[Sequence[Row]]:
+    chunks: list[Sequence[Row]] = []
     start, chars = 0, 0
-    for i, (_, record) in enumerate(rows):
+    for i, (_, record, _used) in enumerate(rows):
         if i > start and (i - start >= _ROWS_PER_INSERT or chars + len(record) > _CHARS_PER_INSERT):
             chunks.append(rows[start:i])
             start, chars = i, 0
@@ -108,17 +136,18 @@ def _chunks(rows: Sequence[tuple[bytes, str]]) -> list[Sequence[tuple[bytes, str
     return chunks
 
 
-async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: Sequence[tuple[bytes, str]]) -> int:
+async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: Sequence[Row]) -> int:
     """Append ``rows`` (message hash, record) to the session ``head`` names; returns how many were new.
 
     On PostgreSQL a short batch is one autocommitted statement (see ``_sql``), run again when it found its
-    snapshot stale; otherwise a transaction: the upsert of the session row reserving the sequence range under
-    its lock, the idempotent inserts, and the count corrected for messages already stored.
+    snapshot stale (a batch without usage contents: the statement keeps no usage); otherwise a transaction: the
+    upsert of the session row reserving the sequence range under its lock, the idempotent inserts, the count
+    corrected for messages already stored, and the usage of the new messages added.
     """
     n = len(rows)
-    if sql.append_one and n <= SHORT_ROWS:
-        hashes = [message_hash for message_hash, _ in rows]
-        params = (hashes, [record for _, record in rows], head[0], hashes, *head, now, now)
+    if sql.append_one and n <= SHORT_ROWS and all(used is None for _, _, used in rows):
+        hashes = [message_hash for message_hash, _, _ in rows]
+        params = (hashes, [record for _, record, _ in rows], head[0], hashes, *head, now, now)
 
         async def one_statement() -> int:
             if conn.cancelled:
@@ -139,11 +168,12 @@ async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: 
         return 0
 
 
-async def insert(conn: Connection, sql: Statements, head: Head, now: int, rows: Sequence[tuple[bytes, str]]) -> int:
-    """Inside a transaction: store ``rows`` (message hash, record) in the session ``head`` names; how many were new.
+async def insert(conn: Connection, sql: Statements, head: Head, now: int, rows: Sequence[Row]) -> int:
+    """Inside a transaction: store ``rows`` in the session ``head`` names; how many were new.
 
     The upsert of the session row reserves the sequence range under its lock, the inserts skip messages already
-    stored, and the count is corrected for them.
+    stored, the count is corrected for them, and the usage of the new messages is added to the session's: those
+    stored in the reserved range (no other writer can store there) are the new ones.
     """
     n = len(rows)
     found = await conn.fetch(sql.upsert, (*head, now, now, n, n))
@@ -154,12 +184,19 @@ async def insert(conn: Connection, sql: Statements, head: Head, now: int, rows: 
     inserted = 0
     for chunk in _chunks(rows):
         params: list[Any] = []
-        for message_hash, record in chunk:
-            params += (session_ref, seq, message_hash, record)
+        for message_hash, record, used in chunk:
+            params += (session_ref, seq, message_hash, record, used)
             seq += 1
         inserted += await conn.execute(sql.insert_messages(len(chunk)), params)
     if inserted < n:
         await conn.execute(sql.uncount, (n - inserted, session_ref))
+    if any(used is not None for _, _, used in rows):
+        if inserted == n:
+            added = _usage(used for _, _, used in rows)
+        else:
+            found = await conn.fetch(sql.inserted_usages, (session_ref, next_seq - n, next_seq))
+            added = _usage(row[1] for row in found)
+        await _add_usage(conn, sql, session_ref, added, 1)
     return inserted
 
 
@@ -177,9 +214,11 @@ async def trim(conn: Connection, sql: Statements, key: bytes, keep_last: int, no
         boundary = await conn.fetch(sql.trim_boundary, (session_ref, keep_last))
         if not boundary:
             return 0
+        used = _usage(row[0] for row in await conn.fetch(sql.trim_usages, (session_ref, boundary[0][0])))
         removed = await conn.execute(sql.trim_delete, (session_ref, boundary[0][0]))
         if removed:
             await conn.execute(sql.remove_messages, (removed, now, session_ref))
+            await _add_usage(conn, sql, session_ref, used, -1)
         return removed
 
     return await transaction(conn, sql, body)
@@ -202,13 +241,14 @@ async def pop(conn: Connection, sql: Statements, key: bytes, now: int) -> str | 
             if not newest:
                 return None
             await conn.execute(sql.pop_remove, (session_ref, newest[0][0]))
-            record = newest[0][1]
+            record, used = newest[0][1], newest[0][2]
         else:
             deleted = await conn.fetch(sql.pop_delete, (session_ref,) if sql.mysql else (session_ref, session_ref))
             if not deleted:
                 return None
-            record = deleted[0][0]
+            record, used = deleted[0][0], deleted[0][1]
         await conn.execute(sql.remove_messages, (1, now, session_ref))
+        await _add_usage(conn, sql, session_ref, _usage([used]), -1)
         return str(record)
 
     return await transaction(conn, sql, body)
@@ -240,6 +280,34 @@ async def save_document(
             raise conflict_error(session_id, expected_version, exists=current is not None)
         await conn.execute(sql.doc_write, (document, owner, now, session_ref))
         return f"{session_ref}.{doc_version + 1}"
+
+    return await transaction(conn, sql, body)
+
+
+async def update_info(
+    conn: Connection,
+    sql: Statements,
+    key: bytes,
+    now: int,
+    fields: dict[str, str | None],
+    tags: Sequence[bytes] | None,
+) -> bool:
+    """Set a session's info (``fields``: title, tags, metadata as stored) and its tag index rows (``tags``: their
+    hashes, ``None``: unchanged), as a write; ``False`` when there is no such session."""
+
+    async def body() -> bool:
+        found = await conn.fetch(sql.lock_session, (key,))
+        if not found:
+            return False
+        session_ref = found[0][0]
+        statement = sql.update_info(title="title" in fields, tags="tags" in fields, metadata="metadata" in fields)
+        values = [fields[name] for name in ("title", "tags", "metadata") if name in fields]
+        await conn.execute(statement, (*values, now, session_ref))
+        if tags is not None:
+            await conn.execute(sql.untag, (session_ref,))
+            if tags:
+                await conn.execute(sql.insert_tags(len(tags)), [p for tag in tags for p in (session_ref, tag)])
+        return True
 
     return await transaction(conn, sql, body)
 

@@ -45,7 +45,7 @@ PostgreSQL does the whole append in ONE autocommitted statement (``Statements.ap
 
 from __future__ import annotations
 
-from chatkeep.sql._schema import MESSAGES, SESSIONS
+from chatkeep.sql._schema import MESSAGES, SESSIONS, TAGS
 
 __all__ = ["MYSQL_ROW_ALIAS", "Statements", "mysql_upsert"]
 
@@ -187,16 +187,16 @@ class Statements:
         self.pop_returns = not (self.mysql and not is_mariadb)
         if not self.pop_returns:
             self.pop_delete = c(
-                f"SELECT seq, record FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1{lock}"
+                f"SELECT seq, record, token_usage FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1{lock}"
             )
         elif self.mysql:  # MariaDB refuses a subquery on the table a DELETE changes, but takes ORDER BY ... LIMIT
             self.pop_delete = c(
-                f"DELETE FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 RETURNING record"
+                f"DELETE FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 RETURNING record, token_usage"
             )
         else:
             self.pop_delete = c(
                 f"DELETE FROM {MESSAGES} WHERE session_ref = ? AND seq = "
-                f"(SELECT max(seq) FROM {MESSAGES} WHERE session_ref = ?) RETURNING record"
+                f"(SELECT max(seq) FROM {MESSAGES} WHERE session_ref = ?) RETURNING record, token_usage"
             )
         self.pop_remove = c(f"DELETE FROM {MESSAGES} WHERE session_ref = ? AND seq = ?")
         # pop and trim: fewer messages, and a write (it moves updated_at).
@@ -204,10 +204,29 @@ class Statements:
             f"UPDATE {SESSIONS} SET message_count = message_count - ?, "
             f"updated_at = {greatest}(updated_at, ?) WHERE id = ?"
         )
-        listing = f"SELECT id, session_id, message_count, created_at, updated_at FROM {SESSIONS} WHERE tenant_hash = ?"
+        info = "id, session_id, message_count, created_at, updated_at, token_usage, title, tags, metadata"
+        listing = f"SELECT {info} FROM {SESSIONS} WHERE tenant_hash = ?"
         order = " ORDER BY updated_at DESC, id DESC LIMIT ?"
         self.list_first = c(listing + order)
         self.list_after = c(listing + " AND (updated_at < ? OR (updated_at = ? AND id < ?))" + order)
+        # By tag: the tag index gives the tagged sessions (never the whole tenant); the tenant's hash is in the tag's.
+        tagged = f"SELECT {info} FROM {SESSIONS} WHERE id IN (SELECT session_ref FROM {TAGS} WHERE tag_hash = ?)"
+        self.tagged_first = c(tagged + order)
+        self.tagged_after = c(tagged + " AND (updated_at < ? OR (updated_at = ? AND id < ?))" + order)
+        # Usage: the session's, kept by every write; a message's, read back by the pop or trim that removes it.
+        self.usage = c(f"SELECT token_usage FROM {SESSIONS} WHERE key_hash = ?")
+        self.session_usage = c(f"SELECT token_usage FROM {SESSIONS} WHERE id = ?")
+        self.set_usage = c(f"UPDATE {SESSIONS} SET token_usage = ? WHERE id = ?")
+        self.inserted_usages = c(
+            f"SELECT seq, token_usage FROM {MESSAGES} WHERE session_ref = ? AND seq >= ? AND seq < ? "
+            "AND token_usage IS NOT NULL"
+        )
+        self.trim_usages = c(
+            f"SELECT token_usage FROM {MESSAGES} WHERE session_ref = ? AND seq <= ? AND token_usage IS NOT NULL"
+        )
+        # Title, tags and metadata (update_info; its SET clause is made per call), and the tag index's rows.
+        self.untag = c(f"DELETE FROM {TAGS} WHERE session_ref = ?")
+        self._tag_inserts: dict[int, str] = {}
         self.doc_for_update = c(
             f"SELECT id, doc_version, document IS NOT NULL, owner FROM {SESSIONS} WHERE key_hash = ?{lock}"
         )
@@ -249,13 +268,29 @@ class Statements:
         """A multi-row INSERT of ``rows`` messages that skips those already stored."""
         sql = self._inserts.get(rows)
         if sql is None:
-            values = ", ".join(["(?, ?, ?, ?)"] * rows)
+            values = ", ".join(["(?, ?, ?, ?, ?)"] * rows)
             sql = self._c(
-                f"{self.insert_ignore} {MESSAGES} (session_ref, seq, message_hash, record) VALUES {values}"
+                f"{self.insert_ignore} {MESSAGES} (session_ref, seq, message_hash, record, token_usage) VALUES {values}"
                 + self.conflict_nothing
             )
             self._inserts[rows] = sql
         return sql
+
+    def insert_tags(self, tags: int) -> str:
+        """An INSERT of ``tags`` rows of the tag index (session ref, tag hash)."""
+        sql = self._tag_inserts.get(tags)
+        if sql is None:
+            sql = self._tag_inserts[tags] = self._c(
+                f"INSERT INTO {TAGS} (session_ref, tag_hash) VALUES " + ", ".join(["(?, ?)"] * tags)
+            )
+        return sql
+
+    def update_info(self, *, title: bool, tags: bool, metadata: bool) -> str:
+        """The UPDATE of a session's info setting the fields given (and ``updated_at``: it is a write)."""
+        greatest = "max" if self.sqlite else "GREATEST"
+        chosen = [name for name, given in (("title", title), ("tags", tags), ("metadata", metadata)) if given]
+        assignments = "".join(f"{name} = ?, " for name in chosen)
+        return self._c(f"UPDATE {SESSIONS} SET {assignments}updated_at = {greatest}(updated_at, ?) WHERE id = ?")
 
     def delete_ids(self, ids: int, *, older: bool) -> str:
         """DELETE of sessions by id (re-checking the age when pruning, against a concurrent write)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
@@ -19,6 +20,7 @@ from chatkeep.core import (
 from chatkeep.core.backend import (
     HistoryStore,
     PerLoop,
+    SessionUsage,
     StoredSession,
     TelemetryTarget,
     checked,
@@ -29,11 +31,12 @@ from chatkeep.core.backend import (
     session_document,
     stamp_time,
     time_stamp,
+    usage_of,
     write_stamp,
 )
 from chatkeep.sql import _ops
 from chatkeep.sql._config import SQLConfig, SQLURLError, parse_url
-from chatkeep.sql._schema import key_hash, message_hash, tenant_hash
+from chatkeep.sql._schema import key_hash, message_hash, tag_hash, tenant_hash
 from chatkeep.sql._transport import Connection, Transport
 
 if TYPE_CHECKING:
@@ -190,6 +193,14 @@ class SQLHistoryStore(HistoryStore):
             key.session_id.encode(),
         )
 
+    @staticmethod
+    def _rows(messages: Sequence[Message], records: Sequence[str]) -> list[_ops.Row]:
+        """What an append stores of each message: its id's hash, its record and its usage (``usage_of`` it)."""
+        return [
+            (message_hash(message.message_id), record, _ops.usage_text(usage_of([message])))
+            for message, record in zip(messages, records, strict=True)
+        ]
+
     def _decode(self, records: Sequence[str]) -> list[Message]:
         self._records_read += len(records)
         return decode_records(records)
@@ -197,8 +208,8 @@ class SQLHistoryStore(HistoryStore):
     # -- messages ------------------------------------------------------------------------------------
 
     async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
-        """Append atomically, skipping ids the session holds (a unique index on the id's hash)."""
-        rows = [(message_hash(message.message_id), record) for message, record in zip(messages, records, strict=True)]
+        """Append atomically, skipping ids the session holds (a unique index on the id's hash); adds their usage."""
+        rows = self._rows(messages, records)
         head, now, sql = self._head(key), write_stamp(), self._sql
         return await self._run(lambda conn: _ops.append(conn, sql, head, now, rows), write=True)
 
@@ -255,15 +266,47 @@ class SQLHistoryStore(HistoryStore):
         else:
             updated_at, row_id = decode_cursor(cursor, int, int)
             statement, params = self._sql.list_after, (digest, updated_at, updated_at, row_id, limit + 1)
+        return await self._page(tenant, statement, params, limit)
+
+    async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
+        """One tenant's sessions carrying ``tag``, newest first: the tag index names them, no other row is read."""
+        digest = tag_hash(tenant, tag)
+        params: tuple[Any, ...]
+        if cursor is None:
+            statement, params = self._sql.tagged_first, (digest, limit + 1)
+        else:
+            updated_at, row_id = decode_cursor(cursor, int, int)
+            statement, params = self._sql.tagged_after, (digest, updated_at, updated_at, row_id, limit + 1)
+        return await self._page(tenant, statement, params, limit)
+
+    async def _page(self, tenant: str, statement: str, params: Sequence[Any], limit: int) -> SessionPage:
+        """The page of ``limit`` sessions (and the cursor after it) that a listing statement selects."""
         rows = await self._fetch(statement, params)
-        items = [
-            SessionInfo(bytes(session_id).decode(), tenant, int(count), stamp_time(created), stamp_time(updated))
-            for _, session_id, count, created, updated in rows[:limit]
-        ]
+        items = [_session_info(tenant, row) for row in rows[:limit]]
         if len(rows) > limit:
             last = rows[limit - 1]
             return SessionPage(items, encode_cursor(int(last[4]), int(last[0])))
         return SessionPage(items)
+
+    async def _usage(self, key: SessionKey) -> SessionUsage:
+        """The usage kept with the session row by every write (no message is read)."""
+        rows = await self._fetch(self._sql.usage, (key_hash(key.tenant, key.session_id),))
+        return _usage(rows[0][0] if rows else None)
+
+    async def _update_info(
+        self, key: SessionKey, title: str | None, tags: frozenset[str] | None, metadata: dict[str, Any] | None
+    ) -> bool:
+        """Set the title, tags and metadata given, and the tag index's rows, in one transaction."""
+        fields: dict[str, str | None] = {}
+        if title is not None:
+            fields["title"] = title or None
+        if tags is not None:
+            fields["tags"] = json.dumps(sorted(tags), ensure_ascii=False) if tags else None
+        if metadata is not None:
+            fields["metadata"] = json.dumps(metadata, ensure_ascii=False) if metadata else None
+        hashes = None if tags is None else [tag_hash(key.tenant, tag) for tag in sorted(tags)]
+        digest, now, sql = key_hash(key.tenant, key.session_id), write_stamp(), self._sql
+        return await self._run(lambda conn: _ops.update_info(conn, sql, digest, now, fields, hashes), write=True)
 
     async def _save_session(
         self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
@@ -310,6 +353,26 @@ class SQLHistoryStore(HistoryStore):
         return await self._run(
             lambda conn: _ops.delete_sessions(conn, sql, sql.tenant_sessions, (tenant_hash(tenant),), None)
         )
+
+
+def _usage(stored: str | None) -> SessionUsage:
+    return SessionUsage() if stored is None else SessionUsage.from_dict(json.loads(stored))
+
+
+def _session_info(tenant: str, row: Sequence[Any]) -> SessionInfo:
+    """The :class:`SessionInfo` of a listing row (see ``Statements.list_first``)."""
+    _, session_id, count, created, updated, used, title, tags, metadata = row
+    return SessionInfo(
+        bytes(session_id).decode(),
+        tenant,
+        int(count),
+        stamp_time(created),
+        stamp_time(updated),
+        usage=_usage(used),
+        title=title,
+        tags=frozenset(json.loads(tags)) if tags else frozenset(),
+        metadata=json.loads(metadata) if metadata else {},
+    )
 
 
 def _can_search(url: str | None, client: AsyncEngine | None, options: dict[str, Any]) -> bool:
