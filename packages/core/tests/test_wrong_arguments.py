@@ -88,7 +88,7 @@ async def test_prune_with_an_older_than_of_the_wrong_type() -> None:
         (lambda: TextContent(text=None), r"TextContent\(text: str\)"),
         (lambda: FunctionCallContent(call_id="c", name=1), r"name: str, arguments: str = '\{\}'\)"),
         (lambda: FunctionResultContent(call_id=None), r"FunctionResultContent\(call_id: str, result: JsonValue"),
-        (lambda: UsageContent(usage=3), r"UsageContent\(usage: Usage\)"),
+        (lambda: UsageContent(usage=3), r"UsageContent\(usage: Usage, model: str \| None = None\)"),
         (lambda: Message(role="user", contents="hi"), "contents= a list of contents"),
     ],
 )
