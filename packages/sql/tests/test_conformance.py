@@ -6,20 +6,15 @@ from typing import Any
 
 import pytest
 
-from chatkeep.core import HistoryStore, SessionKey, UnsupportedOperationError
+from chatkeep.core import HistoryStore, SessionKey
 from chatkeep.core.backend import SearchableStore
 from chatkeep.sql import SQLHistoryStore
 from chatkeep.sql._schema import key_hash
 from chatkeep.testing import (
     DocumentDamager,
-    ForkConformance,
     HistoryStoreConformance,
-    InfoConformance,
     SearchConformance,
     StoreFactory,
-    StoreKit,
-    UsageConformance,
-    not_implemented_yet,
 )
 
 #: Each database's transports: the driver's own (the default) and SQLAlchemy's engine.
@@ -36,21 +31,9 @@ def transport(request: pytest.FixtureRequest, sql_target: Any) -> str:
     return TRANSPORTS[sql_target.family] if request.param == "driver" else request.param
 
 
-_NO_FORKS = "fork() is not implemented yet on SQL: issue 22"
-
-
-@not_implemented_yet(ForkConformance, reason=_NO_FORKS)
 class TestSQLConformance(HistoryStoreConformance):
     native_ttl = False  # no engine-side expiry: prune(older_than=...) is the retention tool
     multi_process = True  # every process reaches the same database through store_url
-
-    @pytest.mark.xfail(strict=True, reason=_NO_FORKS, raises=UnsupportedOperationError)
-    async def test_a_fork_uses_what_it_took(self, kit: StoreKit, store: HistoryStore) -> None:
-        await UsageConformance.test_a_fork_uses_what_it_took(self, kit, store)
-
-    @pytest.mark.xfail(strict=True, reason=_NO_FORKS, raises=UnsupportedOperationError)
-    async def test_a_fork_starts_with_its_source_info(self, kit: StoreKit, store: HistoryStore) -> None:
-        await InfoConformance.test_a_fork_starts_with_its_source_info(self, kit, store)
 
     @pytest.fixture
     def store_url(self, sql_target: Any, transport: str, apsw_file: str) -> str:

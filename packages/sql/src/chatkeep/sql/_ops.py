@@ -8,12 +8,14 @@ database, with a growing, jittered pause; it commits only if the caller was not 
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from chatkeep.core.backend import SessionUsage, conflict_error, owner_error, record_retry
+from chatkeep.sql import _chain
 from chatkeep.sql._errors import retryable, stale_snapshot
 from chatkeep.sql._sql import Statements
 from chatkeep.sql._transport import Cancelled, Connection
@@ -23,8 +25,11 @@ __all__ = [
     "SHORT_ROWS",
     "Head",
     "Row",
+    "TargetExists",
     "append",
+    "delete",
     "delete_sessions",
+    "fork",
     "insert",
     "pop",
     "save_document",
@@ -154,7 +159,10 @@ async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: 
                 raise Cancelled  # not sent yet: nothing to undo
             return int((await conn.fetch(sql.append_one, params))[0][0])
 
-        return await _retried(conn, one_statement, lambda exc: stale_snapshot(exc) or retryable(exc))
+        appended = await _retried(conn, one_statement, lambda exc: stale_snapshot(exc) or retryable(exc))
+        if appended >= 0:
+            return appended
+        # -1: the session is a fork, whose inherited ids only the transaction below checks.
 
     async def body() -> int:
         inserted = await insert(conn, sql, head, now, rows)
@@ -179,10 +187,14 @@ async def insert(conn: Connection, sql: Statements, head: Head, now: int, rows: 
     found = await conn.fetch(sql.upsert, (*head, now, now, n, n))
     if not sql.append_returns:  # the engine's upsert returns nothing: read the reserved range back
         found = await conn.fetch(sql.session_after_upsert, (head[0],))
-    session_ref, next_seq = found[0]
+    session_ref, next_seq, base_ref = found[0]
     seq = next_seq - n
+    if base_ref is not None:  # a fork: skip the ids its source's stretch of the chain holds (its own: the index)
+        segments = (await _chain.chain(conn, sql, ref=session_ref))[1:]
+        inherited = await _chain.held(conn, sql, segments, [row[0] for row in rows]) if segments else set()
+        rows = [row for row in rows if row[0] not in inherited]
     inserted = 0
-    for chunk in _chunks(rows):
+    for chunk in _chunks(rows) if rows else []:
         params: list[Any] = []
         for message_hash, record, used in chunk:
             params += (session_ref, seq, message_hash, record, used)
@@ -191,7 +203,7 @@ async def insert(conn: Connection, sql: Statements, head: Head, now: int, rows: 
     if inserted < n:
         await conn.execute(sql.uncount, (n - inserted, session_ref))
     if any(used is not None for _, _, used in rows):
-        if inserted == n:
+        if inserted == len(rows):
             added = _usage(used for _, _, used in rows)
         else:
             found = await conn.fetch(sql.inserted_usages, (session_ref, next_seq - n, next_seq))
@@ -200,22 +212,50 @@ async def insert(conn: Connection, sql: Statements, head: Head, now: int, rows: 
     return inserted
 
 
-async def trim(conn: Connection, sql: Statements, key: bytes, keep_last: int, now: int) -> int:
+async def _own_row(conn: Connection, sql: Statements, head: Head) -> tuple[int, int | None, int] | None:
+    """Inside a transaction: lock the session's row; (row id, base row, message count), on a row of its own.
+
+    A row that forks refer to never loses a message: the session is first moved onto a new row on top of it.
+    """
+    found = await conn.fetch(sql.head_for_update, (head[0],))
+    if not found:
+        return None
+    session_ref, base_ref, forks, count, _ = found[0]
+    if forks > 0:
+        base_ref, session_ref = session_ref, await _chain.move(conn, sql, session_ref, head[0], head[1])
+    return int(session_ref), base_ref, int(count)
+
+
+async def trim(conn: Connection, sql: Statements, head: Head, keep_last: int, now: int) -> int:
     """Delete all but the ``keep_last`` newest messages of the session; returns how many were deleted.
 
-    A trim that deletes is a write: like a pop, it moves the session's ``updated_at`` to ``now``.
+    A trim that deletes is a write: like a pop, it moves the session's ``updated_at`` to ``now``. On a fork it
+    raises the first sequence number the session shows, and deletes the rows of its own below it.
     """
 
     async def body() -> int:
-        found = await conn.fetch(sql.lock_session, (key,))
-        if not found:
+        found = await _own_row(conn, sql, head)
+        if found is None:
             return 0
-        session_ref = found[0][0]
-        boundary = await conn.fetch(sql.trim_boundary, (session_ref, keep_last))
-        if not boundary:
-            return 0
-        used = _usage(row[0] for row in await conn.fetch(sql.trim_usages, (session_ref, boundary[0][0])))
-        removed = await conn.execute(sql.trim_delete, (session_ref, boundary[0][0]))
+        session_ref, base_ref, count = found
+        if base_ref is None:
+            boundary = await conn.fetch(sql.trim_boundary, (session_ref, keep_last))
+            if not boundary:
+                return 0
+            last = boundary[0][0]
+            used = _usage(row[0] for row in await conn.fetch(sql.trim_usages, (session_ref, last)))
+            removed = await conn.execute(sql.trim_delete, (session_ref, last))
+        else:
+            if count <= keep_last:
+                return 0
+            segments = await _chain.chain(conn, sql, ref=session_ref)
+            found_last = await _chain.boundary(conn, sql, segments, keep_last)
+            if found_last is None:
+                return 0
+            used = _usage(await _chain.usages_through(conn, sql, segments, found_last))
+            await conn.execute(sql.set_first_seq, (found_last + 1, session_ref))
+            await conn.execute(sql.trim_delete, (session_ref, found_last))
+            removed = count - keep_last
         if removed:
             await conn.execute(sql.remove_messages, (removed, now, session_ref))
             await _add_usage(conn, sql, session_ref, used, -1)
@@ -224,24 +264,34 @@ async def trim(conn: Connection, sql: Statements, key: bytes, keep_last: int, no
     return await transaction(conn, sql, body)
 
 
-async def pop(conn: Connection, sql: Statements, key: bytes, now: int) -> str | None:
+async def pop(conn: Connection, sql: Statements, head: Head, now: int) -> str | None:
     """Delete the session's newest message and return its record (``None``: no messages), in one transaction.
 
     The session row's lock (``BEGIN IMMEDIATE`` on SQLite) orders it after appends, trims and other pops of
-    the session, so two pops never read the same newest row.
+    the session, so two pops never read the same newest row. On a fork whose own rows are all popped, the
+    newest is its source's: the cut is lowered below it instead.
     """
 
     async def body() -> str | None:
-        found = await conn.fetch(sql.lock_session, (key,))
-        if not found:
+        found = await _own_row(conn, sql, head)
+        if found is None:
             return None
-        session_ref = found[0][0]
-        if not sql.pop_returns:
-            newest = await conn.fetch(sql.pop_delete, (session_ref,))
-            if not newest:
+        session_ref, base_ref, _ = found
+        if base_ref is not None:
+            newest = await _chain.newest(conn, sql, await _chain.chain(conn, sql, ref=session_ref))
+            if newest is None:
                 return None
-            await conn.execute(sql.pop_remove, (session_ref, newest[0][0]))
-            record, used = newest[0][1], newest[0][2]
+            holder, seq, record, used = newest
+            if holder == session_ref:
+                await conn.execute(sql.pop_remove, (session_ref, seq))
+            else:
+                await conn.execute(sql.set_base_cut, (seq, session_ref))
+        elif not sql.pop_returns:
+            newest_row = await conn.fetch(sql.pop_delete, (session_ref,))
+            if not newest_row:
+                return None
+            await conn.execute(sql.pop_remove, (session_ref, newest_row[0][0]))
+            record, used = newest_row[0][1], newest_row[0][2]
         else:
             deleted = await conn.fetch(sql.pop_delete, (session_ref,) if sql.mysql else (session_ref, session_ref))
             if not deleted:
@@ -252,6 +302,77 @@ async def pop(conn: Connection, sql: Statements, key: bytes, now: int) -> str | 
         return str(record)
 
     return await transaction(conn, sql, body)
+
+
+async def delete(conn: Connection, sql: Statements, key: bytes) -> bool:
+    """Delete the session's row, or hide it when forks refer to it; ``True`` if it was there.
+
+    A session that is no fork and has none is one statement; the others a transaction (``_chain.drop``).
+    """
+    if await conn.execute(sql.delete_plain, (key,)):
+        return True
+
+    async def body() -> bool:
+        found = await conn.fetch(sql.row_by_key, (key,))
+        return bool(found) and await _chain.drop(conn, sql, int(found[0][0]))
+
+    return await transaction(conn, sql, body)
+
+
+async def fork(
+    conn: Connection,
+    sql: Statements,
+    source: bytes,
+    target: Head,
+    through: bytes | None,
+    now: int,
+    message_id: Callable[[str], str],
+    names: tuple[bytes, bytes | None],
+) -> int | None:
+    """Make ``target`` a new session whose history is ``source``'s up to ``through`` (its newest: ``None``).
+
+    Returns how many messages it holds; ``None`` when the source holds no such message. Raises
+    :class:`_TargetExists` when ``target`` has a row. ``message_id`` reads a record's id (for the newest);
+    ``names``: the source's session id and ``through`` as given (``None``: the newest's).
+    """
+
+    async def body() -> int | None:
+        found = await conn.fetch(sql.head_for_update, (source,))
+        if await conn.fetch(sql.row_by_key, (target[0],)):
+            raise TargetExists
+        if not found or not found[0][3]:
+            return None
+        source_ref, _, _, count, _ = found[0]
+        segments = await _chain.chain(conn, sql, ref=int(source_ref))
+        through_id = names[1]
+        if through is None:
+            newest = await _chain.newest(conn, sql, segments)
+            if newest is None:
+                return None
+            seq, through_id = newest[1], message_id(newest[2]).encode()
+        else:
+            found_seq = await _chain.find(conn, sql, segments, through)
+            if found_seq is None:
+                return None
+            seq = found_seq
+        later, usages = await _chain.after(conn, sql, segments, seq + 1)
+        current = _usage(row[0] for row in await conn.fetch(sql.session_usage, (source_ref,)))
+        taken = int(count) - later
+        used = usage_text(current - _usage(usages))
+        await conn.execute(
+            sql.fork_insert,
+            (*target, now, now, seq + 1, taken, used, seq + 1, names[0], through_id, source_ref),
+        )
+        made = int((await conn.fetch(sql.row_by_key, (target[0],)))[0][0])
+        await conn.execute(sql.add_forks, (1, source_ref))
+        await conn.execute(sql.copy_tags, (made, source_ref))
+        return taken
+
+    return await transaction(conn, sql, body)
+
+
+class TargetExists(Exception):
+    """The fork's target session exists."""
 
 
 async def save_document(
@@ -272,14 +393,15 @@ async def save_document(
 
     async def body() -> str:
         await conn.execute(sql.create_session, (*head, now, now))
-        session_ref, doc_version, has_document, stored_owner = (await conn.fetch(sql.doc_for_update, (head[0],)))[0]
+        found = (await conn.fetch(sql.doc_for_update, (head[0],)))[0]
+        session_ref, doc_version, has_document, stored_owner, doc_ref = found
         if owner is not None and stored_owner is not None and bytes(stored_owner) != owner:
             raise owner_error()
-        current = f"{session_ref}.{doc_version}" if has_document else None
+        current = f"{doc_ref}.{doc_version}" if has_document else None
         if expected_version is not None and current != expected_version:
             raise conflict_error(session_id, expected_version, exists=current is not None)
         await conn.execute(sql.doc_write, (document, owner, now, session_ref))
-        return f"{session_ref}.{doc_version + 1}"
+        return f"{doc_ref}.{doc_version + 1}"
 
     return await transaction(conn, sql, body)
 
@@ -312,18 +434,29 @@ async def update_info(
     return await transaction(conn, sql, body)
 
 
+async def _drop_listed(conn: Connection, sql: Statements, select: str, params: Sequence[Any]) -> int:
+    """Inside a transaction: delete (or hide) the rows ``select`` finds; how many."""
+    return sum([await _chain.drop(conn, sql, int(row[0])) for row in await conn.fetch(select, params)])
+
+
 async def delete_sessions(
     conn: Connection, sql: Statements, select: str, params: Sequence[Any], cutoff: int | None
 ) -> int:
-    """Delete the sessions ``select`` finds, in batches (each batch its own statement); returns how many."""
+    """Delete the sessions ``select`` finds, in batches (each batch its own statement); returns how many.
+
+    Forks and sessions forks refer to are left by the batch's statement and deleted one by one after it, in a
+    transaction (``_chain.drop``).
+    """
     removed = 0
+    older = cutoff is not None
     while True:
         ids = [row[0] for row in await conn.fetch(select, (*params, _DELETE_BATCH))]
         if not ids:
             return removed
-        if cutoff is None:
-            removed += await conn.execute(sql.delete_ids(len(ids), older=False), ids)
-        else:
-            removed += await conn.execute(sql.delete_ids(len(ids), older=True), (*ids, cutoff))
+        checks = (*ids, cutoff) if older else tuple(ids)
+        removed += await conn.execute(sql.delete_ids(len(ids), older=older), checks)
+        chained_ids = sql.chained_ids(len(ids), older=older)
+        if await conn.fetch(chained_ids, checks):
+            removed += await transaction(conn, sql, functools.partial(_drop_listed, conn, sql, chained_ids, checks))
         if len(ids) < _DELETE_BATCH:
             return removed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -18,6 +19,7 @@ from chatkeep.core import (
     SessionPage,
 )
 from chatkeep.core.backend import (
+    ForkInfo,
     HistoryStore,
     PerLoop,
     SessionUsage,
@@ -28,15 +30,18 @@ from chatkeep.core.backend import (
     decode_records,
     decode_session_document,
     encode_cursor,
+    fork_source_error,
+    fork_target_exists_error,
     session_document,
     stamp_time,
     time_stamp,
     usage_of,
     write_stamp,
 )
-from chatkeep.sql import _ops
+from chatkeep.sql import _chain, _ops
 from chatkeep.sql._config import SQLConfig, SQLURLError, parse_url
 from chatkeep.sql._schema import key_hash, message_hash, tag_hash, tenant_hash
+from chatkeep.sql._sql import Statements
 from chatkeep.sql._transport import Connection, Transport
 
 if TYPE_CHECKING:
@@ -218,13 +223,22 @@ class SQLHistoryStore(HistoryStore):
         digest = key_hash(key.tenant, key.session_id)
         if last is None:
             rows = await self._fetch(self._sql.load_all, (digest,))
-            return self._decode([row[0] for row in rows])
-        rows = await self._fetch(self._sql.load_last, (digest, last))
-        return self._decode([row[0] for row in reversed(rows)])
+            records = [row[0] for row in rows]
+        else:
+            rows = await self._fetch(self._sql.load_last, (digest, last))
+            records = [row[0] for row in reversed(rows)]
+        if not records:  # none, or a fork: its history is a chain of rows (``_chain``)
+            records = await self._run(lambda conn: _load_chain(conn, self._sql, digest, last))
+        return self._decode(records)
 
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         """Iterate over the history in append order, ``batch`` rows per read (keyset pages on the sequence)."""
-        rows = await self._fetch(self._sql.page_first, (key_hash(key.tenant, key.session_id), batch))
+        digest = key_hash(key.tenant, key.session_id)
+        rows = await self._fetch(self._sql.page_first, (digest, batch))
+        if not rows:
+            async for message in self._iter_chain(digest, batch):
+                yield message
+            return
         while rows:
             # Following pages name the session row: a session deleted (and re-created) meanwhile ends the iteration.
             session_ref, seq = rows[-1][0], rows[-1][1]
@@ -234,6 +248,19 @@ class SQLHistoryStore(HistoryStore):
                 return
             rows = await self._fetch(self._sql.page_next, (session_ref, seq, batch))
 
+    async def _iter_chain(self, digest: bytes, batch: int) -> AsyncIterator[Message]:
+        """Iterate over a fork's history, stretch by stretch of its chain (read again for each page)."""
+        seq = -1
+        while True:
+            rows = await self._run(functools.partial(_page_chain, sql=self._sql, digest=digest, seq=seq, batch=batch))
+            if not rows:
+                return
+            for message in self._decode([record for _, record in rows]):
+                yield message
+            seq = rows[-1][0]
+            if len(rows) < batch:
+                return
+
     async def _count(self, key: SessionKey) -> int:
         """How many messages the session holds (a counter kept with the session: no messages are read)."""
         rows = await self._fetch(self._sql.count, (key_hash(key.tenant, key.session_id),))
@@ -241,18 +268,18 @@ class SQLHistoryStore(HistoryStore):
 
     async def _delete(self, key: SessionKey) -> bool:
         """Delete the session's messages and document; ``True`` if anything was there."""
-        statement, params = self._sql.delete, (key_hash(key.tenant, key.session_id),)
-        return await self._run(lambda conn: conn.execute(statement, params)) > 0
+        digest, sql = key_hash(key.tenant, key.session_id), self._sql
+        return await self._run(lambda conn: _ops.delete(conn, sql, digest))
 
     async def _trim(self, key: SessionKey, keep_last: int) -> int:
         """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
-        digest, now, sql = key_hash(key.tenant, key.session_id), write_stamp(), self._sql
-        return await self._run(lambda conn: _ops.trim(conn, sql, digest, keep_last, now), write=True)
+        head, now, sql = self._head(key), write_stamp(), self._sql
+        return await self._run(lambda conn: _ops.trim(conn, sql, head, keep_last, now), write=True)
 
     async def _pop(self, key: SessionKey) -> Message | None:
         """Delete the newest message and return it, in one transaction holding the session row's lock."""
-        digest, now, sql = key_hash(key.tenant, key.session_id), write_stamp(), self._sql
-        record = await self._run(lambda conn: _ops.pop(conn, sql, digest, now), write=True)
+        head, now, sql = self._head(key), write_stamp(), self._sql
+        record = await self._run(lambda conn: _ops.pop(conn, sql, head, now), write=True)
         return None if record is None else self._decode([record])[0]
 
     # -- sessions ------------------------------------------------------------------------------------
@@ -287,6 +314,31 @@ class SQLHistoryStore(HistoryStore):
             last = rows[limit - 1]
             return SessionPage(items, encode_cursor(int(last[4]), int(last[0])))
         return SessionPage(items)
+
+    async def _fork(self, source: SessionKey, target: SessionKey, through: str | None) -> int:
+        """Make ``target`` a row referring to ``source``'s (a cut in its chain), in one transaction: no copy."""
+        source_digest, head, now, sql = (
+            key_hash(source.tenant, source.session_id),
+            self._head(target),
+            write_stamp(),
+            self._sql,
+        )
+        through_hash = None if through is None else message_hash(through)
+        names = (source.session_id.encode(), None if through is None else through.encode())
+
+        def message_id(record: str) -> str:
+            return decode_records([record])[0].message_id
+
+        try:
+            taken = await self._run(
+                lambda conn: _ops.fork(conn, sql, source_digest, head, through_hash, now, message_id, names),
+                write=True,
+            )
+        except _ops.TargetExists:
+            raise fork_target_exists_error(target) from None
+        if taken is None:
+            raise fork_source_error(source, through)
+        return taken
 
     async def _usage(self, key: SessionKey) -> SessionUsage:
         """The usage kept with the session row by every write (no message is read)."""
@@ -338,14 +390,14 @@ class SQLHistoryStore(HistoryStore):
         sql = self._sql
         params: tuple[Any, ...]
         if tenant is None:
-            select, params = sql.old_sessions, (cutoff,)
+            select, params = sql.old_sessions, (cutoff, _chain.HIDDEN_TENANT)
         else:
             select, params = sql.old_tenant_sessions, (tenant_hash(tenant), cutoff)
         return await self._run(lambda conn: _ops.delete_sessions(conn, sql, select, params, cutoff))
 
     async def _list_tenants(self) -> list[str]:
         """Every tenant with a session row, in one statement over the tenant index."""
-        return [bytes(tenant).decode() for (tenant,) in await self._fetch(self._sql.tenants, ())]
+        return [bytes(tenant).decode() for (tenant,) in await self._fetch(self._sql.tenants, (_chain.HIDDEN_TENANT,))]
 
     async def _delete_tenant(self, tenant: str) -> int:
         """Delete every session of ``tenant``; returns how many."""
@@ -355,13 +407,28 @@ class SQLHistoryStore(HistoryStore):
         )
 
 
+async def _load_chain(conn: Connection, sql: Statements, digest: bytes, last: int | None) -> list[str]:
+    """The records of a fork's history (all, or the ``last`` newest, reading only those), oldest first."""
+    segments = await _chain.chain(conn, sql, key=digest)
+    if last is None:
+        return await _chain.read_all(conn, sql, segments)
+    return await _chain.read_last(conn, sql, segments, last)
+
+
+async def _page_chain(
+    conn: Connection, *, sql: Statements, digest: bytes, seq: int, batch: int
+) -> list[tuple[int, str]]:
+    """Up to ``batch`` (sequence number, record) of a fork's history after ``seq``."""
+    return await _chain.page(conn, sql, await _chain.chain(conn, sql, key=digest), seq, batch)
+
+
 def _usage(stored: str | None) -> SessionUsage:
     return SessionUsage() if stored is None else SessionUsage.from_dict(json.loads(stored))
 
 
 def _session_info(tenant: str, row: Sequence[Any]) -> SessionInfo:
     """The :class:`SessionInfo` of a listing row (see ``Statements.list_first``)."""
-    _, session_id, count, created, updated, used, title, tags, metadata = row
+    _, session_id, count, created, updated, used, title, tags, metadata, forked_from, through = row
     return SessionInfo(
         bytes(session_id).decode(),
         tenant,
@@ -372,6 +439,7 @@ def _session_info(tenant: str, row: Sequence[Any]) -> SessionInfo:
         title=title,
         tags=frozenset(json.loads(tags)) if tags else frozenset(),
         metadata=json.loads(metadata) if metadata else {},
+        forked_from=None if forked_from is None else ForkInfo(bytes(forked_from).decode(), bytes(through).decode()),
     )
 
 

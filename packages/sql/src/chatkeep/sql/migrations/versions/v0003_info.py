@@ -1,4 +1,4 @@
-"""What a store keeps about a session beside its messages: token usage, title, tags and metadata.
+"""Forks, and what a store keeps about a session beside its messages: token usage, title, tags and metadata.
 
 Revision ID: 0003
 Revises: 0002
@@ -13,6 +13,12 @@ pop or a trim subtracts what it removes without decoding records. ``chatkeep_tag
 ``list_sessions(tag=...)`` reads: one row per (tag, session), keyed by a hash of the tenant and the tag, deleted
 with its session (a foreign key ``ON DELETE CASCADE``). Existing sessions start with no usage, title or tags:
 their messages were stored before usage was counted.
+
+Forks refer to their source's messages instead of copying them: ``base_ref`` names the row whose messages below
+``base_cut`` a row's history continues, ``first_seq`` is the first sequence number a session shows, ``forks``
+counts the rows that refer to a row (such a row never loses a message: a pop or trim of its session moves the
+session onto a new row on top of it, and deleting it only hides it), ``doc_ref`` is the row id a moved
+session's document versions keep, and ``forked_from``/``forked_through`` say where a fork came from.
 """
 
 from __future__ import annotations
@@ -39,6 +45,15 @@ def _text() -> sa.types.TypeEngine[str]:
 def upgrade() -> None:
     for column in ("token_usage", "title", "tags", "metadata"):
         op.add_column("chatkeep_sessions", sa.Column(column, _text(), nullable=True))
+    # Forks: the row whose messages below base_cut this row's history continues (a chain of rows), the first
+    # sequence number the session shows (a trim of a fork raises it), how many rows continue this one, the row
+    # whose id a moved session's document versions keep, and where the session was forked from.
+    op.add_column("chatkeep_sessions", sa.Column("base_ref", sa.BigInteger(), nullable=True))
+    for column in ("base_cut", "first_seq", "forks"):
+        op.add_column("chatkeep_sessions", sa.Column(column, sa.BigInteger(), nullable=False, server_default="0"))
+    op.add_column("chatkeep_sessions", sa.Column("doc_ref", sa.BigInteger(), nullable=True))
+    for column in ("forked_from", "forked_through"):
+        op.add_column("chatkeep_sessions", sa.Column(column, sa.LargeBinary(), nullable=True))
     op.add_column("chatkeep_messages", sa.Column("token_usage", _text(), nullable=True))
     op.create_table(
         "chatkeep_tags",
@@ -59,5 +74,7 @@ def downgrade() -> None:
     op.drop_index("ix_chatkeep_tags_tag", "chatkeep_tags")
     op.drop_table("chatkeep_tags")
     op.drop_column("chatkeep_messages", "token_usage")
+    for column in ("forked_through", "forked_from", "doc_ref", "forks", "first_seq", "base_cut", "base_ref"):
+        op.drop_column("chatkeep_sessions", column)
     for column in ("metadata", "tags", "title", "token_usage"):
         op.drop_column("chatkeep_sessions", column)
