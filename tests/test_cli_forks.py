@@ -120,3 +120,25 @@ def test_copy_keeps_a_fork_a_fork_when_its_parent_is_copied(capsys: pytest.Captu
     # A rerun copies nothing again.
     code, out, _ = cli(capsys, "copy", "--from", source, "--to", target, "--tenant", "acme", "--json")
     assert (code, json.loads(out)["new_messages"]) == (0, 0)
+
+
+def test_export_and_import_carry_title_tags_and_metadata(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    source, target = f"memory://exp-src-{uuid.uuid4().hex}", f"memory://exp-dst-{uuid.uuid4().hex}"
+    messages = asyncio.run(seed(source))
+
+    async def shape() -> None:
+        async with open_store(source) as store:
+            await store.fork(SessionKey("acme", "chat"), SessionKey("acme", "b1"), through=messages[1].message_id)
+            await store.update_info(SessionKey("acme", "b1"), title="branch", tags={"x", "y"}, metadata={"k": 1})
+
+    asyncio.run(shape())
+    exported = tmp_path / "acme.jsonl"
+    assert cli(capsys, "export", "--store", source, "--tenant", "acme", "-o", str(exported))[0] == 0
+    kinds = [json.loads(line)["type"] for line in exported.read_text(encoding="utf-8").splitlines()]
+    assert kinds.count("info") == 1
+    code, _, err = cli(capsys, "import", "--store", target, "-i", str(exported))
+    assert code == 0, err
+    copied, original = asyncio.run(snapshot(target)), asyncio.run(snapshot(source))
+    assert {k: v[0] for k, v in copied.items()} == {k: v[0] for k, v in original.items()}
+    assert {k: v[2:] for k, v in copied.items()} == {k: v[2:] for k, v in original.items()}
+    assert copied["b1"][1] is None, "an imported fork is an equal copy (the file is read as a stream)"

@@ -21,7 +21,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
-from chatkeep.core._errors import ChatkeepError, MessageFormatError, MessageTooLargeError, redact_url
+from chatkeep.core._errors import (
+    ChatkeepError,
+    MessageFormatError,
+    MessageTooLargeError,
+    UnsupportedOperationError,
+    redact_url,
+)
 from chatkeep.core._messages import Message, decode_records, encode_records, record_size
 from chatkeep.core._session import AgentSession
 from chatkeep.core.backend import HistoryStore, SessionInfo, SessionKey
@@ -114,9 +120,11 @@ async def _export(args: argparse.Namespace, out: IO[str], damage: DamagedSession
             if missing:
                 raise UsageError(f"no session {args.session!r} in tenant {tenant!r} of {redact_url(url)}")
         with progress("export", total=total) as bar:
-            keys = _one(SessionKey(tenant, args.session)) if args.session else _sessions_of(store, tenant, damage)
-            async for key in keys:
-                document_lines = message_lines = 0
+            keys = _one(SessionKey(tenant, args.session)) if args.session else _listed(store, tenant, damage)
+            async for listed in keys:
+                key = listed if isinstance(listed, SessionKey) else SessionKey(tenant, listed.session_id)
+                info = None if isinstance(listed, SessionKey) else _jsonl.info_line(key, listed)
+                document_lines = info_lines = message_lines = 0
                 try:
                     stored = await store.load_session(key)
                     if stored is not None:
@@ -124,13 +132,16 @@ async def _export(args: argparse.Namespace, out: IO[str], damage: DamagedSession
                         document = json.dumps(stored.session.to_dict(), ensure_ascii=False, separators=(",", ":"))
                         out.write(f'{_jsonl.prefix("session", key)}"owner":{owner},"document":{document}}}\n')
                         document_lines = 1
+                    if info is not None:
+                        out.write(info)
+                        info_lines = 1
                     prefix = _jsonl.prefix("message", key)
                     async for message in store.iter_messages(key, batch=1000):
                         out.write(f'{prefix}"record":{message.to_record()}}}\n')
                         message_lines += 1
                         bar.advance()
                 except DAMAGE as exc:
-                    written = document_lines + message_lines
+                    written = document_lines + info_lines + message_lines
                     damage.found(key, exc, note=f" ({written} of its lines written before)" if written else "")
                     out.write(_jsonl.damaged(key, exc))  # import leaves out the lines of this session
                     marked += 1
@@ -138,7 +149,7 @@ async def _export(args: argparse.Namespace, out: IO[str], damage: DamagedSession
                     sessions += 1
                     messages += message_lines
                     documents += document_lines
-                runs += 1 if document_lines + message_lines else 0
+                runs += 1 if document_lines + info_lines + message_lines else 0
                 lines += message_lines
         out.write(_jsonl.trailer(runs, lines, marked))
         out.flush()
@@ -241,9 +252,19 @@ async def _import(
 async def _write_lines(
     store: HistoryStore, stream: IO[bytes], name: str, tenant: str | None, bar: Progress, leave_out: set[SessionKey]
 ) -> dict[str, int]:
-    counts = {"sessions": 0, "messages": 0, "new_messages": 0, "session_documents": 0}
+    counts = {"sessions": 0, "messages": 0, "new_messages": 0, "session_documents": 0, "info_not_kept": 0}
     batch: list[Line] = []
     current: SessionKey | None = None
+    pending: list[Line] = []  # info lines, applied once their session's lines are written (it exists then)
+
+    async def apply_info() -> None:
+        for line in pending:
+            assert line.info is not None
+            try:
+                await store.update_info(line.key, **line.info)
+            except UnsupportedOperationError:
+                counts["info_not_kept"] += 1  # the store keeps no titles or tags: the messages are imported
+        pending.clear()
 
     async def flush() -> None:
         if batch:
@@ -258,9 +279,12 @@ async def _write_lines(
             continue  # a damaged session's lines: only the part export read before it met the damage
         if line.key != current:
             await flush()
+            await apply_info()
             current = line.key
             counts["sessions"] += 1
-        if line.document is not None:
+        if line.info is not None:
+            pending.append(line)
+        elif line.document is not None:
             await flush()
             session = AgentSession.from_dict(line.document, tenant=line.key.tenant)
             await store.save_session(line.key, session, owner=line.owner)
@@ -270,6 +294,7 @@ async def _write_lines(
             if len(batch) >= APPEND_BATCH:
                 await flush()
     await flush()
+    await apply_info()
     return counts
 
 
@@ -300,6 +325,14 @@ def import_(args: argparse.Namespace) -> int:
     left_out = [
         {"tenant": key.tenant, "session_id": key.session_id, "error": why} for key, why in tally.damaged.items()
     ]
+    info_not_kept = counts.pop("info_not_kept")
+    if info_not_kept:
+        counts["info_not_kept"] = info_not_kept
+        say(
+            f"note: the titles, tags and metadata of {plural(info_not_kept, 'session')} were not imported: the store "
+            "does not keep them",
+            err=True,
+        )
     if args.json:
         emit_json({**counts, "complete": tally.problem is None, "damaged_in_export": left_out})
         return 0
