@@ -286,28 +286,24 @@ class SQLHistoryStore(HistoryStore):
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One tenant's sessions, most recently updated first, ``limit`` per page (keyset pagination)."""
-        digest = tenant_hash(tenant)
-        params: tuple[Any, ...]
-        if cursor is None:
-            statement, params = self._sql.list_first, (digest, limit + 1)
-        else:
-            updated_at, row_id = decode_cursor(cursor, int, int)
-            statement, params = self._sql.list_after, (digest, updated_at, updated_at, row_id, limit + 1)
-        return await self._page(tenant, statement, params, limit)
+        sql = self._sql
+        return await self._page(tenant, (sql.list_first, sql.list_after), tenant_hash(tenant), limit, cursor)
 
     async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
         """One tenant's sessions carrying ``tag``, newest first: the tag index names them, no other row is read."""
-        digest = tag_hash(tenant, tag)
+        sql = self._sql
+        return await self._page(tenant, (sql.tagged_first, sql.tagged_after), tag_hash(tenant, tag), limit, cursor)
+
+    async def _page(
+        self, tenant: str, statements: tuple[str, str], digest: bytes, limit: int, cursor: str | None
+    ) -> SessionPage:
+        """One page of a listing (``statements``: its first page's and the following pages', keyed by ``digest``)."""
         params: tuple[Any, ...]
         if cursor is None:
-            statement, params = self._sql.tagged_first, (digest, limit + 1)
+            statement, params = statements[0], (digest, limit + 1)
         else:
             updated_at, row_id = decode_cursor(cursor, int, int)
-            statement, params = self._sql.tagged_after, (digest, updated_at, updated_at, row_id, limit + 1)
-        return await self._page(tenant, statement, params, limit)
-
-    async def _page(self, tenant: str, statement: str, params: Sequence[Any], limit: int) -> SessionPage:
-        """The page of ``limit`` sessions (and the cursor after it) that a listing statement selects."""
+            statement, params = statements[1], (digest, updated_at, updated_at, row_id, limit + 1)
         rows = await self._fetch(statement, params)
         items = [_session_info(tenant, row) for row in rows[:limit]]
         if len(rows) > limit:
