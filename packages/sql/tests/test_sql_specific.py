@@ -674,7 +674,7 @@ def test_the_mysql_upsert_names_the_inserted_row_by_an_alias_from_mysql_8_0_19(
         assert " AS incoming" not in statements.upsert
         assert "next_seq = next_seq + VALUES(next_seq)" in statements.upsert
         assert "GREATEST(updated_at, VALUES(updated_at))" in statements.upsert
-    assert statements.upsert.endswith(" RETURNING id, next_seq") is is_mariadb
+    assert statements.upsert.endswith(" RETURNING id, next_seq, base_ref") is is_mariadb
     assert statements.upsert.count("%s") == 8
 
 
