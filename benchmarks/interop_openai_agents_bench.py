@@ -176,10 +176,10 @@ class _GuardedSQLite:
         rows = [(message_hash(message_id), record) for message_id, record in map(_record, items)]
         now, n = time.time_ns() // 1000, len(rows)
         self._db.execute(self._sql.begin)
-        session_ref, next_seq = self._db.execute(self._sql.upsert, (*self._head, now, now, n, n)).fetchone()
+        session_ref, next_seq = self._db.execute(self._sql.upsert, (*self._head, now, now, n, n)).fetchone()[:2]
         params: list[Any] = []
         for seq, (message_hash_, record) in enumerate(rows, next_seq - n):
-            params += (session_ref, seq, message_hash_, record)
+            params += (session_ref, seq, message_hash_, record, None)  # None: the message's token usage
         self._db.execute(self._sql.insert_messages(n), params)
         self._db.execute("COMMIT")
 

@@ -260,8 +260,8 @@ def _guarded_append(cur: Any, db: _Database, key: SessionKey, *records: tuple[by
     sql = _STATEMENTS[db.family]
     cur.execute(sql.begin)
     cur.execute(sql.upsert, (*head, now, now, 2, 2))
-    ref, next_seq = cur.fetchall()[0]
-    cur.execute(sql.insert_messages(2), (ref, next_seq - 2, h1, r1, ref, next_seq - 1, h2, r2))
+    ref, next_seq = cur.fetchall()[0][:2]  # (and the session's fork base)
+    cur.execute(sql.insert_messages(2), (ref, next_seq - 2, h1, r1, None, ref, next_seq - 1, h2, r2, None))
     cur.execute("COMMIT")
 
 
@@ -320,8 +320,10 @@ class _RawAsync:
             async with self.conn.cursor() as cur:
                 await cur.execute(sql.begin)
                 await cur.execute(sql.upsert, (*head, now, now, 2, 2))
-                ref, next_seq = (await cur.fetchall())[0]
-                await cur.execute(sql.insert_messages(2), (ref, next_seq - 2, h1, r1, ref, next_seq - 1, h2, r2))
+                ref, next_seq = (await cur.fetchall())[0][:2]  # (and the session's fork base)
+                await cur.execute(
+                    sql.insert_messages(2), (ref, next_seq - 2, h1, r1, None, ref, next_seq - 1, h2, r2, None)
+                )
                 await cur.execute("COMMIT")
         lap(_PART_NAMES[2])
 

@@ -12,13 +12,9 @@ from chatkeep.sql import SQLHistoryStore
 from chatkeep.sql._schema import key_hash, tenant_hash
 from chatkeep.testing import (
     DocumentDamager,
-    ForkConformance,
     HistoryStoreConformance,
-    InfoConformance,
     SearchConformance,
     StoreFactory,
-    UsageConformance,
-    not_implemented_yet,
 )
 
 #: Each database's transports: the driver's own (the default) and SQLAlchemy's engine.
@@ -66,7 +62,6 @@ def sqlite_index_entries(path: str, tenant: str) -> int:
         conn.close()
 
 
-@not_implemented_yet(ForkConformance, UsageConformance, InfoConformance, reason="not implemented yet on SQL: issue 22")
 class TestSQLConformance(HistoryStoreConformance):
     native_ttl = False  # no engine-side expiry: prune(older_than=...) is the retention tool
     multi_process = True  # every process reaches the same database through store_url

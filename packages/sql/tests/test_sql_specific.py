@@ -676,7 +676,7 @@ def test_the_mysql_upsert_names_the_inserted_row_by_an_alias_from_mysql_8_0_19(
         assert " AS incoming" not in statements.upsert
         assert "next_seq = next_seq + VALUES(next_seq)" in statements.upsert
         assert "GREATEST(updated_at, VALUES(updated_at))" in statements.upsert
-    assert statements.upsert.endswith(" RETURNING id, next_seq") is is_mariadb
+    assert statements.upsert.endswith(" RETURNING id, next_seq, base_ref") is is_mariadb
     assert statements.upsert.count("%s") == 8
 
 
@@ -690,7 +690,7 @@ def test_the_server_met_at_connect_decides_the_upsert() -> None:
     statements.use_server(is_mariadb=True, version=(10, 11, 6))  # the URL said mysql://, the server is MariaDB
     assert "VALUES(next_seq)" in statements.upsert
     # MariaDB returns the reserved range from the upsert, and the popped record from its DELETE (one round trip less)
-    assert statements.upsert.endswith(" RETURNING id, next_seq")
+    assert statements.upsert.endswith(" RETURNING id, next_seq, base_ref")
     assert statements.pop[1] is True
     statements.use_server(is_mariadb=True, version=(10, 4, 30))  # before INSERT ... RETURNING
     assert not statements.upsert.endswith("RETURNING id, next_seq")
@@ -718,7 +718,7 @@ async def test_appends_on_this_server_use_the_upsert_its_version_takes(sql_targe
         if "mariadb" in str(version).lower():
             assert not store._sql.row_alias
             assert "VALUES(next_seq)" in store._sql.upsert
-            assert store._sql.upsert.endswith(" RETURNING id, next_seq")  # no locked read back on MariaDB
+            assert store._sql.upsert.endswith(" RETURNING id, next_seq, base_ref")  # no locked read back on MariaDB
         else:
             numbers = tuple(int(part) for part in re.findall(r"\d+", str(version))[:3])
             assert store._sql.row_alias is (numbers >= _sql.MYSQL_ROW_ALIAS)

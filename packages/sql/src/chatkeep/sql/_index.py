@@ -51,7 +51,7 @@ class SearchIndex(abc.ABC):
         conn: Connection,
         head: _ops.Head,
         now: int,
-        rows: Sequence[tuple[bytes, str]],
+        rows: Sequence[_ops.Row],
         info: IndexInfo,
         index: Sequence[IndexRow],
     ) -> int:
@@ -63,7 +63,7 @@ class SearchIndex(abc.ABC):
             found = await conn.fetch(sql.lock_session, (head[0],))
             new = rows
             if found:
-                stored = await self._stored(conn, found[0][0], [h for h, _ in rows])
+                stored = await self._stored(conn, found[0][0], [row[0] for row in rows])
                 new = [row for row in rows if row[0] not in stored]
             inserted = await _ops.insert(conn, sql, head, now, new) if new else 0
             await self._write_index(conn, checked, head, index)

@@ -4,9 +4,11 @@ The tables (see ``migrations/versions`` for their exact DDL)::
 
     chatkeep_sessions   id (never reused), key_hash (unique), tenant_hash, tenant, session_id,
                         created_at, updated_at (microseconds since the epoch, UTC), next_seq, message_count,
-                        document, doc_version, owner
-    chatkeep_messages   session_ref -> chatkeep_sessions.id (ON DELETE CASCADE), seq, message_hash, record
-                        primary key (session_ref, seq); unique (session_ref, message_hash)
+                        document, doc_version, owner, token_usage, title, tags, metadata (JSON; 0003)
+    chatkeep_messages   session_ref -> chatkeep_sessions.id (ON DELETE CASCADE), seq, message_hash, record,
+                        token_usage (0003); primary key (session_ref, seq); unique (session_ref, message_hash)
+    chatkeep_tags       session_ref -> chatkeep_sessions.id (ON DELETE CASCADE), tag_hash (0003)
+                        primary key (session_ref, tag_hash); index (tag_hash, session_ref)
 
 Schema versions are Alembic revisions kept in ``chatkeep_alembic_version`` (so an application's own
 Alembic history in the same database is left alone).
@@ -32,20 +34,23 @@ __all__ = [
     "MESSAGES",
     "REVISIONS",
     "SESSIONS",
+    "TAGS",
     "VERSION_TABLE",
     "SchemaVersionError",
     "current_revision",
     "ensure_schema",
     "key_hash",
     "message_hash",
+    "tag_hash",
     "tenant_hash",
 ]
 
 SESSIONS = "chatkeep_sessions"
 MESSAGES = "chatkeep_messages"
+TAGS = "chatkeep_tags"
 VERSION_TABLE = "chatkeep_alembic_version"
 #: The schema revisions this release knows, oldest first (a test checks them against the migrations).
-REVISIONS = ("0001", "0002")
+REVISIONS = ("0001", "0002", "0003")
 HEAD = REVISIONS[-1]
 # The lock id that serializes schema changes (PostgreSQL advisory lock; MySQL GET_LOCK name prefix).
 _LOCK_ID = 0x63686B70  # "chkp"
@@ -69,6 +74,11 @@ def key_hash(tenant: str, session_id: str) -> bytes:
 def tenant_hash(tenant: str) -> bytes:
     """The 32-byte key of a tenant (SHA-256 of its UTF-8 bytes)."""
     return hashlib.sha256(tenant.encode()).digest()
+
+
+def tag_hash(tenant: str, tag: str) -> bytes:
+    """The 32-byte key of a tag within its tenant (SHA-256 of the length-prefixed tenant, then the tag)."""
+    return hashlib.sha256(b"tag:" + length_prefixed(tenant) + tag.encode()).digest()
 
 
 def message_hash(message_id: str) -> bytes:

@@ -47,8 +47,8 @@ class SearchableSQLHistoryStore(SQLHistoryStore, SearchableStore):
         info: IndexInfo,
         vectors: Sequence[tuple[float, ...] | None],
     ) -> int:
-        hashes = [message_hash(message.message_id) for message in messages]
-        rows = list(zip(hashes, records, strict=True))
+        rows = self._rows(messages, records)
+        hashes = [row[0] for row in rows]
         index = self._search.rows(hashes, [m.role for m in messages], [m.text for m in messages], vectors)
         head, now, search = self._head(key), write_stamp(), self._search
         return await self._run(lambda conn: search.append(conn, head, now, rows, info, index), write=True)

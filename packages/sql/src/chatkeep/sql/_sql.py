@@ -45,7 +45,7 @@ PostgreSQL does the whole append in ONE autocommitted statement (``Statements.ap
 
 from __future__ import annotations
 
-from chatkeep.sql._schema import MESSAGES, SESSIONS
+from chatkeep.sql._schema import MESSAGES, SESSIONS, TAGS
 
 __all__ = ["MYSQL_ROW_ALIAS", "Statements", "mysql_upsert"]
 
@@ -128,7 +128,7 @@ class Statements:
         if self.mysql:
             # MariaDB returns the row from the upsert itself; MySQL needs a locked read (we hold the row's lock).
             self.use_server(is_mariadb=is_mariadb, version=server_version)
-            self.session_after_upsert = c(f"SELECT id, next_seq FROM {SESSIONS} WHERE key_hash = ?{lock}")
+            self.session_after_upsert = c(f"SELECT id, next_seq, base_ref FROM {SESSIONS} WHERE key_hash = ?{lock}")
             self.insert_ignore = "INSERT IGNORE INTO" if found_rows else "INSERT INTO"
             self.conflict_nothing = "" if found_rows else " ON DUPLICATE KEY UPDATE message_hash = message_hash"
             self.create_session = c(
@@ -140,7 +140,7 @@ class Statements:
                 f"INSERT INTO {SESSIONS} ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key_hash) DO UPDATE "
                 f"SET next_seq = {SESSIONS}.next_seq + excluded.next_seq, "
                 f"message_count = {SESSIONS}.message_count + excluded.message_count, "
-                f"updated_at = {greatest}({SESSIONS}.updated_at, excluded.updated_at) RETURNING id, next_seq"
+                f"updated_at = {greatest}({SESSIONS}.updated_at, excluded.updated_at) RETURNING id, next_seq, base_ref"
             )
             self.upsert = c(upsert)
             self.session_after_upsert = ""
@@ -154,11 +154,12 @@ class Statements:
         if family == "postgresql":
             self.append_one = c(
                 "WITH batch AS (SELECT h, r, ord FROM unnest(?::bytea[], ?::text[]) WITH ORDINALITY AS b(h, r, ord)), "
-                f"snap AS (SELECT id, next_seq FROM {SESSIONS} WHERE key_hash = ?), "
+                f"snap AS (SELECT id, next_seq, base_ref FROM {SESSIONS} WHERE key_hash = ?), "
                 f"old AS (SELECT m.message_hash FROM {MESSAGES} m JOIN snap ON m.session_ref = snap.id "
                 "WHERE m.message_hash = ANY(?::bytea[])), "
                 "fresh AS (SELECT h, r, row_number() OVER (ORDER BY ord) AS k FROM batch "
-                "WHERE NOT EXISTS (SELECT 1 FROM old WHERE old.message_hash = batch.h)), "
+                "WHERE NOT EXISTS (SELECT 1 FROM old WHERE old.message_hash = batch.h) "
+                "AND NOT EXISTS (SELECT 1 FROM snap WHERE snap.base_ref IS NOT NULL)), "
                 "n AS (SELECT count(*) AS c FROM fresh), "
                 f"s AS (INSERT INTO {SESSIONS} ({columns}) SELECT ?, ?, ?, ?, ?, ?, c, c FROM n WHERE c > 0 "
                 f"ON CONFLICT (key_hash) DO UPDATE SET next_seq = {SESSIONS}.next_seq + excluded.next_seq, "
@@ -169,12 +170,15 @@ class Statements:
                 "ON CONFLICT (session_ref, message_hash) DO NOTHING RETURNING 1), "
                 "done AS (SELECT count(*) AS i FROM ins) "
                 # Divides by zero (rolling the statement back) when the snapshot was stale; see the docstring.
-                "SELECT done.i / (CASE WHEN done.i = n.c AND (n.c = 0 OR NOT EXISTS (SELECT 1 FROM old) "
+                # -1: the session is a fork, stored nothing; append it in a transaction (``_ops.append``).
+                "SELECT CASE WHEN EXISTS (SELECT 1 FROM snap WHERE snap.base_ref IS NOT NULL) THEN -1 "
+                "ELSE done.i / (CASE WHEN done.i = n.c AND (n.c = 0 OR NOT EXISTS (SELECT 1 FROM old) "
                 "OR COALESCE((SELECT s.id = snap.id AND s.next_seq - n.c = snap.next_seq FROM s, snap), false)) "
-                "THEN 1 ELSE 0 END) FROM done, n"
+                "THEN 1 ELSE 0 END) END FROM done, n"
             )
         self.uncount = c(f"UPDATE {SESSIONS} SET message_count = message_count - ? WHERE id = ?")
-        sub = f"(SELECT id FROM {SESSIONS} WHERE key_hash = ?)"
+        # The reads by key read a session that is not a fork (a fork's history is a chain: see ``_chain``).
+        sub = f"(SELECT id FROM {SESSIONS} WHERE key_hash = ? AND base_ref IS NULL)"
         self.load_all = c(f"SELECT record FROM {MESSAGES} WHERE session_ref = {sub} ORDER BY seq")
         self.load_last = c(f"SELECT record FROM {MESSAGES} WHERE session_ref = {sub} ORDER BY seq DESC LIMIT ?")
         self.page_first = c(
@@ -192,7 +196,7 @@ class Statements:
             self.pop = (
                 c(
                     f"DELETE FROM {MESSAGES} WHERE session_ref = ? AND seq = "
-                    f"(SELECT max(seq) FROM {MESSAGES} WHERE session_ref = ?) RETURNING record"
+                    f"(SELECT max(seq) FROM {MESSAGES} WHERE session_ref = ?) RETURNING record, token_usage"
                 ),
                 True,
             )
@@ -202,26 +206,101 @@ class Statements:
             f"UPDATE {SESSIONS} SET message_count = message_count - ?, "
             f"updated_at = {greatest}(updated_at, ?) WHERE id = ?"
         )
-        listing = f"SELECT id, session_id, message_count, created_at, updated_at FROM {SESSIONS} WHERE tenant_hash = ?"
+        info = (
+            "id, session_id, message_count, created_at, updated_at, token_usage, title, tags, metadata, forked_from, "
+            "forked_through"
+        )
+        listing = f"SELECT {info} FROM {SESSIONS} WHERE tenant_hash = ?"
         order = " ORDER BY updated_at DESC, id DESC LIMIT ?"
         self.list_first = c(listing + order)
         self.list_after = c(listing + " AND (updated_at < ? OR (updated_at = ? AND id < ?))" + order)
+        # By tag: the tag index gives the tagged sessions (never the whole tenant); the tenant's hash is in the tag's.
+        tagged = f"SELECT {info} FROM {SESSIONS} WHERE id IN (SELECT session_ref FROM {TAGS} WHERE tag_hash = ?)"
+        self.tagged_first = c(tagged + order)
+        self.tagged_after = c(tagged + " AND (updated_at < ? OR (updated_at = ? AND id < ?))" + order)
+        # Usage: the session's, kept by every write; a message's, read back by the pop or trim that removes it.
+        self.usage = c(f"SELECT token_usage FROM {SESSIONS} WHERE key_hash = ?")
+        self.session_usage = c(f"SELECT token_usage FROM {SESSIONS} WHERE id = ?")
+        self.set_usage = c(f"UPDATE {SESSIONS} SET token_usage = ? WHERE id = ?")
+        self.inserted_usages = c(
+            f"SELECT seq, token_usage FROM {MESSAGES} WHERE session_ref = ? AND seq >= ? AND seq < ? "
+            "AND token_usage IS NOT NULL"
+        )
+        self.trim_usages = c(
+            f"SELECT token_usage FROM {MESSAGES} WHERE session_ref = ? AND seq <= ? AND token_usage IS NOT NULL"
+        )
+        # Forks (``_chain``): a history's chain of rows, and reads of one stretch (row, first seq, end seq).
+        walk = (
+            "WITH RECURSIVE chain (id, base_ref, base_cut, first_seq, depth) AS ("
+            f"SELECT id, base_ref, base_cut, first_seq, 0 FROM {SESSIONS} WHERE {{}} = ? UNION ALL "
+            f"SELECT s.id, s.base_ref, s.base_cut, s.first_seq, chain.depth + 1 FROM {SESSIONS} s "
+            "JOIN chain ON s.id = chain.base_ref) SELECT id, base_ref, base_cut, first_seq FROM chain ORDER BY depth"
+        )
+        self.chain_by_key = c(walk.format("key_hash"))
+        self.chain_by_id = c(walk.format("id"))
+        stretch = f"FROM {MESSAGES} WHERE session_ref = ? AND seq >= ? AND seq < ?"
+        self.seg_load = c(f"SELECT record {stretch} ORDER BY seq")
+        self.seg_last = c(f"SELECT record {stretch} ORDER BY seq DESC LIMIT ?")
+        self.seg_page = c(f"SELECT seq, record {stretch} ORDER BY seq LIMIT ?")
+        self.seg_newest = c(f"SELECT seq, record, token_usage {stretch} ORDER BY seq DESC LIMIT 1")
+        self.seg_find = c(f"SELECT seq {stretch} AND message_hash = ?")
+        self.seg_count = c(f"SELECT count(*) {stretch}")
+        self.seg_usages = c(f"SELECT token_usage {stretch} AND token_usage IS NOT NULL")
+        self.seg_offset = c(f"SELECT seq {stretch} ORDER BY seq DESC LIMIT 1 OFFSET ?")
+        self._stretch = stretch
+        self.head_for_update = c(
+            f"SELECT id, base_ref, forks, message_count, next_seq FROM {SESSIONS} WHERE key_hash = ?{lock}"
+        )
+        self.row_by_key = c(f"SELECT id FROM {SESSIONS} WHERE key_hash = ?{lock}")
+        self.hide = c(f"UPDATE {SESSIONS} SET key_hash = ?, tenant_hash = ? WHERE id = ?")
+        kept = "message_count, document, doc_version, owner, token_usage, title, tags, metadata"
+        self.move_insert = c(
+            f"INSERT INTO {SESSIONS} (key_hash, tenant_hash, tenant, session_id, created_at, updated_at, next_seq, "
+            f"{kept}, base_ref, base_cut, first_seq, forks, doc_ref, forked_from, forked_through) "
+            f"SELECT ?, ?, tenant, session_id, created_at, updated_at, next_seq, {kept}, id, next_seq, first_seq, 0, "
+            f"COALESCE(doc_ref, id), forked_from, forked_through FROM {SESSIONS} WHERE id = ?"
+        )
+        self.fork_insert = c(
+            f"INSERT INTO {SESSIONS} (key_hash, tenant_hash, tenant, session_id, created_at, updated_at, next_seq, "
+            "message_count, token_usage, title, tags, metadata, base_ref, base_cut, first_seq, forks, forked_from, "
+            "forked_through) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, title, tags, metadata, id, ?, first_seq, 0, ?, ? "
+            f"FROM {SESSIONS} WHERE id = ?"
+        )
+        self.copy_tags = c(
+            f"INSERT INTO {TAGS} (session_ref, tag_hash) SELECT ?, tag_hash FROM {TAGS} WHERE session_ref = ?"
+        )
+        self.add_forks = c(f"UPDATE {SESSIONS} SET forks = forks + ? WHERE id = ?")
+        self.base_state = c(f"SELECT base_ref, forks, tenant_hash FROM {SESSIONS} WHERE id = ?{lock}")
+        self.delete_row = c(f"DELETE FROM {SESSIONS} WHERE id = ?")
+        self.retag_move = c(f"UPDATE {TAGS} SET session_ref = ? WHERE session_ref = ?")
+        self.set_first_seq = c(f"UPDATE {SESSIONS} SET first_seq = ? WHERE id = ?")
+        self.set_base_cut = c(f"UPDATE {SESSIONS} SET base_cut = ? WHERE id = ?")
+        self.delete_plain = c(f"DELETE FROM {SESSIONS} WHERE key_hash = ? AND forks = 0 AND base_ref IS NULL")
+        # Title, tags and metadata (update_info; its SET clause is made per call), and the tag index's rows.
+        self.untag = c(f"DELETE FROM {TAGS} WHERE session_ref = ?")
+        self._tag_inserts: dict[int, str] = {}
         self.doc_for_update = c(
-            f"SELECT id, doc_version, document IS NOT NULL, owner FROM {SESSIONS} WHERE key_hash = ?{lock}"
+            # A moved session's versions keep the id of the row it was first stored in (``doc_ref``).
+            f"SELECT id, doc_version, document IS NOT NULL, owner, COALESCE(doc_ref, id) FROM {SESSIONS} "
+            f"WHERE key_hash = ?{lock}"
         )
         self.doc_write = c(
             f"UPDATE {SESSIONS} SET document = ?, doc_version = doc_version + 1, owner = COALESCE(?, owner), "
             f"updated_at = {greatest}(updated_at, ?) WHERE id = ?"
         )
-        self.doc_read = c(f"SELECT id, doc_version, document, owner FROM {SESSIONS} WHERE key_hash = ?")
-        self.old_sessions = c(f"SELECT id FROM {SESSIONS} WHERE updated_at < ? LIMIT ?")
+        self.doc_read = c(
+            f"SELECT COALESCE(doc_ref, id), doc_version, document, owner FROM {SESSIONS} WHERE key_hash = ?"
+        )
+        self.old_sessions = c(f"SELECT id FROM {SESSIONS} WHERE updated_at < ? AND tenant_hash <> ? LIMIT ?")
         self.old_tenant_sessions = c(f"SELECT id FROM {SESSIONS} WHERE tenant_hash = ? AND updated_at < ? LIMIT ?")
         self.tenant_sessions = c(f"SELECT id FROM {SESSIONS} WHERE tenant_hash = ? LIMIT ?")
         # Each distinct tenant_hash read from the (tenant_hash, updated_at, id) index, then one row's tenant for it.
-        self.tenants = (
+        self.tenants = c(
             f"SELECT (SELECT s.tenant FROM {SESSIONS} s WHERE s.tenant_hash = t.tenant_hash LIMIT 1) "
-            f"FROM (SELECT DISTINCT tenant_hash FROM {SESSIONS}) t"
+            f"FROM (SELECT DISTINCT tenant_hash FROM {SESSIONS} WHERE tenant_hash <> ?) t"
         )
+        # Rows of a listing that are forks or that forks refer to: deleted one by one (``_chain.drop``).
+        self.chained_rows = "SELECT id FROM " + SESSIONS + " WHERE id IN ({}) AND (forks > 0 OR base_ref IS NOT NULL){}"
 
     def _c(self, sql: str) -> str:
         return _convert(sql, self._paramstyle)
@@ -242,12 +321,17 @@ class Statements:
         self.row_alias = not is_mariadb and len(numbers) == 3 and numbers >= MYSQL_ROW_ALIAS
         returns = is_mariadb and (not numbers or numbers >= MARIADB_INSERT_RETURNING)
         upsert = mysql_upsert(row_alias=self.row_alias)
-        self.upsert = self._c(upsert + (" RETURNING id, next_seq" if returns else ""))
+        self.upsert = self._c(upsert + (" RETURNING id, next_seq, base_ref" if returns else ""))
         if is_mariadb:  # MariaDB refuses a subquery on the table a DELETE changes, but takes ORDER BY ... LIMIT
-            statement = f"DELETE FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 RETURNING record"
+            statement = (
+                f"DELETE FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 RETURNING record, token_usage"
+            )
             self.pop = (self._c(statement), True)
         else:
-            statement = f"SELECT seq, record FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 FOR UPDATE"
+            statement = (
+                f"SELECT seq, record, token_usage FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 "
+                "FOR UPDATE"
+            )
             self.pop = (self._c(statement), False)
 
     def convert(self, sql: str) -> str:
@@ -258,15 +342,44 @@ class Statements:
         """A multi-row INSERT of ``rows`` messages that skips those already stored."""
         sql = self._inserts.get(rows)
         if sql is None:
-            values = ", ".join(["(?, ?, ?, ?)"] * rows)
+            values = ", ".join(["(?, ?, ?, ?, ?)"] * rows)
             sql = self._c(
-                f"{self.insert_ignore} {MESSAGES} (session_ref, seq, message_hash, record) VALUES {values}"
+                f"{self.insert_ignore} {MESSAGES} (session_ref, seq, message_hash, record, token_usage) VALUES {values}"
                 + self.conflict_nothing
             )
             self._inserts[rows] = sql
         return sql
 
+    def seg_hashes(self, hashes: int) -> str:
+        """Which of ``hashes`` message hashes one stretch of a history holds."""
+        marks = ", ".join(["?"] * hashes)
+        return self._c(f"SELECT message_hash {self._stretch} AND message_hash IN ({marks})")
+
+    def insert_tags(self, tags: int) -> str:
+        """An INSERT of ``tags`` rows of the tag index (session ref, tag hash)."""
+        sql = self._tag_inserts.get(tags)
+        if sql is None:
+            sql = self._tag_inserts[tags] = self._c(
+                f"INSERT INTO {TAGS} (session_ref, tag_hash) VALUES " + ", ".join(["(?, ?)"] * tags)
+            )
+        return sql
+
+    def update_info(self, *, title: bool, tags: bool, metadata: bool) -> str:
+        """The UPDATE of a session's info setting the fields given (and ``updated_at``: it is a write)."""
+        greatest = "max" if self.sqlite else "GREATEST"
+        chosen = [name for name, given in (("title", title), ("tags", tags), ("metadata", metadata)) if given]
+        assignments = "".join(f"{name} = ?, " for name in chosen)
+        return self._c(f"UPDATE {SESSIONS} SET {assignments}updated_at = {greatest}(updated_at, ?) WHERE id = ?")
+
     def delete_ids(self, ids: int, *, older: bool) -> str:
         """DELETE of sessions by id (re-checking the age when pruning, against a concurrent write)."""
         marks = ", ".join(["?"] * ids)
-        return self._c(f"DELETE FROM {SESSIONS} WHERE id IN ({marks})" + (" AND updated_at < ?" if older else ""))
+        return self._c(
+            f"DELETE FROM {SESSIONS} WHERE id IN ({marks}) AND forks = 0 AND base_ref IS NULL"
+            + (" AND updated_at < ?" if older else "")
+        )
+
+    def chained_ids(self, ids: int, *, older: bool) -> str:
+        """The rows among ``ids`` that :meth:`delete_ids` leaves: forks and rows forks refer to (locked)."""
+        marks = ", ".join(["?"] * ids)
+        return self._c(self.chained_rows.format(marks, " AND updated_at < ?" if older else "") + self.lock)

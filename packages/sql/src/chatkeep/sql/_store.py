@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
@@ -17,8 +19,10 @@ from chatkeep.core import (
     SessionPage,
 )
 from chatkeep.core.backend import (
+    ForkInfo,
     HistoryStore,
     PerLoop,
+    SessionUsage,
     StoredSession,
     TelemetryTarget,
     checked,
@@ -26,14 +30,18 @@ from chatkeep.core.backend import (
     decode_records,
     decode_session_document,
     encode_cursor,
+    fork_source_error,
+    fork_target_exists_error,
     session_document,
     stamp_time,
     time_stamp,
+    usage_of,
     write_stamp,
 )
-from chatkeep.sql import _ops
+from chatkeep.sql import _chain, _ops
 from chatkeep.sql._config import SQLConfig, SQLURLError, parse_url
-from chatkeep.sql._schema import key_hash, message_hash, tenant_hash
+from chatkeep.sql._schema import key_hash, message_hash, tag_hash, tenant_hash
+from chatkeep.sql._sql import Statements
 from chatkeep.sql._transport import Connection, Transport
 
 if TYPE_CHECKING:
@@ -190,6 +198,14 @@ class SQLHistoryStore(HistoryStore):
             key.session_id.encode(),
         )
 
+    @staticmethod
+    def _rows(messages: Sequence[Message], records: Sequence[str]) -> list[_ops.Row]:
+        """What an append stores of each message: its id's hash, its record and its usage (``usage_of`` it)."""
+        return [
+            (message_hash(message.message_id), record, _ops.usage_text(usage_of([message])))
+            for message, record in zip(messages, records, strict=True)
+        ]
+
     def _decode(self, records: Sequence[str]) -> list[Message]:
         self._records_read += len(records)
         return decode_records(records)
@@ -197,8 +213,8 @@ class SQLHistoryStore(HistoryStore):
     # -- messages ------------------------------------------------------------------------------------
 
     async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
-        """Append atomically, skipping ids the session holds (a unique index on the id's hash)."""
-        rows = [(message_hash(message.message_id), record) for message, record in zip(messages, records, strict=True)]
+        """Append atomically, skipping ids the session holds (a unique index on the id's hash); adds their usage."""
+        rows = self._rows(messages, records)
         head, now, sql = self._head(key), write_stamp(), self._sql
         return await self._run(lambda conn: _ops.append(conn, sql, head, now, rows), write=True)
 
@@ -207,13 +223,22 @@ class SQLHistoryStore(HistoryStore):
         digest = key_hash(key.tenant, key.session_id)
         if last is None:
             rows = await self._fetch(self._sql.load_all, (digest,))
-            return self._decode([row[0] for row in rows])
-        rows = await self._fetch(self._sql.load_last, (digest, last))
-        return self._decode([row[0] for row in reversed(rows)])
+            records = [row[0] for row in rows]
+        else:
+            rows = await self._fetch(self._sql.load_last, (digest, last))
+            records = [row[0] for row in reversed(rows)]
+        if not records:  # none, or a fork: its history is a chain of rows (``_chain``)
+            records = await self._run(lambda conn: _load_chain(conn, self._sql, digest, last))
+        return self._decode(records)
 
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         """Iterate over the history in append order, ``batch`` rows per read (keyset pages on the sequence)."""
-        rows = await self._fetch(self._sql.page_first, (key_hash(key.tenant, key.session_id), batch))
+        digest = key_hash(key.tenant, key.session_id)
+        rows = await self._fetch(self._sql.page_first, (digest, batch))
+        if not rows:
+            async for message in self._iter_chain(digest, batch):
+                yield message
+            return
         while rows:
             # Following pages name the session row: a session deleted (and re-created) meanwhile ends the iteration.
             session_ref, seq = rows[-1][0], rows[-1][1]
@@ -223,6 +248,19 @@ class SQLHistoryStore(HistoryStore):
                 return
             rows = await self._fetch(self._sql.page_next, (session_ref, seq, batch))
 
+    async def _iter_chain(self, digest: bytes, batch: int) -> AsyncIterator[Message]:
+        """Iterate over a fork's history, stretch by stretch of its chain (read again for each page)."""
+        seq = -1
+        while True:
+            rows = await self._run(functools.partial(_page_chain, sql=self._sql, digest=digest, seq=seq, batch=batch))
+            if not rows:
+                return
+            for message in self._decode([record for _, record in rows]):
+                yield message
+            seq = rows[-1][0]
+            if len(rows) < batch:
+                return
+
     async def _count(self, key: SessionKey) -> int:
         """How many messages the session holds (a counter kept with the session: no messages are read)."""
         rows = await self._fetch(self._sql.count, (key_hash(key.tenant, key.session_id),))
@@ -230,40 +268,93 @@ class SQLHistoryStore(HistoryStore):
 
     async def _delete(self, key: SessionKey) -> bool:
         """Delete the session's messages and document; ``True`` if anything was there."""
-        statement, params = self._sql.delete, (key_hash(key.tenant, key.session_id),)
-        return await self._run(lambda conn: conn.execute(statement, params)) > 0
+        digest, sql = key_hash(key.tenant, key.session_id), self._sql
+        return await self._run(lambda conn: _ops.delete(conn, sql, digest))
 
     async def _trim(self, key: SessionKey, keep_last: int) -> int:
         """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
-        digest, now, sql = key_hash(key.tenant, key.session_id), write_stamp(), self._sql
-        return await self._run(lambda conn: _ops.trim(conn, sql, digest, keep_last, now), write=True)
+        head, now, sql = self._head(key), write_stamp(), self._sql
+        return await self._run(lambda conn: _ops.trim(conn, sql, head, keep_last, now), write=True)
 
     async def _pop(self, key: SessionKey) -> Message | None:
         """Delete the newest message and return it, in one transaction holding the session row's lock."""
-        digest, now, sql = key_hash(key.tenant, key.session_id), write_stamp(), self._sql
-        record = await self._run(lambda conn: _ops.pop(conn, sql, digest, now), write=True)
+        head, now, sql = self._head(key), write_stamp(), self._sql
+        record = await self._run(lambda conn: _ops.pop(conn, sql, head, now), write=True)
         return None if record is None else self._decode([record])[0]
 
     # -- sessions ------------------------------------------------------------------------------------
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One tenant's sessions, most recently updated first, ``limit`` per page (keyset pagination)."""
-        digest = tenant_hash(tenant)
+        sql = self._sql
+        return await self._page(tenant, (sql.list_first, sql.list_after), tenant_hash(tenant), limit, cursor)
+
+    async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
+        """One tenant's sessions carrying ``tag``, newest first: the tag index names them, no other row is read."""
+        sql = self._sql
+        return await self._page(tenant, (sql.tagged_first, sql.tagged_after), tag_hash(tenant, tag), limit, cursor)
+
+    async def _page(
+        self, tenant: str, statements: tuple[str, str], digest: bytes, limit: int, cursor: str | None
+    ) -> SessionPage:
+        """One page of a listing (``statements``: its first page's and the following pages', keyed by ``digest``)."""
         params: tuple[Any, ...]
         if cursor is None:
-            statement, params = self._sql.list_first, (digest, limit + 1)
+            statement, params = statements[0], (digest, limit + 1)
         else:
             updated_at, row_id = decode_cursor(cursor, int, int)
-            statement, params = self._sql.list_after, (digest, updated_at, updated_at, row_id, limit + 1)
+            statement, params = statements[1], (digest, updated_at, updated_at, row_id, limit + 1)
         rows = await self._fetch(statement, params)
-        items = [
-            SessionInfo(bytes(session_id).decode(), tenant, int(count), stamp_time(created), stamp_time(updated))
-            for _, session_id, count, created, updated in rows[:limit]
-        ]
+        items = [_session_info(tenant, row) for row in rows[:limit]]
         if len(rows) > limit:
             last = rows[limit - 1]
             return SessionPage(items, encode_cursor(int(last[4]), int(last[0])))
         return SessionPage(items)
+
+    async def _fork(self, source: SessionKey, target: SessionKey, through: str | None) -> int:
+        """Make ``target`` a row referring to ``source``'s (a cut in its chain), in one transaction: no copy."""
+        source_digest, head, now, sql = (
+            key_hash(source.tenant, source.session_id),
+            self._head(target),
+            write_stamp(),
+            self._sql,
+        )
+        through_hash = None if through is None else message_hash(through)
+        names = (source.session_id.encode(), None if through is None else through.encode())
+
+        def message_id(record: str) -> str:
+            return decode_records([record])[0].message_id
+
+        try:
+            taken = await self._run(
+                lambda conn: _ops.fork(conn, sql, source_digest, head, through_hash, now, message_id, names),
+                write=True,
+            )
+        except _ops.TargetExists:
+            raise fork_target_exists_error(target) from None
+        if taken is None:
+            raise fork_source_error(source, through)
+        return taken
+
+    async def _usage(self, key: SessionKey) -> SessionUsage:
+        """The usage kept with the session row by every write (no message is read)."""
+        rows = await self._fetch(self._sql.usage, (key_hash(key.tenant, key.session_id),))
+        return _usage(rows[0][0] if rows else None)
+
+    async def _update_info(
+        self, key: SessionKey, title: str | None, tags: frozenset[str] | None, metadata: dict[str, Any] | None
+    ) -> bool:
+        """Set the title, tags and metadata given, and the tag index's rows, in one transaction."""
+        fields: dict[str, str | None] = {}
+        if title is not None:
+            fields["title"] = title or None
+        if tags is not None:
+            fields["tags"] = json.dumps(sorted(tags), ensure_ascii=False) if tags else None
+        if metadata is not None:
+            fields["metadata"] = json.dumps(metadata, ensure_ascii=False) if metadata else None
+        hashes = None if tags is None else [tag_hash(key.tenant, tag) for tag in sorted(tags)]
+        digest, now, sql = key_hash(key.tenant, key.session_id), write_stamp(), self._sql
+        return await self._run(lambda conn: _ops.update_info(conn, sql, digest, now, fields, hashes), write=True)
 
     async def _save_session(
         self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
@@ -295,14 +386,14 @@ class SQLHistoryStore(HistoryStore):
         sql = self._sql
         params: tuple[Any, ...]
         if tenant is None:
-            select, params = sql.old_sessions, (cutoff,)
+            select, params = sql.old_sessions, (cutoff, _chain.HIDDEN_TENANT)
         else:
             select, params = sql.old_tenant_sessions, (tenant_hash(tenant), cutoff)
         return await self._run(lambda conn: _ops.delete_sessions(conn, sql, select, params, cutoff))
 
     async def _list_tenants(self) -> list[str]:
         """Every tenant with a session row, in one statement over the tenant index."""
-        return [bytes(tenant).decode() for (tenant,) in await self._fetch(self._sql.tenants, ())]
+        return [bytes(tenant).decode() for (tenant,) in await self._fetch(self._sql.tenants, (_chain.HIDDEN_TENANT,))]
 
     async def _delete_tenant(self, tenant: str) -> int:
         """Delete every session of ``tenant``; returns how many."""
@@ -310,6 +401,42 @@ class SQLHistoryStore(HistoryStore):
         return await self._run(
             lambda conn: _ops.delete_sessions(conn, sql, sql.tenant_sessions, (tenant_hash(tenant),), None)
         )
+
+
+async def _load_chain(conn: Connection, sql: Statements, digest: bytes, last: int | None) -> list[str]:
+    """The records of a fork's history (all, or the ``last`` newest, reading only those), oldest first."""
+    segments = await _chain.chain(conn, sql, key=digest)
+    if last is None:
+        return await _chain.read_all(conn, sql, segments)
+    return await _chain.read_last(conn, sql, segments, last)
+
+
+async def _page_chain(
+    conn: Connection, *, sql: Statements, digest: bytes, seq: int, batch: int
+) -> list[tuple[int, str]]:
+    """Up to ``batch`` (sequence number, record) of a fork's history after ``seq``."""
+    return await _chain.page(conn, sql, await _chain.chain(conn, sql, key=digest), seq, batch)
+
+
+def _usage(stored: str | None) -> SessionUsage:
+    return SessionUsage() if stored is None else SessionUsage.from_dict(json.loads(stored))
+
+
+def _session_info(tenant: str, row: Sequence[Any]) -> SessionInfo:
+    """The :class:`SessionInfo` of a listing row (see ``Statements.list_first``)."""
+    _, session_id, count, created, updated, used, title, tags, metadata, forked_from, through = row
+    return SessionInfo(
+        bytes(session_id).decode(),
+        tenant,
+        int(count),
+        stamp_time(created),
+        stamp_time(updated),
+        usage=_usage(used),
+        title=title,
+        tags=frozenset(json.loads(tags)) if tags else frozenset(),
+        metadata=json.loads(metadata) if metadata else {},
+        forked_from=None if forked_from is None else ForkInfo(bytes(forked_from).decode(), bytes(through).decode()),
+    )
 
 
 def _can_search(url: str | None, client: AsyncEngine | None, options: dict[str, Any]) -> bool:
