@@ -52,7 +52,7 @@ async def test_the_key_lives_in_the_session_state_and_the_messages_in_the_search
         sent = client.requests[-1].messages
         assert sent[0].text == FACT  # the history came back through the key
 
-        [best] = await history.search(resumed, "where is the extra key of the bicycle", k=1)
+        [best] = await history.search(resumed, "the bicycle key behind the door", k=1)
         assert best.message.text == FACT
         assert best.session_id == db_key
 
