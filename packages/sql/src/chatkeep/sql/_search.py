@@ -212,53 +212,76 @@ class PostgresSearch(SearchIndex):
     async def rankings(
         self, conn: Connection, scope: Scope, vector: Sequence[float] | None, terms: list[str], limit: int
     ) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:
-        """Rows (session id, seq, record, score) of the best ``limit`` in ``scope`` by vector and by keywords."""
-        params: list[Any]
-        if scope.session is not None:
-            where, params = "s.key_hash = ?", [scope.session]
-        else:
-            where, params = "s.tenant_hash = ?", [scope.tenant]
-        if scope.owner is not None:
-            where, params = where + " AND s.owner = ?", [*params, scope.owner]
-        if scope.before_seq is not None:
-            where, params = where + " AND x.seq < ?", [*params, scope.before_seq]
-        if scope.roles is not None:
-            where, params = where + " AND x.role = ANY(?::text[])", [*params, list(scope.roles)]
+        """Rows (session id, seq, record, score) of the best ``limit`` in ``scope`` by vector and by keywords.
+
+        One statement, autocommitted: both rankings are chosen in ``chatkeep_search`` alone (the HNSW index for
+        the vector's, the GIN index or a scan for the keywords', the scope's sessions as a semi-join), and only
+        the chosen rows are joined with their sessions and messages.
+        """
         namespace = await self.namespace(conn, create=False)
-        base = (
-            "SELECT s.session_id, x.seq, m.record{rank} FROM chatkeep_search x "
-            "JOIN chatkeep_sessions s ON s.id = x.session_ref "
-            "JOIN chatkeep_messages m ON m.session_ref = x.session_ref AND m.seq = x.seq WHERE " + where
+        where, params = _scope_filter(scope)
+        parts: list[str] = []
+        values: list[Any] = []
+        ctes = ""
+        if vector is not None and namespace:
+            # Enough candidates from the HNSW graph, and more when the scope's filter drops some (pgvector >= 0.8,
+            # iterative scan). set_config(..., true) lasts for this statement's own transaction only; the
+            # scan's one-time filter on it makes the settings come before the index is read.
+            ctes = (
+                "WITH settings AS MATERIALIZED (SELECT set_config('hnsw.ef_search', "
+                f"'{max(40, min(limit, 1000))}', true) AS ef, "
+                "set_config('hnsw.iterative_scan', 'relaxed_order', true) AS scan), "
+            )
+            distance = f"x.embedding OPERATOR({namespace}.<=>) ?::text::{namespace}.vector"
+            parts.append(
+                f"(SELECT 0 AS ranking, x.session_ref, x.seq, {distance} AS score FROM chatkeep_search x "
+                f"WHERE (SELECT count(*) FROM settings) = 1 AND {where} ORDER BY score LIMIT ?)"
+            )
+            values += [vector_text(vector), *params, limit]
+        if terms:
+            query = "?::text::tsquery"
+            parts.append(
+                f"(SELECT 1 AS ranking, x.session_ref, x.seq, ts_rank(x.terms, {query}) AS score "
+                f"FROM chatkeep_search x WHERE x.terms @@ {query} AND {where} "
+                "ORDER BY score DESC, x.session_ref, x.seq LIMIT ?)"
+            )
+            values += [tsquery(terms), tsquery(terms), *params, limit]
+        if not parts:
+            return [], []
+        rows = await conn.fetch(
+            self.sql.convert(
+                (ctes or "WITH ")
+                + "best AS ("
+                + " UNION ALL ".join(parts)
+                + ") SELECT best.ranking, s.session_id, best.seq, m.record, best.score FROM best "
+                "JOIN chatkeep_sessions s ON s.id = best.session_ref "
+                "JOIN chatkeep_messages m ON m.session_ref = best.session_ref AND m.seq = best.seq"
+            ),
+            values,
         )
-        c = self.sql.convert
-        by_vector: list[Sequence[Any]] = []
-        by_words: list[Sequence[Any]] = []
-
-        async def body() -> None:
-            if vector is not None and namespace:
-                # Enough candidates from the HNSW graph, and more when filters drop some (pgvector >= 0.8).
-                # One round trip for both settings (set_config's true: for this transaction only, as SET LOCAL).
-                await conn.fetch(
-                    "SELECT set_config('hnsw.ef_search', "
-                    f"'{max(40, min(limit, 1000))}', true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-                    (),
-                )
-                distance = f"x.embedding OPERATOR({namespace}.<=>) ?::text::{namespace}.vector"
-                rows = await conn.fetch(
-                    c(base.format(rank=f", {distance}") + " ORDER BY 4 LIMIT ?"),
-                    (vector_text(vector), *params, limit),
-                )
-                by_vector.extend(sorted(rows, key=lambda row: float(row[3])))  # relaxed order: sort the few found
-            if terms:
-                query = "?::text::tsquery"
-                rows = await conn.fetch(
-                    c(
-                        base.format(rank=f", ts_rank(x.terms, {query})")
-                        + f" AND x.terms @@ {query} ORDER BY 4 DESC, 1, 2 LIMIT ?"
-                    ),
-                    (tsquery(terms), *params, tsquery(terms), limit),
-                )
-                by_words.extend(rows)
-
-        await _ops.transaction(conn, self.sql, body)
+        by_vector = sorted((row[1:] for row in rows if row[0] == 0), key=lambda row: float(row[3]))
+        by_words = sorted(
+            (row[1:] for row in rows if row[0] == 1), key=lambda row: (-float(row[3]), bytes(row[0]), int(row[1]))
+        )
         return by_vector, by_words
+
+
+def _scope_filter(scope: Scope) -> tuple[str, list[Any]]:
+    """The condition on ``chatkeep_search x`` that keeps the scope's rows, and its parameters.
+
+    The scope's sessions are a subquery on ``chatkeep_sessions`` (a semi-join), so a ranking reads only
+    ``chatkeep_search`` and never returns a row of a session outside the scope.
+    """
+    params: list[Any]
+    if scope.session is not None:
+        where, params = "x.session_ref IN (SELECT id FROM chatkeep_sessions WHERE key_hash = ?)", [scope.session]
+    elif scope.owner is not None:
+        where = "x.session_ref IN (SELECT id FROM chatkeep_sessions WHERE tenant_hash = ? AND owner = ?)"
+        params = [scope.tenant, scope.owner]
+    else:
+        where, params = "x.session_ref IN (SELECT id FROM chatkeep_sessions WHERE tenant_hash = ?)", [scope.tenant]
+    if scope.before_seq is not None:
+        where, params = where + " AND x.seq < ?", [*params, scope.before_seq]
+    if scope.roles is not None:
+        where, params = where + " AND x.role = ANY(?::text[])", [*params, list(scope.roles)]
+    return where, params
