@@ -22,8 +22,10 @@ __all__ = [
     "SHORT_ROWS",
     "Head",
     "append",
+    "append_params",
     "delete_sessions",
     "insert",
+    "one_statement",
     "pop",
     "save_document",
     "transaction",
@@ -117,15 +119,7 @@ async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: 
     """
     n = len(rows)
     if sql.append_one and n <= SHORT_ROWS:
-        hashes = [message_hash for message_hash, _ in rows]
-        params = (hashes, [record for _, record in rows], head[0], hashes, *head, now, now)
-
-        async def one_statement() -> int:
-            if conn.cancelled:
-                raise Cancelled  # not sent yet: nothing to undo
-            return int((await conn.fetch(sql.append_one, params))[0][0])
-
-        return await _retried(conn, one_statement, lambda exc: stale_snapshot(exc) or retryable(exc))
+        return int((await one_statement(conn, sql.append_one, append_params(head, now, rows)))[0][0])
 
     async def body() -> int:
         inserted = await insert(conn, sql, head, now, rows)
@@ -137,6 +131,23 @@ async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: 
         return await transaction(conn, sql, body)
     except _NothingNew:
         return 0
+
+
+def append_params(head: Head, now: int, rows: Sequence[tuple[bytes, str]]) -> list[Any]:
+    """The parameters of PostgreSQL's one-statement append (``_sql.pg_append_ctes``) of ``rows``."""
+    hashes = [message_hash for message_hash, _ in rows]
+    return [hashes, [record for _, record in rows], head[0], hashes, *head, now, now]
+
+
+async def one_statement(conn: Connection, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+    """Run a one-statement write (autocommitted), again when it found its snapshot stale or met a conflict."""
+
+    async def attempt() -> Sequence[Sequence[Any]]:
+        if conn.cancelled:
+            raise Cancelled  # not sent yet: nothing to undo
+        return await conn.fetch(statement, params)
+
+    return await _retried(conn, attempt, lambda exc: stale_snapshot(exc) or retryable(exc))
 
 
 async def insert(conn: Connection, sql: Statements, head: Head, now: int, rows: Sequence[tuple[bytes, str]]) -> int:

@@ -23,7 +23,7 @@ from chatkeep.core.backend import IndexInfo, check_index, keyword_terms
 from chatkeep.sql import _ops
 from chatkeep.sql._errors import sqlstate
 from chatkeep.sql._index import IndexRow, NoIndex, Scope, SearchIndex
-from chatkeep.sql._sql import Statements
+from chatkeep.sql._sql import PG_APPEND_CHECKED, Statements, pg_append_ctes
 from chatkeep.sql._transport import Connection
 
 __all__ = ["PG_SEARCH_HINT", "PostgresSearch", "tsquery", "tsvector", "vector_text"]
@@ -69,6 +69,10 @@ class PostgresSearch(SearchIndex):
     def __init__(self, sql: Statements, description: str) -> None:
         super().__init__(sql, description)
         self._namespace: str | None = None  # the vector extension's schema, quoted, once found
+        self._append_statement: tuple[str, str] | None = None  # (namespace, the one-statement indexed append)
+        # Whether chatkeep_search's vector column exists: made with the index (then only ever remade in the same
+        # transaction as it is dropped), so once seen it stays.
+        self._has_column = False
         c = sql.convert
         self.info = "SELECT embedder, dimensions FROM chatkeep_search_index WHERE id = 1"
         self.info_shared = self.info + " FOR SHARE"
@@ -175,6 +179,60 @@ class PostgresSearch(SearchIndex):
             "WHERE m.session_ref = (SELECT id FROM chatkeep_sessions WHERE key_hash = ?) "
             "ON CONFLICT (session_ref, seq) DO NOTHING"
         )
+
+    async def append(
+        self,
+        conn: Connection,
+        head: _ops.Head,
+        now: int,
+        rows: Sequence[tuple[bytes, str]],
+        info: IndexInfo,
+        index: Sequence[IndexRow],
+    ) -> int:
+        """Append ``rows`` and index ``index``: a short batch in ONE statement, as a plain append is.
+
+        The plain append's data-modifying CTEs (``_sql.pg_append_ctes``), with the index's record read under a
+        share lock first and the batch stored only when it names ``info``, and the index rows of the new messages
+        and of the batch's messages already stored (``ON CONFLICT DO NOTHING``: those indexed stay as they are).
+        The statement returns the recorded embedder too: another than ``info``, and it stored nothing and the
+        mismatch is raised. Until this store has seen the index made (the vector column exists), and for a long
+        batch, the transaction of :meth:`SearchIndex.append` does it.
+        """
+        namespace = "" if len(rows) > _ops.SHORT_ROWS or not self._has_column else self._namespace
+        if not namespace:  # a long batch, or the vector column not seen yet: the transaction's way makes it
+            inserted = await super().append(conn, head, now, rows, info, index)
+            self._has_column = True
+            return inserted
+        columns = [list(c) for c in zip(*index, strict=True)] if index else [[], [], [], []]
+        plain = _ops.append_params(head, now, rows)
+        # The batch's two arrays, the gate's embedder, the session's head and time, the index rows' four arrays.
+        params = [*plain[:2], info.embedder, info.dimensions, *plain[2:], *columns]
+        found = await _ops.one_statement(conn, self._append_indexed(namespace), params)
+        inserted, embedder, dimensions, _ = found[0]
+        if embedder is None:  # no embedder recorded (nothing stored): the transaction's way records it
+            return await super().append(conn, head, now, rows, info, index)
+        check_index(IndexInfo(str(embedder), int(dimensions)), info)
+        return int(inserted)
+
+    def _append_indexed(self, namespace: str) -> str:
+        if self._append_statement is None or self._append_statement[0] != namespace:
+            ctes = pg_append_ctes(
+                first="info AS (SELECT embedder, dimensions FROM chatkeep_search_index WHERE id = 1 FOR SHARE), ",
+                gate="EXISTS (SELECT 1 FROM info WHERE embedder = ? AND dimensions = ?)",
+            )
+            statement = self.sql.convert(
+                ctes + ", rows AS (SELECT session_ref, seq, message_hash FROM ins "
+                "UNION ALL SELECT session_ref, seq, message_hash FROM old), "
+                "indexed AS (INSERT INTO chatkeep_search (session_ref, seq, role, terms, embedding) "
+                f"SELECT rows.session_ref, rows.seq, u.role, u.terms::tsvector, u.vec::{namespace}.vector "
+                "FROM unnest(?::bytea[], ?::text[], ?::text[], ?::text[]) AS u(h, role, terms, vec) "
+                "JOIN rows ON rows.message_hash = u.h WHERE EXISTS (SELECT 1 FROM batch) "  # the gate passed
+                "ON CONFLICT (session_ref, seq) DO NOTHING RETURNING 1) "
+                f"SELECT {PG_APPEND_CHECKED}, (SELECT embedder FROM info), (SELECT dimensions FROM info), "
+                "(SELECT count(*) FROM indexed) FROM done, n"
+            )
+            self._append_statement = (namespace, statement)
+        return self._append_statement[1]
 
     async def _usable(self, conn: Connection) -> None:
         await self.namespace(conn, create=False)  # a server without pgvector says how to get it

@@ -116,6 +116,27 @@ class SearchConformance(ConformanceBase):
         assert FACT not in await self.ask(searching, TenantScope(tenant, owner="alice"), k=10)
         assert (await self.ask(searching, TenantScope(tenant, owner="bob")))[0] == FACT
 
+    async def test_an_indexed_append_of_stored_messages_indexes_them_once(
+        self, kit: StoreKit, store: HistoryStore
+    ) -> None:
+        # A history provider stored the messages first; the recall provider appends them again with vectors.
+        searching = self.searchable_store(store)
+        await self.append_indexed(searching, kit.key(), FILLER)  # the index exists: its usual write path
+        key = kit.key()
+        messages = [Message(role="user", text=FACT), Message(role="assistant", text=FILLER[0])]
+        assert await searching.append(key, messages) == 2
+        embeddings = await embed_messages(_embedder(), messages)
+        assert await searching.append(key, messages, embeddings=embeddings) == 0, "stored again"
+        assert await searching.append(key, messages, embeddings=embeddings) == 0
+        assert await searching.load(key) == messages
+        [vector] = await _embedder().embed([QUESTION])
+        hits = await searching.search(key, vector, QUESTION, 5)
+        assert [hit.message.text for hit in hits] == [FACT, FILLER[0]], "indexed twice, or not at all"
+        other = kit.key()  # and new messages, once the index exists
+        await self.append_indexed(searching, other, [FACT, FILLER[1]])
+        hits = await searching.search(other, vector, QUESTION, 5)
+        assert [hit.message.text for hit in hits] == [FACT, FILLER[1]]
+
     async def test_a_scope_is_searched_whole_behind_many_closer_messages_outside_it(
         self, kit: StoreKit, store: HistoryStore
     ) -> None:
