@@ -272,28 +272,20 @@ class PostgresSearch(SearchIndex):
     ) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:
         """Rows (session id, seq, record, score) of the best ``limit`` in ``scope`` by vector and by keywords.
 
-        One statement, autocommitted: both rankings are chosen in ``chatkeep_search`` alone (the HNSW index for
-        the vector's, the GIN index or a scan for the keywords', the scope's sessions as a semi-join), and only
-        the chosen rows are joined with their sessions and messages.
+        One statement for both rankings (after the HNSW settings, in the same transaction): each is chosen in
+        ``chatkeep_search`` alone (the HNSW index for the vector's, the GIN index or a scan for the keywords',
+        the scope's sessions as a semi-join), and only the chosen rows are joined with their sessions and messages.
         """
         namespace = await self.namespace(conn, create=False)
         where, params = _scope_filter(scope)
         parts: list[str] = []
         values: list[Any] = []
-        ctes = ""
+        by_vector_too = vector is not None and bool(namespace)
         if vector is not None and namespace:
-            # Enough candidates from the HNSW graph, and more when the scope's filter drops some (pgvector >= 0.8,
-            # iterative scan). set_config(..., true) lasts for this statement's own transaction only; the
-            # scan's one-time filter on it makes the settings come before the index is read.
-            ctes = (
-                "WITH settings AS MATERIALIZED (SELECT set_config('hnsw.ef_search', "
-                f"'{max(40, min(limit, 1000))}', true) AS ef, "
-                "set_config('hnsw.iterative_scan', 'relaxed_order', true) AS scan), "
-            )
             distance = f"x.embedding OPERATOR({namespace}.<=>) ?::text::{namespace}.vector"
             parts.append(
                 f"(SELECT 0 AS ranking, x.session_ref, x.seq, {distance} AS score FROM chatkeep_search x "
-                f"WHERE (SELECT count(*) FROM settings) = 1 AND {where} ORDER BY score LIMIT ?)"
+                f"WHERE {where} ORDER BY score LIMIT ?)"
             )
             values += [vector_text(vector), *params, limit]
         if terms:
@@ -306,17 +298,30 @@ class PostgresSearch(SearchIndex):
             values += [tsquery(terms), tsquery(terms), *params, limit]
         if not parts:
             return [], []
-        rows = await conn.fetch(
-            self.sql.convert(
-                (ctes or "WITH ")
-                + "best AS ("
-                + " UNION ALL ".join(parts)
-                + ") SELECT best.ranking, s.session_id, best.seq, m.record, best.score FROM best "
-                "JOIN chatkeep_sessions s ON s.id = best.session_ref "
-                "JOIN chatkeep_messages m ON m.session_ref = best.session_ref AND m.seq = best.seq"
-            ),
-            values,
+        statement = self.sql.convert(
+            "WITH best AS ("
+            + " UNION ALL ".join(parts)
+            + ") SELECT best.ranking, s.session_id, best.seq, m.record, best.score FROM best "
+            "JOIN chatkeep_sessions s ON s.id = best.session_ref "
+            "JOIN chatkeep_messages m ON m.session_ref = best.session_ref AND m.seq = best.seq"
         )
+        found: list[Sequence[Any]] = []
+
+        async def body() -> None:
+            # Enough candidates from the HNSW graph, and more when the scope's filter drops some (pgvector >= 0.8,
+            # iterative scan): both settings in one round trip, for this transaction only (as SET LOCAL).
+            await conn.fetch(
+                "SELECT set_config('hnsw.ef_search', "
+                f"'{max(40, min(limit, 1000))}', true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                (),
+            )
+            found.extend(await conn.fetch(statement, values))
+
+        if by_vector_too:
+            await _ops.transaction(conn, self.sql, body)
+        else:  # words only: no settings, one autocommitted statement
+            found.extend(await conn.fetch(statement, values))
+        rows = found
         by_vector = sorted((row[1:] for row in rows if row[0] == 0), key=lambda row: float(row[3]))
         by_words = sorted(
             (row[1:] for row in rows if row[0] == 1), key=lambda row: (-float(row[3]), bytes(row[0]), int(row[1]))
