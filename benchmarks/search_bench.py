@@ -143,7 +143,7 @@ async def _sqlite_store(
                     )
                     tenant = bytes(found.fetchall()[0][0])
                 # What a careful hand-written hybrid search runs: the tenant's nearest rows from its vec0
-                # partition and its best keyword rows, each with the message's record.
+                # partition and its best keyword rows, each ranking limited before it is joined with the records.
                 blob = struct.pack(f"<{len(vector)}f", *vector)
                 near = raw.execute(
                     "SELECT m.record, v.distance FROM (SELECT session_ref, seq, distance FROM chatkeep_search_vec "
@@ -153,10 +153,11 @@ async def _sqlite_store(
                 ).fetchall()
                 words = " OR ".join(f'"{t}"' for t in dict.fromkeys(keyword_terms(text)))
                 found = raw.execute(
-                    "SELECT m.record, bm25(chatkeep_search_fts) AS r FROM chatkeep_search_fts f "
-                    "JOIN chatkeep_search x ON x.id = f.rowid JOIN chatkeep_sessions s ON s.id = x.session_ref "
-                    "JOIN chatkeep_messages m ON m.session_ref = x.session_ref AND m.seq = x.seq "
-                    "WHERE chatkeep_search_fts MATCH ? AND s.tenant_hash = ? ORDER BY r LIMIT ?",
+                    "SELECT m.record, best.r FROM (SELECT x.session_ref, x.seq, bm25(chatkeep_search_fts) AS r "
+                    "FROM chatkeep_search_fts f JOIN chatkeep_search x ON x.id = f.rowid "
+                    "WHERE chatkeep_search_fts MATCH ? AND x.session_ref IN "
+                    "(SELECT id FROM chatkeep_sessions WHERE tenant_hash = ?) ORDER BY r LIMIT ?) best "
+                    "JOIN chatkeep_messages m ON m.session_ref = best.session_ref AND m.seq = best.seq",
                     (words, tenant, CANDIDATES),
                 ).fetchall()
                 return near, found
@@ -181,7 +182,9 @@ async def _pgvector_store(
     try:
         async with SQLHistoryStore(f"{url}?schema={schema}") as store:
             assert isinstance(store, SearchableStore)
-            # A careful hand-written search sets the HNSW search's candidates and filtered scan once per connection.
+            # A careful hand-written search sets the HNSW search's candidates and filtered scan once per connection,
+            # and filters on the tenant's sessions as a semi-join (a join before ORDER BY ... LIMIT keeps the
+            # planner off the HNSW index), as chatkeep's statement does.
             raw = await asyncpg.connect(
                 dsn,
                 server_settings={
@@ -200,20 +203,20 @@ async def _pgvector_store(
                     )
                 literal = "[" + ",".join(map(repr, vector)) + "]"
                 near = await raw.fetch(
-                    "SELECT m.record, x.embedding <=> $1::vector AS d FROM chatkeep_search x "
-                    "JOIN chatkeep_sessions s ON s.id = x.session_ref "
-                    "JOIN chatkeep_messages m ON m.session_ref = x.session_ref AND m.seq = x.seq "
-                    "WHERE s.tenant_hash = $2 ORDER BY d LIMIT $3",
+                    "SELECT m.record, best.d FROM (SELECT x.session_ref, x.seq, x.embedding <=> $1::vector AS d "
+                    "FROM chatkeep_search x WHERE x.session_ref IN "
+                    "(SELECT id FROM chatkeep_sessions WHERE tenant_hash = $2) ORDER BY d LIMIT $3) best "
+                    "JOIN chatkeep_messages m ON m.session_ref = best.session_ref AND m.seq = best.seq",
                     literal,
                     tenant,
                     CANDIDATES,
                 )
                 query = " | ".join(f"'{t}'" for t in dict.fromkeys(keyword_terms(text)))
                 found = await raw.fetch(
-                    "SELECT m.record, ts_rank(x.terms, $1::tsquery) AS r FROM chatkeep_search x "
-                    "JOIN chatkeep_sessions s ON s.id = x.session_ref "
-                    "JOIN chatkeep_messages m ON m.session_ref = x.session_ref AND m.seq = x.seq "
-                    "WHERE x.terms @@ $1::tsquery AND s.tenant_hash = $2 ORDER BY r DESC LIMIT $3",
+                    "SELECT m.record, best.r FROM (SELECT x.session_ref, x.seq, ts_rank(x.terms, $1::tsquery) AS r "
+                    "FROM chatkeep_search x WHERE x.terms @@ $1::tsquery AND x.session_ref IN "
+                    "(SELECT id FROM chatkeep_sessions WHERE tenant_hash = $2) ORDER BY r DESC LIMIT $3) best "
+                    "JOIN chatkeep_messages m ON m.session_ref = best.session_ref AND m.seq = best.seq",
                     query,
                     tenant,
                     CANDIDATES,
