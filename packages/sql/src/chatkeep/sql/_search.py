@@ -8,7 +8,9 @@ the schema where the ``vector`` extension lives. A row references its message wi
 ``chatkeep_search_index`` names the embedder (name and width) the index was built with.
 
 An indexed append is one transaction: the index's record read under a share lock (a reindex switching the
-embedder holds it exclusively), the messages stored as a plain append stores them, and their index rows.
+embedder holds it exclusively), the messages stored as a plain append stores them, and their index rows; up to
+``SHORT_ROWS`` messages, once the index exists, all of it is one statement, as a plain append is.
+A search sets the HNSW scan's settings for its transaction, then runs one statement for both rankings.
 The keywords are :func:`~chatkeep.core.backend.keyword_terms`, the rule every backend shares, written as a
 ``tsvector`` literal (so PostgreSQL's own parser and dictionaries do not split them differently).
 """
