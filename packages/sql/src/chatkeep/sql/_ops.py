@@ -27,10 +27,12 @@ __all__ = [
     "Row",
     "TargetExists",
     "append",
+    "append_params",
     "delete",
     "delete_sessions",
     "fork",
     "insert",
+    "one_statement",
     "pop",
     "save_document",
     "transaction",
@@ -151,15 +153,7 @@ async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: 
     """
     n = len(rows)
     if sql.append_one and n <= SHORT_ROWS and all(used is None for _, _, used in rows):
-        hashes = [message_hash for message_hash, _, _ in rows]
-        params = (hashes, [record for _, record, _ in rows], head[0], hashes, *head, now, now)
-
-        async def one_statement() -> int:
-            if conn.cancelled:
-                raise Cancelled  # not sent yet: nothing to undo
-            return int((await conn.fetch(sql.append_one, params))[0][0])
-
-        appended = await _retried(conn, one_statement, lambda exc: stale_snapshot(exc) or retryable(exc))
+        appended = int((await one_statement(conn, sql.append_one, append_params(head, now, rows)))[0][0])
         if appended >= 0:
             return appended
         # -1: the session is a fork, whose inherited ids only the transaction below checks.
@@ -174,6 +168,23 @@ async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: 
         return await transaction(conn, sql, body)
     except _NothingNew:
         return 0
+
+
+def append_params(head: Head, now: int, rows: Sequence[Row]) -> list[Any]:
+    """The parameters of PostgreSQL's one-statement append (``_sql.pg_append_ctes``) of ``rows`` (without usage)."""
+    hashes = [message_hash for message_hash, _, _ in rows]
+    return [hashes, [record for _, record, _ in rows], head[0], hashes, *head, now, now]
+
+
+async def one_statement(conn: Connection, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+    """Run a one-statement write (autocommitted), again when it found its snapshot stale or met a conflict."""
+
+    async def attempt() -> Sequence[Sequence[Any]]:
+        if conn.cancelled:
+            raise Cancelled  # not sent yet: nothing to undo
+        return await conn.fetch(statement, params)
+
+    return await _retried(conn, attempt, lambda exc: stale_snapshot(exc) or retryable(exc))
 
 
 async def insert(conn: Connection, sql: Statements, head: Head, now: int, rows: Sequence[Row]) -> int:

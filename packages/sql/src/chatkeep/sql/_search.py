@@ -8,7 +8,9 @@ the schema where the ``vector`` extension lives. A row references its message wi
 ``chatkeep_search_index`` names the embedder (name and width) the index was built with.
 
 An indexed append is one transaction: the index's record read under a share lock (a reindex switching the
-embedder holds it exclusively), the messages stored as a plain append stores them, and their index rows.
+embedder holds it exclusively), the messages stored as a plain append stores them, and their index rows; up to
+``SHORT_ROWS`` messages, once the index exists, all of it is one statement, as a plain append is.
+A search sets the HNSW scan's settings for its transaction, then runs one statement for both rankings.
 The keywords are :func:`~chatkeep.core.backend.keyword_terms`, the rule every backend shares, written as a
 ``tsvector`` literal (so PostgreSQL's own parser and dictionaries do not split them differently).
 """
@@ -23,7 +25,7 @@ from chatkeep.core.backend import IndexInfo, check_index, keyword_terms
 from chatkeep.sql import _ops
 from chatkeep.sql._errors import sqlstate
 from chatkeep.sql._index import IndexRow, NoIndex, Scope, SearchIndex
-from chatkeep.sql._sql import Statements
+from chatkeep.sql._sql import PG_APPEND_CHECKED, Statements, pg_append_ctes
 from chatkeep.sql._transport import Connection
 
 __all__ = ["PG_SEARCH_HINT", "PostgresSearch", "tsquery", "tsvector", "vector_text"]
@@ -69,6 +71,10 @@ class PostgresSearch(SearchIndex):
     def __init__(self, sql: Statements, description: str) -> None:
         super().__init__(sql, description)
         self._namespace: str | None = None  # the vector extension's schema, quoted, once found
+        self._append_statement: tuple[str, str] | None = None  # (namespace, the one-statement indexed append)
+        # Whether chatkeep_search's vector column exists: made with the index (then only ever remade in the same
+        # transaction as it is dropped), so once seen it stays.
+        self._has_column = False
         c = sql.convert
         self.info = "SELECT embedder, dimensions FROM chatkeep_search_index WHERE id = 1"
         self.info_shared = self.info + " FOR SHARE"
@@ -176,6 +182,61 @@ class PostgresSearch(SearchIndex):
             "ON CONFLICT (session_ref, seq) DO NOTHING"
         )
 
+    async def append(
+        self,
+        conn: Connection,
+        head: _ops.Head,
+        now: int,
+        rows: Sequence[_ops.Row],
+        info: IndexInfo,
+        index: Sequence[IndexRow],
+    ) -> int:
+        """Append ``rows`` and index ``index``: a short batch without usage in ONE statement, as a plain append is.
+
+        The plain append's data-modifying CTEs (``_sql.pg_append_ctes``), with the index's record read under a
+        share lock first and the batch stored only when it names ``info``, and the index rows of the new messages
+        and of the batch's messages already stored (``ON CONFLICT DO NOTHING``: those indexed stay as they are).
+        The statement returns the recorded embedder too: another than ``info``, and it stored nothing and the
+        mismatch is raised. Until this store has seen the index made (the vector column exists), and for a long
+        batch, the transaction of :meth:`SearchIndex.append` does it.
+        """
+        short = len(rows) <= _ops.SHORT_ROWS and all(used is None for _, _, used in rows)
+        namespace = self._namespace if short and self._has_column else ""
+        if not namespace:  # a long batch, usage to count, or the vector column not seen yet: the transaction's way
+            inserted = await super().append(conn, head, now, rows, info, index)
+            self._has_column = True
+            return inserted
+        columns = [list(c) for c in zip(*index, strict=True)] if index else [[], [], [], []]
+        plain = _ops.append_params(head, now, rows)
+        # The batch's two arrays, the gate's embedder, the session's head and time, the index rows' four arrays.
+        params = [*plain[:2], info.embedder, info.dimensions, *plain[2:], *columns]
+        found = await _ops.one_statement(conn, self._append_indexed(namespace), params)
+        inserted, embedder, dimensions, _ = found[0]
+        if embedder is None or inserted < 0:  # no embedder recorded, or a fork (nothing stored): the transaction's way
+            return await super().append(conn, head, now, rows, info, index)
+        check_index(IndexInfo(str(embedder), int(dimensions)), info)
+        return int(inserted)
+
+    def _append_indexed(self, namespace: str) -> str:
+        if self._append_statement is None or self._append_statement[0] != namespace:
+            ctes = pg_append_ctes(
+                first="info AS (SELECT embedder, dimensions FROM chatkeep_search_index WHERE id = 1 FOR SHARE), ",
+                gate="EXISTS (SELECT 1 FROM info WHERE embedder = ? AND dimensions = ?)",
+            )
+            statement = self.sql.convert(
+                ctes + ", rows AS (SELECT session_ref, seq, message_hash FROM ins "
+                "UNION ALL SELECT session_ref, seq, message_hash FROM old), "
+                "indexed AS (INSERT INTO chatkeep_search (session_ref, seq, role, terms, embedding) "
+                f"SELECT rows.session_ref, rows.seq, u.role, u.terms::tsvector, u.vec::{namespace}.vector "
+                "FROM unnest(?::bytea[], ?::text[], ?::text[], ?::text[]) AS u(h, role, terms, vec) "
+                "JOIN rows ON rows.message_hash = u.h WHERE EXISTS (SELECT 1 FROM batch) "  # the gate passed
+                "ON CONFLICT (session_ref, seq) DO NOTHING RETURNING 1) "
+                f"SELECT {PG_APPEND_CHECKED}, (SELECT embedder FROM info), (SELECT dimensions FROM info), "
+                "(SELECT count(*) FROM indexed) FROM done, n"
+            )
+            self._append_statement = (namespace, statement)
+        return self._append_statement[1]
+
     async def _usable(self, conn: Connection) -> None:
         await self.namespace(conn, create=False)  # a server without pgvector says how to get it
 
@@ -212,53 +273,81 @@ class PostgresSearch(SearchIndex):
     async def rankings(
         self, conn: Connection, scope: Scope, vector: Sequence[float] | None, terms: list[str], limit: int
     ) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:
-        """Rows (session id, seq, record, score) of the best ``limit`` in ``scope`` by vector and by keywords."""
-        params: list[Any]
-        if scope.session is not None:
-            where, params = "s.key_hash = ?", [scope.session]
-        else:
-            where, params = "s.tenant_hash = ?", [scope.tenant]
-        if scope.owner is not None:
-            where, params = where + " AND s.owner = ?", [*params, scope.owner]
-        if scope.before_seq is not None:
-            where, params = where + " AND x.seq < ?", [*params, scope.before_seq]
-        if scope.roles is not None:
-            where, params = where + " AND x.role = ANY(?::text[])", [*params, list(scope.roles)]
+        """Rows (session id, seq, record, score) of the best ``limit`` in ``scope`` by vector and by keywords.
+
+        One statement for both rankings (after the HNSW settings, in the same transaction): each is chosen in
+        ``chatkeep_search`` alone (the HNSW index for the vector's, the GIN index or a scan for the keywords',
+        the scope's sessions as a semi-join), and only the chosen rows are joined with their sessions and messages.
+        """
         namespace = await self.namespace(conn, create=False)
-        base = (
-            "SELECT s.session_id, x.seq, m.record{rank} FROM chatkeep_search x "
-            "JOIN chatkeep_sessions s ON s.id = x.session_ref "
-            "JOIN chatkeep_messages m ON m.session_ref = x.session_ref AND m.seq = x.seq WHERE " + where
+        where, params = _scope_filter(scope)
+        parts: list[str] = []
+        values: list[Any] = []
+        by_vector_too = vector is not None and bool(namespace)
+        if vector is not None and namespace:
+            distance = f"x.embedding OPERATOR({namespace}.<=>) ?::text::{namespace}.vector"
+            parts.append(
+                f"(SELECT 0 AS ranking, x.session_ref, x.seq, {distance} AS score FROM chatkeep_search x "
+                f"WHERE {where} ORDER BY score LIMIT ?)"
+            )
+            values += [vector_text(vector), *params, limit]
+        if terms:
+            query = "?::text::tsquery"
+            parts.append(
+                f"(SELECT 1 AS ranking, x.session_ref, x.seq, ts_rank(x.terms, {query}) AS score "
+                f"FROM chatkeep_search x WHERE x.terms @@ {query} AND {where} "
+                "ORDER BY score DESC, x.session_ref, x.seq LIMIT ?)"
+            )
+            values += [tsquery(terms), tsquery(terms), *params, limit]
+        if not parts:
+            return [], []
+        statement = self.sql.convert(
+            "WITH best AS ("
+            + " UNION ALL ".join(parts)
+            + ") SELECT best.ranking, s.session_id, best.seq, m.record, best.score FROM best "
+            "JOIN chatkeep_sessions s ON s.id = best.session_ref "
+            "JOIN chatkeep_messages m ON m.session_ref = best.session_ref AND m.seq = best.seq"
         )
-        c = self.sql.convert
-        by_vector: list[Sequence[Any]] = []
-        by_words: list[Sequence[Any]] = []
+        found: list[Sequence[Any]] = []
 
         async def body() -> None:
-            if vector is not None and namespace:
-                # Enough candidates from the HNSW graph, and more when filters drop some (pgvector >= 0.8).
-                # One round trip for both settings (set_config's true: for this transaction only, as SET LOCAL).
-                await conn.fetch(
-                    "SELECT set_config('hnsw.ef_search', "
-                    f"'{max(40, min(limit, 1000))}', true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-                    (),
-                )
-                distance = f"x.embedding OPERATOR({namespace}.<=>) ?::text::{namespace}.vector"
-                rows = await conn.fetch(
-                    c(base.format(rank=f", {distance}") + " ORDER BY 4 LIMIT ?"),
-                    (vector_text(vector), *params, limit),
-                )
-                by_vector.extend(sorted(rows, key=lambda row: float(row[3])))  # relaxed order: sort the few found
-            if terms:
-                query = "?::text::tsquery"
-                rows = await conn.fetch(
-                    c(
-                        base.format(rank=f", ts_rank(x.terms, {query})")
-                        + f" AND x.terms @@ {query} ORDER BY 4 DESC, 1, 2 LIMIT ?"
-                    ),
-                    (tsquery(terms), *params, tsquery(terms), limit),
-                )
-                by_words.extend(rows)
+            # Enough candidates from the HNSW graph, and more when the scope's filter drops some (pgvector >= 0.8,
+            # iterative scan): both settings in one round trip, for this transaction only (as SET LOCAL).
+            await conn.fetch(
+                "SELECT set_config('hnsw.ef_search', "
+                f"'{max(40, min(limit, 1000))}', true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                (),
+            )
+            found.extend(await conn.fetch(statement, values))
 
-        await _ops.transaction(conn, self.sql, body)
+        if by_vector_too:
+            await _ops.transaction(conn, self.sql, body)
+        else:  # words only: no settings, one autocommitted statement
+            found.extend(await conn.fetch(statement, values))
+        rows = found
+        by_vector = sorted((row[1:] for row in rows if row[0] == 0), key=lambda row: float(row[3]))
+        by_words = sorted(
+            (row[1:] for row in rows if row[0] == 1), key=lambda row: (-float(row[3]), bytes(row[0]), int(row[1]))
+        )
         return by_vector, by_words
+
+
+def _scope_filter(scope: Scope) -> tuple[str, list[Any]]:
+    """The condition on ``chatkeep_search x`` that keeps the scope's rows, and its parameters.
+
+    The scope's sessions are a subquery on ``chatkeep_sessions`` (a semi-join), so a ranking reads only
+    ``chatkeep_search`` and never returns a row of a session outside the scope.
+    """
+    params: list[Any]
+    if scope.session is not None:
+        where, params = "x.session_ref IN (SELECT id FROM chatkeep_sessions WHERE key_hash = ?)", [scope.session]
+    elif scope.owner is not None:
+        where = "x.session_ref IN (SELECT id FROM chatkeep_sessions WHERE tenant_hash = ? AND owner = ?)"
+        params = [scope.tenant, scope.owner]
+    else:
+        where, params = "x.session_ref IN (SELECT id FROM chatkeep_sessions WHERE tenant_hash = ?)", [scope.tenant]
+    if scope.before_seq is not None:
+        where, params = where + " AND x.seq < ?", [*params, scope.before_seq]
+    if scope.roles is not None:
+        where, params = where + " AND x.role = ANY(?::text[])", [*params, list(scope.roles)]
+    return where, params

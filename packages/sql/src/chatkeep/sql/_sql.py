@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from chatkeep.sql._schema import MESSAGES, SESSIONS, TAGS
 
-__all__ = ["MYSQL_ROW_ALIAS", "Statements", "mysql_upsert"]
+__all__ = ["MYSQL_ROW_ALIAS", "PG_APPEND_CHECKED", "Statements", "mysql_upsert", "pg_append_ctes"]
 
 #: The first MySQL release that takes a row alias in ``INSERT`` (8.0.20 deprecates ``VALUES()`` for it).
 MYSQL_ROW_ALIAS = (8, 0, 19)
@@ -87,6 +87,48 @@ def _convert(sql: str, paramstyle: str) -> str:
     if paramstyle == "numeric":
         return "".join(p + (f":{n}" if n < len(parts) else "") for n, p in enumerate(parts, 1))
     raise ValueError(f"chatkeep-sql does not support the driver parameter style {paramstyle!r}")
+
+
+#: The count of new messages of :func:`pg_append_ctes`, divided by zero (rolling the statement back) when the
+#: snapshot was stale (see the module docstring); -1 when the session is a fork: nothing was stored, and the
+#: transaction's way appends (it checks the ids the fork inherited).
+PG_APPEND_CHECKED = (
+    "CASE WHEN EXISTS (SELECT 1 FROM snap WHERE snap.base_ref IS NOT NULL) THEN -1 "
+    "ELSE done.i / (CASE WHEN done.i = n.c AND (n.c = 0 OR NOT EXISTS (SELECT 1 FROM old) "
+    "OR COALESCE((SELECT s.id = snap.id AND s.next_seq - n.c = snap.next_seq FROM s, snap), false)) "
+    "THEN 1 ELSE 0 END) END"
+)
+
+
+def pg_append_ctes(*, first: str = "", gate: str = "") -> str:
+    """PostgreSQL's append as data-modifying CTEs (``WITH ... done``), in ``?`` style; see the module docstring.
+
+    Parameters: the batch's hashes and records, the session's key hash, the hashes again, then the session row's
+    head (key hash, tenant hash, tenant, session id) and the time twice. ``first``: CTEs to put before them (with
+    their trailing comma); ``gate``: a condition the batch must meet to be stored at all. ``old`` holds the
+    session's stored messages of the batch (``message_hash, session_ref, seq``), ``ins`` the new ones.
+    """
+    return (
+        f"WITH {first}batch AS (SELECT h, r, ord FROM unnest(?::bytea[], ?::text[]) WITH ORDINALITY AS b(h, r, ord)"
+        + (f" WHERE {gate}" if gate else "")
+        + "), "
+        f"snap AS (SELECT id, next_seq, base_ref FROM {SESSIONS} WHERE key_hash = ?), "
+        f"old AS (SELECT m.message_hash, m.session_ref, m.seq FROM {MESSAGES} m JOIN snap ON m.session_ref = snap.id "
+        "WHERE m.message_hash = ANY(?::bytea[])), "
+        # A fork stores nothing here: its inherited ids are checked by the transaction (see PG_APPEND_CHECKED).
+        "fresh AS (SELECT h, r, row_number() OVER (ORDER BY ord) AS k FROM batch "
+        "WHERE NOT EXISTS (SELECT 1 FROM old WHERE old.message_hash = batch.h) "
+        "AND NOT EXISTS (SELECT 1 FROM snap WHERE snap.base_ref IS NOT NULL)), "
+        "n AS (SELECT count(*) AS c FROM fresh), "
+        f"s AS (INSERT INTO {SESSIONS} ({_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, c, c FROM n WHERE c > 0 "
+        f"ON CONFLICT (key_hash) DO UPDATE SET next_seq = {SESSIONS}.next_seq + excluded.next_seq, "
+        f"message_count = {SESSIONS}.message_count + excluded.message_count, "
+        f"updated_at = GREATEST({SESSIONS}.updated_at, excluded.updated_at) RETURNING id, next_seq), "
+        f"ins AS (INSERT INTO {MESSAGES} (session_ref, seq, message_hash, record) "
+        "SELECT s.id, s.next_seq - n.c + fresh.k - 1, fresh.h, fresh.r FROM s, n, fresh "
+        "ON CONFLICT (session_ref, message_hash) DO NOTHING RETURNING session_ref, seq, message_hash), "
+        "done AS (SELECT count(*) AS i FROM ins)"
+    )
 
 
 class Statements:
@@ -152,30 +194,7 @@ class Statements:
         # PostgreSQL: the whole append in one statement (data-modifying CTEs); see the module docstring.
         self.append_one = ""
         if family == "postgresql":
-            self.append_one = c(
-                "WITH batch AS (SELECT h, r, ord FROM unnest(?::bytea[], ?::text[]) WITH ORDINALITY AS b(h, r, ord)), "
-                f"snap AS (SELECT id, next_seq, base_ref FROM {SESSIONS} WHERE key_hash = ?), "
-                f"old AS (SELECT m.message_hash FROM {MESSAGES} m JOIN snap ON m.session_ref = snap.id "
-                "WHERE m.message_hash = ANY(?::bytea[])), "
-                "fresh AS (SELECT h, r, row_number() OVER (ORDER BY ord) AS k FROM batch "
-                "WHERE NOT EXISTS (SELECT 1 FROM old WHERE old.message_hash = batch.h) "
-                "AND NOT EXISTS (SELECT 1 FROM snap WHERE snap.base_ref IS NOT NULL)), "
-                "n AS (SELECT count(*) AS c FROM fresh), "
-                f"s AS (INSERT INTO {SESSIONS} ({columns}) SELECT ?, ?, ?, ?, ?, ?, c, c FROM n WHERE c > 0 "
-                f"ON CONFLICT (key_hash) DO UPDATE SET next_seq = {SESSIONS}.next_seq + excluded.next_seq, "
-                f"message_count = {SESSIONS}.message_count + excluded.message_count, "
-                f"updated_at = GREATEST({SESSIONS}.updated_at, excluded.updated_at) RETURNING id, next_seq), "
-                f"ins AS (INSERT INTO {MESSAGES} (session_ref, seq, message_hash, record) "
-                "SELECT s.id, s.next_seq - n.c + fresh.k - 1, fresh.h, fresh.r FROM s, n, fresh "
-                "ON CONFLICT (session_ref, message_hash) DO NOTHING RETURNING 1), "
-                "done AS (SELECT count(*) AS i FROM ins) "
-                # Divides by zero (rolling the statement back) when the snapshot was stale; see the docstring.
-                # -1: the session is a fork, stored nothing; append it in a transaction (``_ops.append``).
-                "SELECT CASE WHEN EXISTS (SELECT 1 FROM snap WHERE snap.base_ref IS NOT NULL) THEN -1 "
-                "ELSE done.i / (CASE WHEN done.i = n.c AND (n.c = 0 OR NOT EXISTS (SELECT 1 FROM old) "
-                "OR COALESCE((SELECT s.id = snap.id AND s.next_seq - n.c = snap.next_seq FROM s, snap), false)) "
-                "THEN 1 ELSE 0 END) END FROM done, n"
-            )
+            self.append_one = c(pg_append_ctes() + f" SELECT {PG_APPEND_CHECKED} FROM done, n")
         self.uncount = c(f"UPDATE {SESSIONS} SET message_count = message_count - ? WHERE id = ?")
         # The reads by key read a session that is not a fork (a fork's history is a chain: see ``_chain``).
         sub = f"(SELECT id FROM {SESSIONS} WHERE key_hash = ? AND base_ref IS NULL)"

@@ -47,8 +47,6 @@ SQLITE_SEARCH_HINT = (
 )
 # vec0's largest k.
 _MAX_K = 4096
-# How many more vector candidates to ask for when an owner filter drops some after the KNN query.
-_OWNER_OVERSAMPLING = 4
 
 
 def _blob(vector: Sequence[float]) -> bytes:
@@ -212,37 +210,41 @@ class SQLiteSearch(SearchIndex):
     async def rankings(
         self, conn: Connection, scope: Scope, vector: Sequence[float] | None, terms: list[str], limit: int
     ) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:
-        """Rows (session id, seq, record, score) of the best ``limit`` in ``scope`` by vector and by keywords."""
+        """Rows (session id, seq, record, score) of the best ``limit`` in ``scope`` by vector and by keywords.
+
+        Each ranking is chosen first (the ``vec0`` KNN in the tenant's partition, filtered inside by the scope's
+        sessions, sequence numbers and roles; the FTS5 matches of the scope's rows, ordered by bm25), and only the
+        chosen rows are joined with their sessions and messages.
+        """
         if await self._recorded(conn) is None:
             return [], []
-        session_ref: int | None = None
-        if scope.session is not None:
-            found = await conn.fetch("SELECT id FROM chatkeep_sessions WHERE key_hash = ?", (scope.session,))
-            if not found:
-                return [], []
-            session_ref = int(found[0][0])
         filters, params = "", list[Any]()
-        if session_ref is not None:
-            filters, params = filters + " AND {t}.session_ref = ?", [*params, session_ref]
+        if scope.session is not None:
+            filters, params = (
+                " AND {t}.session_ref = (SELECT id FROM chatkeep_sessions WHERE key_hash = ?)",
+                [scope.session],
+            )
+        elif scope.owner is not None:
+            sessions = "SELECT id FROM chatkeep_sessions WHERE tenant_hash = ? AND owner = ?"
+            filters, params = f" AND {{t}}.session_ref IN ({sessions})", [scope.tenant, scope.owner]
         if scope.before_seq is not None:
             filters, params = filters + " AND {t}.seq < ?", [*params, scope.before_seq]
         if scope.roles is not None:
             filters, params = filters + f" AND {{t}}.role IN ({_marks(len(scope.roles))})", [*params, *scope.roles]
-        owner, owner_params = ("", []) if scope.owner is None else (" AND s.owner = ?", [scope.owner])
+        found = (
+            ") best JOIN chatkeep_sessions s ON s.id = best.session_ref "
+            "JOIN chatkeep_messages m ON m.session_ref = best.session_ref AND m.seq = best.seq"
+        )
         by_vector: list[Sequence[Any]] = []
         if vector is not None:
-            k = min(limit * (_OWNER_OVERSAMPLING if scope.owner is not None else 1), _MAX_K)
-            knn = (
-                f"SELECT v.session_ref, v.seq, v.distance FROM {VEC_TABLE} v WHERE v.embedding MATCH ? AND k = ? "
-                "AND v.tenant_key = ?" + filters.format(t="v")
-            )
             by_vector = list(
                 await conn.fetch(
-                    "SELECT s.session_id, m.seq, m.record, knn.distance FROM (" + knn + ") knn "
-                    "JOIN chatkeep_sessions s ON s.id = knn.session_ref "
-                    "JOIN chatkeep_messages m ON m.session_ref = knn.session_ref AND m.seq = knn.seq "
-                    "WHERE 1 = 1" + owner + " ORDER BY knn.distance, s.session_id, m.seq LIMIT ?",
-                    (_blob(vector), k, scope.tenant.hex(), *params, *owner_params, limit),
+                    "SELECT s.session_id, best.seq, m.record, best.distance FROM (SELECT v.session_ref, v.seq, "
+                    f"v.distance FROM {VEC_TABLE} v WHERE v.embedding MATCH ? AND k = ? AND v.tenant_key = ?"
+                    + filters.format(t="v")
+                    + found
+                    + " ORDER BY best.distance, s.session_id, best.seq",
+                    (_blob(vector), min(limit, _MAX_K), scope.tenant.hex(), *params),
                 )
             )
         by_words: list[Sequence[Any]] = []
@@ -250,15 +252,16 @@ class SQLiteSearch(SearchIndex):
             query = " OR ".join(f'"{term}"' for term in dict.fromkeys(terms))
             by_words = list(
                 await conn.fetch(
-                    "SELECT s.session_id, x.seq, m.record, bm25(chatkeep_search_fts) AS r FROM chatkeep_search_fts f "
+                    "SELECT s.session_id, best.seq, m.record, best.r FROM (SELECT x.session_ref, x.seq, "
+                    "bm25(chatkeep_search_fts) AS r FROM chatkeep_search_fts f "
                     "JOIN chatkeep_search x ON x.id = f.rowid "
-                    "JOIN chatkeep_sessions s ON s.id = x.session_ref "
-                    "JOIN chatkeep_messages m ON m.session_ref = x.session_ref AND m.seq = x.seq "
-                    "WHERE chatkeep_search_fts MATCH ? AND s.tenant_hash = ?"
+                    "WHERE chatkeep_search_fts MATCH ? AND x.session_ref IN "
+                    "(SELECT id FROM chatkeep_sessions WHERE tenant_hash = ?)"
                     + filters.format(t="x")
-                    + owner
-                    + " ORDER BY r, s.session_id, x.seq LIMIT ?",
-                    (query, scope.tenant, *params, *owner_params, limit),
+                    + " ORDER BY r, x.session_ref, x.seq LIMIT ?"
+                    + found
+                    + " ORDER BY best.r, s.session_id, best.seq",
+                    (query, scope.tenant, *params, limit),
                 )
             )
         return by_vector, by_words

@@ -192,7 +192,7 @@ def _checked_vector(vector: Sequence[float], info: IndexInfo) -> tuple[float, ..
             f"embedder {info.embedder!r} says it makes vectors of {info.dimensions} dimensions but made one of "
             f"{len(vector)}; fix its dimensions property"
         )
-    return tuple(float(x) for x in vector)
+    return tuple(map(float, vector))
 
 
 @runtime_checkable

@@ -130,6 +130,49 @@ class SearchConformance(ConformanceBase):
         assert FACT not in await self.ask(searching, TenantScope(tenant, owner="alice"), k=10)
         assert (await self.ask(searching, TenantScope(tenant, owner="bob")))[0] == FACT
 
+    async def test_an_indexed_append_of_stored_messages_indexes_them_once(
+        self, kit: StoreKit, store: HistoryStore
+    ) -> None:
+        # A history provider stored the messages first; the recall provider appends them again with vectors.
+        searching = self.searchable_store(store)
+        await self.append_indexed(searching, kit.key(), FILLER)  # the index exists: its usual write path
+        key = kit.key()
+        messages = [Message(role="user", text=FACT), Message(role="assistant", text=FILLER[0])]
+        assert await searching.append(key, messages) == 2
+        embeddings = await embed_messages(_embedder(), messages)
+        assert await searching.append(key, messages, embeddings=embeddings) == 0, "stored again"
+        assert await searching.append(key, messages, embeddings=embeddings) == 0
+        assert await searching.load(key) == messages
+        [vector] = await _embedder().embed([QUESTION])
+        hits = await searching.search(key, vector, QUESTION, 5)
+        assert [hit.message.text for hit in hits] == [FACT, FILLER[0]], "indexed twice, or not at all"
+        other = kit.key()  # and new messages, once the index exists
+        await self.append_indexed(searching, other, [FACT, FILLER[1]])
+        hits = await searching.search(other, vector, QUESTION, 5)
+        assert [hit.message.text for hit in hits] == [FACT, FILLER[1]]
+
+    async def test_a_scope_is_searched_whole_behind_many_closer_messages_outside_it(
+        self, kit: StoreKit, store: HistoryStore
+    ) -> None:
+        # 300 messages that answer the question better, in another tenant and of another owner of the tenant:
+        # a search that took the index's nearest candidates first and then dropped those outside the scope
+        # (an HNSW scan without iterative scanning, a KNN query over-fetching a fixed factor) would find too few.
+        searching = self.searchable_store(store)
+        tenant = kit.tenant()
+        alice, bob = SessionKey(tenant, "alice-chat"), SessionKey(tenant, "bob-chat")
+        for key, owner in ((alice, "alice"), (bob, "bob")):
+            await searching.save_session(key, AgentSession(session_id=key.session_id, tenant=tenant), owner=owner)
+        closer = [f"{FACT}, note {n}" for n in range(300)]
+        await self.append_indexed(searching, kit.key(), closer)
+        await self.append_indexed(searching, bob, closer)
+        mine = await self.append_indexed(searching, alice, [*FILLER, "the bicycle's key is lost"])
+        [vector] = await _embedder().embed([QUESTION])
+        for scope in (alice, TenantScope(tenant, owner="alice")):
+            hits = await searching.search(scope, vector, None, len(mine))
+            assert sorted(hit.message.text for hit in hits) == sorted(m.text for m in mine), scope
+            by_words = await searching.search(scope, None, QUESTION, len(mine))
+            assert [hit.message.text for hit in by_words] == ["the bicycle's key is lost"], scope
+
     async def check_nothing_found_after(self, kit: StoreKit, store: HistoryStore, removal: str) -> None:
         """Index a session with the fact as its newest message, remove it by ``removal``, and search for it."""
         searching = self.searchable_store(store)
