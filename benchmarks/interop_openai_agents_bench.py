@@ -202,7 +202,10 @@ class _GuardedPostgres:
         rows = [(message_hash(message_id), record) for message_id, record in map(_record, items)]
         hashes, now = [message_hash_ for message_hash_, _ in rows], time.time_ns() // 1000
         records = [record for _, record in rows]
-        await self._db.fetch(self._sql.append_one, hashes, records, self._head[0], hashes, *self._head, now, now)
+        usages = [None] * len(records)  # the messages' token usage
+        await self._db.fetch(
+            self._sql.append_one, hashes, records, usages, self._head[0], hashes, *self._head, now, now
+        )
 
     async def clear_session(self) -> None:
         await self._db.execute(self._sql.delete, self._head[0])

@@ -254,7 +254,7 @@ def _guarded_append(cur: Any, db: _Database, key: SessionKey, *records: tuple[by
     if db.family == "postgresql":
         # One statement: reserve the range under the session row's lock and insert only new ids (autocommit).
         hashes = [h1, h2]
-        cur.execute(_PG_APPEND, (hashes, [r1, r2], head[0], hashes, *head, now, now))
+        cur.execute(_PG_APPEND, (hashes, [r1, r2], [None, None], head[0], hashes, *head, now, now))
         cur.fetchall()
         return
     sql = _STATEMENTS[db.family]
@@ -315,7 +315,7 @@ class _RawAsync:
         now = int(uuid.uuid1().time)
         if self.family == "postgresql":
             hashes = [h1, h2]
-            await self.conn.fetch(sql.append_one, hashes, [r1, r2], head[0], hashes, *head, now, now)
+            await self.conn.fetch(sql.append_one, hashes, [r1, r2], [None, None], head[0], hashes, *head, now, now)
         else:
             async with self.conn.cursor() as cur:
                 await cur.execute(sql.begin)

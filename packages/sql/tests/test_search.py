@@ -22,6 +22,7 @@ from chatkeep.core import (
     StoreConfigurationError,
     StoreHistoryProvider,
     TenantScope,
+    default_embedder,
     embed_messages,
 )
 from chatkeep.core.backend import SearchableStore, searchable
@@ -214,9 +215,9 @@ async def test_a_sqlite_index_of_another_layout_is_refused_until_chatkeep_reinde
         assert [hit.message.text for hit in hits] == [TEXTS[2]]
         info = await store.index_info()
         assert info is not None
-        assert info.dimensions == 256  # the offline embedder's: the tables were made again
+        assert info.dimensions == default_embedder().dimensions  # the offline embedder's: the tables were made again
     [(sql,)] = _raw_sqlite(path, "SELECT sql FROM sqlite_master WHERE name = 'chatkeep_search_vec'")
-    assert "float[256]" in sql
+    assert f"float[{default_embedder().dimensions}]" in sql
 
 
 async def test_a_sqlite_index_of_another_width_is_refused_naming_chatkeep_reindex(tmp_path: Path) -> None:

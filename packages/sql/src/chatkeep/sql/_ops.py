@@ -152,7 +152,7 @@ async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: 
     corrected for messages already stored, and the usage of the new messages added.
     """
     n = len(rows)
-    if sql.append_one and n <= SHORT_ROWS and all(used is None for _, _, used in rows):
+    if sql.append_one and n <= SHORT_ROWS:
         appended = int((await one_statement(conn, sql.append_one, append_params(head, now, rows)))[0][0])
         if appended >= 0:
             return appended
@@ -171,9 +171,10 @@ async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: 
 
 
 def append_params(head: Head, now: int, rows: Sequence[Row]) -> list[Any]:
-    """The parameters of PostgreSQL's one-statement append (``_sql.pg_append_ctes``) of ``rows`` (without usage)."""
+    """The parameters of PostgreSQL's one-statement append (``_sql.pg_append_ctes``) of ``rows``."""
     hashes = [message_hash for message_hash, _, _ in rows]
-    return [hashes, [record for _, record, _ in rows], head[0], hashes, *head, now, now]
+    records, usages = [record for _, record, _ in rows], [used for _, _, used in rows]
+    return [hashes, records, usages, head[0], hashes, *head, now, now]
 
 
 async def one_statement(conn: Connection, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:

@@ -191,7 +191,7 @@ class PostgresSearch(SearchIndex):
         info: IndexInfo,
         index: Sequence[IndexRow],
     ) -> int:
-        """Append ``rows`` and index ``index``: a short batch without usage in ONE statement, as a plain append is.
+        """Append ``rows`` and index ``index``: a short batch in ONE statement, as a plain append is.
 
         The plain append's data-modifying CTEs (``_sql.pg_append_ctes``), with the index's record read under a
         share lock first and the batch stored only when it names ``info``, and the index rows of the new messages
@@ -200,16 +200,15 @@ class PostgresSearch(SearchIndex):
         mismatch is raised. Until this store has seen the index made (the vector column exists), and for a long
         batch, the transaction of :meth:`SearchIndex.append` does it.
         """
-        short = len(rows) <= _ops.SHORT_ROWS and all(used is None for _, _, used in rows)
-        namespace = self._namespace if short and self._has_column else ""
-        if not namespace:  # a long batch, usage to count, or the vector column not seen yet: the transaction's way
+        namespace = self._namespace if len(rows) <= _ops.SHORT_ROWS and self._has_column else ""
+        if not namespace:  # a long batch, or the vector column not seen yet: the transaction's way makes it
             inserted = await super().append(conn, head, now, rows, info, index)
             self._has_column = True
             return inserted
         columns = [list(c) for c in zip(*index, strict=True)] if index else [[], [], [], []]
         plain = _ops.append_params(head, now, rows)
-        # The batch's two arrays, the gate's embedder, the session's head and time, the index rows' four arrays.
-        params = [*plain[:2], info.embedder, info.dimensions, *plain[2:], *columns]
+        # The batch's three arrays, the gate's embedder, the session's head and time, the index rows' four arrays.
+        params = [*plain[:3], info.embedder, info.dimensions, *plain[3:], *columns]
         found = await _ops.one_statement(conn, self._append_indexed(namespace), params)
         inserted, embedder, dimensions, _ = found[0]
         if embedder is None or inserted < 0:  # no embedder recorded, or a fork (nothing stored): the transaction's way

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from chatkeep.sql._schema import MESSAGES, SESSIONS, TAGS
 
-__all__ = ["MYSQL_ROW_ALIAS", "PG_APPEND_CHECKED", "Statements", "mysql_upsert", "pg_append_ctes"]
+__all__ = ["MYSQL_ROW_ALIAS", "PG_APPEND_CHECKED", "Statements", "mysql_upsert", "pg_append_ctes", "pg_usage_sum"]
 
 #: The first MySQL release that takes a row alias in ``INSERT`` (8.0.20 deprecates ``VALUES()`` for it).
 MYSQL_ROW_ALIAS = (8, 0, 19)
@@ -100,32 +100,57 @@ PG_APPEND_CHECKED = (
 )
 
 
+def pg_usage_sum(texts: str) -> str:
+    """SQL: the sum of the usage JSON texts (``SessionUsage.to_dict``'s form) that query ``texts`` yields as ``u``.
+
+    ``NULL`` when none of them is a usage, as ``_ops.usage_text`` stores no usage. Per-model counts are summed by
+    model name. It lets PostgreSQL's one-statement append keep a session's usage in the same statement.
+    """
+    total = ", ".join(f"'{name}', sum((j->>'{name}')::bigint)" for name in _USAGE_TOTALS)
+    counts = ", ".join(f"sum((m.value->>{n})::bigint) AS c{n}" for n in range(4))
+    return (
+        f"(SELECT CASE WHEN count(*) = 0 THEN NULL ELSE jsonb_build_object({total}, 'models', COALESCE(("
+        "SELECT jsonb_object_agg(k, jsonb_build_array(c0, c1, c2, c3)) FROM ("
+        f"SELECT m.key AS k, {counts} FROM ({texts}) AS mu, jsonb_each(mu.u::jsonb->'models') AS m "
+        "WHERE mu.u IS NOT NULL GROUP BY m.key) AS per_model), '{}'::jsonb))::text END "
+        f"FROM (SELECT u::jsonb AS j FROM ({texts}) AS tu WHERE u IS NOT NULL) AS used)"
+    )
+
+
+#: The totals of a stored usage (``SessionUsage.to_dict``), beside its per-model counts.
+_USAGE_TOTALS = ("input_tokens", "output_tokens", "total_tokens", "calls")
+
+
 def pg_append_ctes(*, first: str = "", gate: str = "") -> str:
     """PostgreSQL's append as data-modifying CTEs (``WITH ... done``), in ``?`` style; see the module docstring.
 
-    Parameters: the batch's hashes and records, the session's key hash, the hashes again, then the session row's
-    head (key hash, tenant hash, tenant, session id) and the time twice. ``first``: CTEs to put before them (with
-    their trailing comma); ``gate``: a condition the batch must meet to be stored at all. ``old`` holds the
-    session's stored messages of the batch (``message_hash, session_ref, seq``), ``ins`` the new ones.
+    Parameters: the batch's hashes, records and usages (JSON text or ``NULL``, as ``_ops.usage_text`` makes them),
+    the session's key hash, the hashes again, then the session row's head (key hash, tenant hash, tenant, session
+    id) and the time twice. ``first``: CTEs to put before them (with their trailing comma); ``gate``: a condition
+    the batch must meet to be stored at all. ``old`` holds the session's stored messages of the batch
+    (``message_hash, session_ref, seq``), ``ins`` the new ones. The session's usage grows by the new messages'
+    (those of ``fresh``: the statement stores all of them or, rolled back by ``PG_APPEND_CHECKED``, none).
     """
     return (
-        f"WITH {first}batch AS (SELECT h, r, ord FROM unnest(?::bytea[], ?::text[]) WITH ORDINALITY AS b(h, r, ord)"
-        + (f" WHERE {gate}" if gate else "")
-        + "), "
+        f"WITH {first}batch AS (SELECT h, r, u, ord FROM unnest(?::bytea[], ?::text[], ?::text[]) "
+        "WITH ORDINALITY AS b(h, r, u, ord)" + (f" WHERE {gate}" if gate else "") + "), "
         f"snap AS (SELECT id, next_seq, base_ref FROM {SESSIONS} WHERE key_hash = ?), "
         f"old AS (SELECT m.message_hash, m.session_ref, m.seq FROM {MESSAGES} m JOIN snap ON m.session_ref = snap.id "
         "WHERE m.message_hash = ANY(?::bytea[])), "
         # A fork stores nothing here: its inherited ids are checked by the transaction (see PG_APPEND_CHECKED).
-        "fresh AS (SELECT h, r, row_number() OVER (ORDER BY ord) AS k FROM batch "
+        "fresh AS (SELECT h, r, u, row_number() OVER (ORDER BY ord) AS k FROM batch "
         "WHERE NOT EXISTS (SELECT 1 FROM old WHERE old.message_hash = batch.h) "
         "AND NOT EXISTS (SELECT 1 FROM snap WHERE snap.base_ref IS NOT NULL)), "
         "n AS (SELECT count(*) AS c FROM fresh), "
-        f"s AS (INSERT INTO {SESSIONS} ({_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, c, c FROM n WHERE c > 0 "
+        f"s AS (INSERT INTO {SESSIONS} ({_COLUMNS}, token_usage) "
+        f"SELECT ?, ?, ?, ?, ?, ?, c, c, {pg_usage_sum('SELECT u FROM fresh')} FROM n WHERE c > 0 "
         f"ON CONFLICT (key_hash) DO UPDATE SET next_seq = {SESSIONS}.next_seq + excluded.next_seq, "
         f"message_count = {SESSIONS}.message_count + excluded.message_count, "
-        f"updated_at = GREATEST({SESSIONS}.updated_at, excluded.updated_at) RETURNING id, next_seq), "
-        f"ins AS (INSERT INTO {MESSAGES} (session_ref, seq, message_hash, record) "
-        "SELECT s.id, s.next_seq - n.c + fresh.k - 1, fresh.h, fresh.r FROM s, n, fresh "
+        f"updated_at = GREATEST({SESSIONS}.updated_at, excluded.updated_at), "
+        f"token_usage = {pg_usage_sum(f'SELECT {SESSIONS}.token_usage AS u UNION ALL SELECT u FROM fresh')} "
+        "RETURNING id, next_seq), "
+        f"ins AS (INSERT INTO {MESSAGES} (session_ref, seq, message_hash, record, token_usage) "
+        "SELECT s.id, s.next_seq - n.c + fresh.k - 1, fresh.h, fresh.r, fresh.u FROM s, n, fresh "
         "ON CONFLICT (session_ref, message_hash) DO NOTHING RETURNING session_ref, seq, message_hash), "
         "done AS (SELECT count(*) AS i FROM ins)"
     )
