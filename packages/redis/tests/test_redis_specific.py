@@ -25,7 +25,7 @@ from chatkeep.core import (
 )
 from chatkeep.redis import RedisHistoryProvider, RedisHistoryStore, RedisURLError, _scripts, open_store
 from chatkeep.redis._config import RedisSettings, parse_url
-from chatkeep.redis._layout import INDEX_GRACE_US, pop_receipt, session_keys
+from chatkeep.redis._layout import INDEX_GRACE_US, pop_receipt, session_keys, usage_key
 from chatkeep.testing.telemetry import Telemetry
 
 
@@ -174,8 +174,9 @@ async def test_a_retried_pop_returns_its_record_instead_of_popping_another(redis
         receipt = pop_receipt(h, "retried")
         assert key_slot(receipt.encode()) == key_slot(h.encode())
         args = (1, 0, 60_000, "t", "popped")
-        first = await store._script(_scripts.POP, (h, m, i, receipt), args)
-        again = await store._script(_scripts.POP, (h, m, i, receipt), args)
+        keys = (h, m, i, usage_key(h), receipt)
+        first = await store._script(_scripts.POP, keys, args)
+        again = await store._script(_scripts.POP, keys, args)
         assert first == again
         assert Message.from_record(first.decode()).message_id == batch[-1].message_id
         assert 0 < await raw_redis.pttl(receipt) <= 60_000

@@ -6,6 +6,7 @@ Where each session's data lives (key names, hash tags, the tenant index) is in :
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -26,6 +27,7 @@ from chatkeep.core import (
 from chatkeep.core.backend import (
     HistoryStore,
     PerLoop,
+    SessionUsage,
     StoredSession,
     TelemetryTarget,
     conflict_error,
@@ -38,6 +40,7 @@ from chatkeep.core.backend import (
     session_document,
     stamp_time,
     time_stamp,
+    usage_of,
     write_stamp,
 )
 from chatkeep.redis import _layout, _replicas, _scripts
@@ -298,17 +301,30 @@ class RedisHistoryStore(HistoryStore):
                 where=self.config.address, what=what, retry=retry,
             )  # fmt: skip
 
-    async def _touch_indexes(self, tenant: str, session_id: str, index: str, now: int) -> list[int]:
-        """Update the tenant's and the tenants' index (before the session: see the module's notes).
+    async def _touch_indexes(
+        self, tenant: str, session_id: str, index: str, now: int, tags: frozenset[str] | None = None
+    ) -> list[int]:
+        """Update the tenants' index, and the tenant's index and tag indexes (before the session: see the layout).
+
+        With ``tags``, the session's tags are replaced by them (``update_info``).
 
         Returns:
             With ``wait_replicas``, how many replicas have each update (checked with the session's write).
         """
-        commands = (("ZADD", self._tenants_key, "GT", now, tenant), ("ZADD", index, "GT", now, session_id))
+        tenant_keys = (index, _layout.tags_map(self.prefix, tenant))
+        args: tuple[Any, ...]
+        if tags is None:
+            script, args = _scripts.TOUCH_TENANT, (now, session_id)
+        else:
+            script, args = _scripts.SET_TAGS, (now, session_id, json.dumps(sorted(tags), ensure_ascii=False))
+        command = ("ZADD", self._tenants_key, "GT", now, tenant)
         if self._wait is None:
-            writes = [self._call(*command) for command in commands]
+            writes = [self._call(*command), self._run_script(script, tenant_keys, args)]
         else:  # each on the node that owns it, waiting there for its replicas
-            writes = [self._pipeline((command, self._wait), key=command[1]) for command in commands]
+            writes = [
+                self._pipeline((command, self._wait), key=self._tenants_key),
+                self._run_script(script, tenant_keys, args, self._wait),
+            ]
         # Both finish before either failure is raised: no task is left behind with an error nobody reads.
         outcomes: list[Any] = await asyncio.gather(*writes, return_exceptions=True)
         for outcome in outcomes:
@@ -341,18 +357,34 @@ class RedisHistoryStore(HistoryStore):
         """How many message records this store has read (the conformance kit's read probe)."""
         return self._messages_read
 
-    async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
-        """Append in one atomic script, skipping ids already stored; returns how many were new."""
+    def _keys(self, key: SessionKey) -> tuple[tuple[str, str, str, str], tuple[str, ...]]:
+        """The session's keys (hash, messages, ids, usage), and the indexes its scripts update themselves.
+
+        Standalone, a script that writes updates the tenant's index, the tenants' index and the tag indexes in
+        the same step; on a cluster those live on other nodes, and the store updates them apart (none here).
+        """
         h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
+        own = (h, m, i, _layout.usage_key(h))
+        if self._cluster:
+            return own, ()
+        return own, (index, self._tenants_key, _layout.tags_map(self.prefix, key.tenant))
+
+    async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
+        """Append in one atomic script, skipping ids already stored; returns how many were new.
+
+        The script adds each new message's usage (core's ``usage_of``, as JSON) to the session's in the same step.
+        """
+        own, indexes = self._keys(key)
         now = write_stamp()
         args = [now, self._ttl_ms, self._cap, len(records), key.tenant, key.session_id, int(self._wait is not None)]
         args += [message.message_id for message in messages]
         args += records
+        args += [_usage_json(message) for message in messages]
+        earlier: list[int] = []
         if self._cluster:
+            index = _layout.tenant_index(self.prefix, key.tenant)
             earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
-            keys: tuple[str, ...] = (h, m, i)
-        else:
-            earlier, keys = [], (h, m, i, index, self._tenants_key)
+        keys = (*own, *indexes)
         added, acknowledged = await self._write_script(_scripts.APPEND, keys, args, earlier=earlier)
         self._check_replicas(acknowledged, what="append", retry=_RETRY_APPEND)
         return int(added)
@@ -386,13 +418,17 @@ class RedisHistoryStore(HistoryStore):
         return int(await self._call("LLEN", _layout.session_keys(self.prefix, key.tenant, key.session_id)[1]))
 
     async def _delete(self, key: SessionKey) -> bool:
-        """Delete the session's messages, ids and document; ``True`` if anything was there."""
-        h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
-        updated = await self._script(_scripts.DELETE, (h, m, i), ())
+        """Delete the session's messages, ids, usage, document and info; ``True`` if anything was there."""
+        own, _ = self._keys(key)
+        updated = await self._script(_scripts.DELETE, own, ())
         if updated is None:
             return False
-        await self._script(_scripts.DROP_INDEX_ENTRY, (index,), (key.session_id, int(updated)))
+        await self._script(_scripts.DROP_INDEX_ENTRY, self._tenant_keys(key.tenant), (key.session_id, int(updated)))
         return True
+
+    def _tenant_keys(self, tenant: str) -> tuple[str, str]:
+        """The tenant's index and its tags (what ``DROP_INDEX_ENTRY`` takes to drop a session and its tags)."""
+        return _layout.tenant_index(self.prefix, tenant), _layout.tags_map(self.prefix, tenant)
 
     async def _trim(self, key: SessionKey, keep_last: int) -> int:
         """Delete all but the ``keep_last`` newest messages (and forget their ids); returns how many.
@@ -401,26 +437,26 @@ class RedisHistoryStore(HistoryStore):
         restarts the TTL. One that deletes nothing changes nothing, so on a cluster the indexes are updated
         after the script, and only when it deleted (the session exists then, so it has its entry already).
         """
-        h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
+        own, indexes = self._keys(key)
         now = write_stamp()
         args = (keep_last, self._ttl_ms, now, key.tenant, key.session_id)
-        keys = (h, m, i) if self._cluster else (h, m, i, index, self._tenants_key)
-        removed = int(await self._script(_scripts.TRIM, keys, args))
+        removed = int(await self._script(_scripts.TRIM, (*own, *indexes), args))
         if removed and self._cluster:
+            index = _layout.tenant_index(self.prefix, key.tenant)
             await self._touch_indexes(key.tenant, key.session_id, index, now)
         return removed
 
     async def _pop(self, key: SessionKey) -> Message | None:
         """Remove the newest record and its id in one script (a retry of it returns the same record)."""
-        h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
-        receipt = _layout.pop_receipt(h, uuid.uuid4().hex)
+        own, indexes = self._keys(key)
+        receipt = _layout.pop_receipt(own[0], uuid.uuid4().hex)
         now = write_stamp()
         args = (now, self._ttl_ms, _POP_RECEIPT_MS, key.tenant, key.session_id)
+        earlier: list[int] = []
         if self._cluster:
+            index = _layout.tenant_index(self.prefix, key.tenant)
             earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
-            keys: tuple[str, ...] = (h, m, i, receipt)
-        else:
-            earlier, keys = [], (h, m, i, receipt, index, self._tenants_key)
+        keys = (*own, receipt, *indexes)
         record, acknowledged = await self._write_script(_scripts.POP, keys, args, earlier=earlier)
         popped = None if record is None else self._decode([record])[0]
         try:
@@ -430,12 +466,48 @@ class RedisHistoryStore(HistoryStore):
             raise
         return popped
 
+    async def _usage(self, key: SessionKey) -> SessionUsage:
+        """The usage the scripts keep in the session's hash (one field: the messages are not read)."""
+        stored = await self._call("HGET", _layout.session_keys(self.prefix, key.tenant, key.session_id)[0], "usage")
+        return SessionUsage() if stored is None else SessionUsage.from_dict(json.loads(stored))
+
     # -- sessions --------------------------------------------------------------------------------
+
+    async def _update_info(
+        self, key: SessionKey, title: str | None, tags: frozenset[str] | None, metadata: dict[str, Any] | None
+    ) -> bool:
+        """Set title and metadata in the session's hash, then its tags beside the tenant's index (see the layout).
+
+        Only a session that exists changes (the script checks), so, as for ``trim``, its index entry is there
+        already and the indexes are updated after it.
+        """
+        own, _ = self._keys(key)
+        now = write_stamp()
+        args = (
+            now,
+            self._ttl_ms,
+            "0" if title is None else "1",
+            title or "",
+            "0" if metadata is None else "1",
+            json.dumps(metadata, ensure_ascii=False) if metadata else "",
+        )
+        if not int(await self._script(_scripts.UPDATE_INFO, own, args)):
+            return False
+        index = _layout.tenant_index(self.prefix, key.tenant)
+        await self._touch_indexes(key.tenant, key.session_id, index, now, tags)
+        return True
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One tenant's sessions, most recently updated first, from the tenant's index (never a keyspace scan)."""
+        return await self._list_indexed(tenant, _layout.tenant_index(self.prefix, tenant), limit, cursor)
+
+    async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
+        """The tenant's sessions tagged ``tag``, newest first, from the tag's index (scored as the tenant's)."""
+        return await self._list_indexed(tenant, _layout.tag_index(self.prefix, tenant, tag), limit, cursor)
+
+    async def _list_indexed(self, tenant: str, index: str, limit: int, cursor: str | None) -> SessionPage:
+        """One page of the sessions of a tenant's index (all of them, or a tag's), newest first."""
         after = None if cursor is None else _after(cursor)
-        index = _layout.tenant_index(self.prefix, tenant)
         top: Any = "+inf" if after is None else after[0]
         offset, want = 0, limit + 1
         live: list[tuple[SessionInfo, int]] = []
@@ -464,22 +536,36 @@ class RedisHistoryStore(HistoryStore):
     ) -> list[tuple[SessionInfo, int]]:
         if not entries:
             return []
-        commands: list[tuple[str, ...]] = []
+        tags_map = _layout.tags_map(self.prefix, tenant)
+        commands: list[tuple[str | bytes, ...]] = []
         for member, _ in entries:
             h, m, _, _ = _layout.session_keys(self.prefix, tenant, member.decode())
-            commands += [("HGET", h, "created"), ("LLEN", m)]
+            commands += [("HMGET", h, "created", "usage", "title", "meta"), ("LLEN", m)]
+        commands.append(("HMGET", tags_map, *(member for member, _ in entries)))
         replies = await self._pipeline(commands)
         found: list[tuple[SessionInfo, int]] = []
         dead: list[tuple[Sequence[str], Sequence[Any]]] = []
         for n, (member, score) in enumerate(entries):
-            created, count = replies[2 * n], replies[2 * n + 1]
+            (created, usage, title, metadata), count = replies[2 * n], replies[2 * n + 1]
             if created is None:  # expired or deleted: an old entry goes, a young one may be a write under way
                 if score < stale_before:
-                    dead.append(((index,), (member, int(score))))
+                    dead.append(((index, tags_map), (member, int(score))))
                 continue
             created_at = stamp_time(int(created))
             updated_at = max(stamp_time(score), created_at)
-            found.append((SessionInfo(member.decode(), tenant, int(count), created_at, updated_at), score))
+            tags = replies[-1][n]
+            info = SessionInfo(
+                member.decode(),
+                tenant,
+                int(count),
+                created_at,
+                updated_at,
+                usage=SessionUsage() if usage is None else SessionUsage.from_dict(json.loads(usage)),
+                title=None if title is None else title.decode(),
+                tags=frozenset() if tags is None else frozenset(json.loads(tags)),
+                metadata={} if metadata is None else json.loads(metadata),
+            )
+            found.append((info, score))
         await self._scripts(_scripts.DROP_INDEX_ENTRY, dead)
         return found
 
@@ -494,7 +580,7 @@ class RedisHistoryStore(HistoryStore):
         earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
         outcome, acknowledged = await self._write_script(
             _scripts.SAVE_SESSION,
-            (h, m, i),
+            (h, m, i, _layout.usage_key(h)),
             (
                 document,
                 version,
@@ -555,10 +641,13 @@ class RedisHistoryStore(HistoryStore):
             if not rows:
                 return removed
             entries = _layout.pairs(rows)
-            keys = [_layout.session_keys(self.prefix, tenant, member.decode())[:3] for member, _ in entries]
+            keys = [self._keys(SessionKey(tenant, member.decode()))[0] for member, _ in entries]
             outcomes = await self._scripts(_scripts.PRUNE, [(k, (cutoff,)) for k in keys])
+            tenant_keys = self._tenant_keys(tenant)
             drops = [
-                ((index,), (member, score)) for (member, score), out in zip(entries, outcomes, strict=True) if out != 0
+                (tenant_keys, (member, score))
+                for (member, score), out in zip(entries, outcomes, strict=True)
+                if out != 0
             ]
             removed += sum(1 for out in outcomes if out == 1)
             dropped = await self._scripts(_scripts.DROP_INDEX_ENTRY, drops)
@@ -598,13 +687,20 @@ class RedisHistoryStore(HistoryStore):
             if not rows:
                 break
             entries = _layout.pairs(rows)
-            keys = [_layout.session_keys(self.prefix, tenant, member.decode())[:3] for member, _ in entries]
+            keys = [self._keys(SessionKey(tenant, member.decode()))[0] for member, _ in entries]
             outcomes = await self._scripts(_scripts.DELETE, [(k, ()) for k in keys])
             removed += sum(1 for out in outcomes if out is not None)
-            dropped = await self._scripts(_scripts.DROP_INDEX_ENTRY, [((index,), entry) for entry in entries])
+            tenant_keys = self._tenant_keys(tenant)
+            dropped = await self._scripts(_scripts.DROP_INDEX_ENTRY, [(tenant_keys, entry) for entry in entries])
             offset += len(entries) - sum(int(d) for d in dropped)
         await self._script(_scripts.DROP_INDEX_ENTRY, (self._tenants_key,), (tenant, started))
         return removed
+
+
+def _usage_json(message: Message) -> str:
+    """What ``message`` adds to its session's usage, as the scripts take it (``''``: it carries none)."""
+    used = usage_of((message,))
+    return json.dumps(used.to_dict(), ensure_ascii=False) if used else ""
 
 
 def _after(cursor: str) -> tuple[int, bytes]:
