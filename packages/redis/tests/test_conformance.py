@@ -6,21 +6,14 @@ from typing import Any
 
 import pytest
 
-from chatkeep.core import HistoryStore, UnsupportedOperationError
+from chatkeep.core import HistoryStore
 from chatkeep.redis import RedisHistoryStore, open_store
 from chatkeep.testing import (
-    ForkConformance,
     HistoryStoreConformance,
     StoreFactory,
-    StoreKit,
-    not_implemented_yet,
 )
 
-_NO_FORKS = "forks are not implemented yet on Redis: issue 22"
-_needs_forks = pytest.mark.xfail(strict=True, reason=_NO_FORKS, raises=UnsupportedOperationError)
 
-
-@not_implemented_yet(ForkConformance, reason=_NO_FORKS)
 class TestRedisConformance(HistoryStoreConformance):
     """The whole kit once per transport that serves the target (``redis_transport``, see conftest.py)."""
 
@@ -40,11 +33,3 @@ class TestRedisConformance(HistoryStoreConformance):
             return store
 
         return make
-
-    @_needs_forks
-    async def test_a_fork_uses_what_it_took(self, kit: StoreKit, store: HistoryStore) -> None:
-        await super().test_a_fork_uses_what_it_took(kit, store)
-
-    @_needs_forks
-    async def test_a_fork_starts_with_its_source_info(self, kit: StoreKit, store: HistoryStore) -> None:
-        await super().test_a_fork_starts_with_its_source_info(kit, store)

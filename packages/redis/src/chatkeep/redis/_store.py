@@ -10,12 +10,14 @@ import json
 import math
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from chatkeep.core import (
     AgentSession,
     BackendHistoryProvider,
+    ForkInfo,
     Message,
     ReplicationTimeoutError,
     SessionInfo,
@@ -35,6 +37,8 @@ from chatkeep.core.backend import (
     decode_records,
     decode_session_document,
     encode_cursor,
+    fork_source_error,
+    fork_target_exists_error,
     owner_error,
     redact_url,
     session_document,
@@ -385,9 +389,57 @@ class RedisHistoryStore(HistoryStore):
             index = _layout.tenant_index(self.prefix, key.tenant)
             earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
         keys = (*own, *indexes)
-        added, acknowledged = await self._write_script(_scripts.APPEND, keys, args, earlier=earlier)
+        checked: list[Any] = [""]
+        while True:
+            added, acknowledged = await self._write_script(_scripts.APPEND, keys, [*args, *checked], earlier=earlier)
+            if not isinstance(added, list):
+                break
+            if added[0] == b"trim":  # keep_last cuts into messages a fork shares: a trim does it right
+                added = int(added[1])
+                await self._trim(key, self._cap)
+                break
+            # A fork: the ids it holds from earlier logs are checked there (those ranges never change).
+            segments = _segments(added[1])
+            checked = [added[1], *await self._held_ids(segments, [message.message_id for message in messages])]
+            await self._keep_alive(segments)
         self._check_replicas(acknowledged, what="append", retry=_RETRY_APPEND)
         return int(added)
+
+    async def _held_ids(self, segments: list[_Segment], ids: list[str]) -> list[str]:
+        """Which of ``ids`` the segments hold (within their bounds): one ``ZMSCORE`` per segment."""
+        if not segments or not ids:
+            return []
+        replies = await self._pipeline([("ZMSCORE", segment.ids, *ids) for segment in segments])
+        held: set[str] = set()
+        for segment, scores in zip(segments, replies, strict=True):
+            held.update(i for i, score in zip(ids, scores, strict=True) if segment.holds(score))
+        return sorted(held)
+
+    async def _keep_alive(self, segments: Sequence[_Segment]) -> None:
+        """Make the logs a fork refers to live at least as long as the fork (a write of it restarts its TTL)."""
+        if not segments:
+            return
+        keys = [k for s in segments for k in (s.records, s.ids, s.usage)]
+        if self._ttl_ms:
+            await self._pipeline([("PEXPIRE", k, self._ttl_ms, "GT") for k in keys])
+        else:
+            await self._pipeline([("PERSIST", k) for k in keys])
+
+    async def _read_segments(self, segments: Sequence[_Segment], last: int | None) -> list[bytes]:
+        """The records of ``segments`` in order (with ``last``, only that many of the newest)."""
+        spans: list[tuple[_Segment, int, int]] = []
+        want = math.inf if last is None else last
+        for segment in reversed(segments):
+            if want <= 0:
+                break
+            low = segment.low if last is None else max(segment.low, segment.high - int(want) + 1)
+            spans.append((segment, low, segment.high))
+            want -= segment.high - low + 1
+        if not spans:
+            return []
+        spans.reverse()
+        replies = await self._pipeline([("LRANGE", s.records, low - s.head, high - s.head) for s, low, high in spans])
+        return [record for reply in replies for record in reply]
 
     def _decode(self, records: list[bytes]) -> list[Message]:
         self._messages_read += len(records)
@@ -395,27 +447,56 @@ class RedisHistoryStore(HistoryStore):
         return decode_records(records)
 
     async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
-        """The history in append order; with ``last=k`` only the k newest (one ``LRANGE`` of k records)."""
-        m = _layout.session_keys(self.prefix, key.tenant, key.session_id)[1]
-        records = await self._call("LRANGE", m, 0 if last is None else -last, -1)
+        """The history in append order; with ``last=k`` only the k newest (one ``LRANGE`` of k records).
+
+        The ``LRANGE`` goes with a look at the hash in one round trip: when the session is a fork or its log is
+        shared (renamed), the ``VIEW`` script reads its own log and the segments give the rest, newest first.
+        """
+        own, _ = self._keys(key)
+        h, m = own[0], own[1]
+        records, (log, segs) = await self._pipeline(
+            (("LRANGE", m, 0 if last is None else -last, -1), ("HMGET", h, "log", "segs")), key=h
+        )
+        if log is not None or segs is not None:
+            reply = await self._script(_scripts.VIEW, own, (-1 if last is None else last,))
+            segments, records = _segments(reply[0]), reply[2:]
+            if last is None or len(records) < last:
+                more = None if last is None else last - len(records)
+                records = [*await self._read_segments(segments, more), *records]
         return self._decode(records) if records else []
 
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         """Iterate over the history in append order, ``batch`` records per read (resuming by sequence number)."""
-        h, m, _, _ = _layout.session_keys(self.prefix, key.tenant, key.session_id)
-        seq, created = -1, b""
+        own, _ = self._keys(key)
+        seq, created, first = -1, b"", True
         while True:
-            reply = await self._script(_scripts.PAGE, (h, m), (seq, batch, created))
+            reply = await self._script(_scripts.PAGE, own, (seq, batch, created))
             if not reply[0]:
                 return  # gone, or deleted and re-created while we read
-            created, seq, records = reply[0], int(reply[1]), reply[2:]
+            created, seq, records = reply[0], int(reply[1]), reply[3:]
+            if first and reply[2]:  # a fork: the messages of its segments come first, then its own log's
+                for segment in _segments(reply[2]):
+                    for low in range(segment.low, segment.high + 1, batch):
+                        high = min(low + batch - 1, segment.high)
+                        page = await self._call("LRANGE", segment.records, low - segment.head, high - segment.head)
+                        for message in self._decode(page):
+                            yield message
+                seq = -1
+                first = False
+                continue
+            first = False
             if not records:
                 return
             for message in self._decode(records):
                 yield message
 
     async def _count(self, key: SessionKey) -> int:
-        return int(await self._call("LLEN", _layout.session_keys(self.prefix, key.tenant, key.session_id)[1]))
+        own, _ = self._keys(key)
+        length, (log, segs) = await self._pipeline((("LLEN", own[1]), ("HMGET", own[0], "log", "segs")), key=own[0])
+        if log is None and segs is None:
+            return int(length)
+        reply = await self._script(_scripts.VIEW, own, (0,))
+        return int(reply[1]) + sum(segment.size for segment in _segments(reply[0]))
 
     async def _delete(self, key: SessionKey) -> bool:
         """Delete the session's messages, ids, usage, document and info; ``True`` if anything was there."""
@@ -440,7 +521,13 @@ class RedisHistoryStore(HistoryStore):
         own, indexes = self._keys(key)
         now = write_stamp()
         args = (keep_last, self._ttl_ms, now, key.tenant, key.session_id)
-        removed = int(await self._script(_scripts.TRIM, (*own, *indexes), args))
+        planned: list[Any] = ["", ""]
+        while isinstance(removed := await self._script(_scripts.TRIM, (*own, *indexes), (*args, *planned)), list):
+            # It removes messages a fork holds from another session's log: their usage is read there.
+            segments, over = _segments(removed[1]), int(removed[2])
+            spans = [span for span in _oldest(segments, over) if not _same_slot(span[0].usage, own[0])]
+            planned = [removed[1], over, *await self._usages(spans)]
+        removed = int(removed)
         if removed and self._cluster:
             index = _layout.tenant_index(self.prefix, key.tenant)
             await self._touch_indexes(key.tenant, key.session_id, index, now)
@@ -457,7 +544,18 @@ class RedisHistoryStore(HistoryStore):
             index = _layout.tenant_index(self.prefix, key.tenant)
             earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
         keys = (*own, receipt, *indexes)
-        record, acknowledged = await self._write_script(_scripts.POP, keys, args, earlier=earlier)
+        inherited: tuple[Any, ...] = ("", "", "", "")
+        while True:
+            record, acknowledged = await self._write_script(_scripts.POP, keys, (*args, *inherited), earlier=earlier)
+            if not isinstance(record, list):
+                break
+            # The newest message is a fork's, in another session's log: read it (and its usage) there.
+            _, records, usage, seq, head = record
+            seq, head = int(seq), int(head)
+            found, used = await self._pipeline(
+                (("LINDEX", records, seq - head), ("ZRANGEBYSCORE", usage, seq, seq)), key=records
+            )
+            inherited = (records, seq, found or b"", _usage_part(used[0]) if used else "")
         popped = None if record is None else self._decode([record])[0]
         try:
             self._check_replicas(acknowledged, what="pop", retry=_RETRY_POP)
@@ -465,6 +563,67 @@ class RedisHistoryStore(HistoryStore):
             exc.popped = popped  # removed on the primary: the caller still gets it
             raise
         return popped
+
+    async def _usages(self, spans: Sequence[tuple[_Segment, int, int]]) -> list[str]:
+        """The per-message usages kept for the given spans of segments (their logs' usage sets)."""
+        if not spans:
+            return []
+        replies = await self._pipeline([("ZRANGEBYSCORE", s.usage, low, high) for s, low, high in spans])
+        return [_usage_part(row) for reply in replies for row in reply]
+
+    async def _fork(self, source: SessionKey, target: SessionKey, through: str | None) -> int:
+        """Share the source's log up to the cut (``FORK_SOURCE``), then create the target on it (``FORK_TARGET``).
+
+        Nothing is copied: the target's hash lists the segments of logs it holds. When the cut is in a segment
+        of the source (a fork of a fork, through an inherited message), the store finds the message and the
+        usage after it in those logs, whose ranges never change, and runs the source's script again.
+        """
+        source_keys, _ = self._keys(source)
+        found: list[Any] = ["", ""]
+        wanted = through or ""
+        while True:
+            reply = await self._script(_scripts.FORK_SOURCE, source_keys, (wanted, self._ttl_ms, *found))
+            outcome = reply[0]
+            if outcome == b"ok":
+                break
+            if outcome == b"empty" or outcome == b"missing":
+                raise fork_source_error(source, through)
+            segments = _segments(reply[1])
+            if through is None:  # the newest message, in the last segment
+                last = segments[-1]
+                ids = await self._call("ZRANGEBYSCORE", last.ids, last.high, last.high)
+                if not ids:
+                    raise fork_source_error(source, through)
+                wanted, seq = ids[0].decode(), last.high
+            else:
+                scores = await self._pipeline([("ZSCORE", segment.ids, through) for segment in segments])
+                held = [float(score) for segment, score in zip(segments, scores, strict=True) if segment.holds(score)]
+                if not held:
+                    raise fork_source_error(source, through)
+                seq = int(held[0])
+            after = [
+                (segment, max(segment.low, seq + 1), segment.high)
+                for segment in segments
+                if segment.high > seq and not _same_slot(segment.usage, source_keys[0])
+            ]
+            found = [reply[1], seq, *await self._usages(after)]
+        _, taken, cut, usage, title, metadata, through_id = reply
+        segments = _segments(taken)
+        await self._keep_alive(segments)
+        tags = await self._call("HGET", _layout.tags_map(self.prefix, source.tenant), source.session_id)
+        own, indexes = self._keys(target)
+        now = write_stamp()
+        args = (
+            now, self._ttl_ms, target.tenant, target.session_id, taken, int(cut) + 1, usage, title, metadata,
+            source.session_id, through_id,
+        )  # fmt: skip
+        if not int(await self._script(_scripts.FORK_TARGET, (*own, *indexes), args)):
+            raise fork_target_exists_error(target)
+        if self._cluster or tags is not None:  # a fork is a write of the target; it starts with the source's tags
+            index = _layout.tenant_index(self.prefix, target.tenant)
+            tag_set = None if tags is None else frozenset(json.loads(tags))
+            await self._touch_indexes(target.tenant, target.session_id, index, now, tag_set)
+        return sum(segment.size for segment in segments)
 
     async def _usage(self, key: SessionKey) -> SessionUsage:
         """The usage the scripts keep in the session's hash (one field: the messages are not read)."""
@@ -540,13 +699,13 @@ class RedisHistoryStore(HistoryStore):
         commands: list[tuple[str | bytes, ...]] = []
         for member, _ in entries:
             h, m, _, _ = _layout.session_keys(self.prefix, tenant, member.decode())
-            commands += [("HMGET", h, "created", "usage", "title", "meta"), ("LLEN", m)]
+            commands += [("HMGET", h, "created", "usage", "title", "meta", "src", "thru", "log", "segs"), ("LLEN", m)]
         commands.append(("HMGET", tags_map, *(member for member, _ in entries)))
         replies = await self._pipeline(commands)
         found: list[tuple[SessionInfo, int]] = []
         dead: list[tuple[Sequence[str], Sequence[Any]]] = []
         for n, (member, score) in enumerate(entries):
-            (created, usage, title, metadata), count = replies[2 * n], replies[2 * n + 1]
+            (created, usage, title, metadata, source, through, log, segs), count = replies[2 * n], replies[2 * n + 1]
             if created is None:  # expired or deleted: an old entry goes, a young one may be a write under way
                 if score < stale_before:
                     dead.append(((index, tags_map), (member, int(score))))
@@ -554,12 +713,15 @@ class RedisHistoryStore(HistoryStore):
             created_at = stamp_time(int(created))
             updated_at = max(stamp_time(score), created_at)
             tags = replies[-1][n]
+            if log is not None or segs is not None:  # a fork, or a shared log: count its segments and own log
+                count = await self._count(SessionKey(tenant, member.decode()))
             info = SessionInfo(
                 member.decode(),
                 tenant,
                 int(count),
                 created_at,
                 updated_at,
+                forked_from=None if source is None else ForkInfo(source.decode(), through.decode()),
                 usage=SessionUsage() if usage is None else SessionUsage.from_dict(json.loads(usage)),
                 title=None if title is None else title.decode(),
                 tags=frozenset() if tags is None else frozenset(json.loads(tags)),
@@ -695,6 +857,58 @@ class RedisHistoryStore(HistoryStore):
             offset += len(entries) - sum(int(d) for d in dropped)
         await self._script(_scripts.DROP_INDEX_ENTRY, (self._tenants_key,), (tenant, started))
         return removed
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    """Messages a session holds from an earlier log (see ``_scripts._LOG``): sequence numbers ``low..high``."""
+
+    records: str
+    ids: str
+    usage: str
+    head: int
+    low: int
+    high: int
+
+    @property
+    def size(self) -> int:
+        return self.high - self.low + 1
+
+    def holds(self, score: Any) -> bool:
+        """Whether an id scored ``score`` in this log's ids (``None``: absent) is within the segment."""
+        return score is not None and self.low <= float(score) <= self.high
+
+
+def _segments(text: bytes | str) -> list[_Segment]:
+    """The segments a hash's ``segs`` field lists (``''``: none)."""
+    if not text:
+        return []
+    return [
+        _Segment(str(r), str(i), str(u), int(head), int(low), int(high))
+        for r, i, u, head, low, high in json.loads(text)
+    ]
+
+
+def _oldest(segments: Sequence[_Segment], count: int) -> list[tuple[_Segment, int, int]]:
+    """The spans of the ``count`` oldest messages of ``segments`` (what a trim removes), outside the session."""
+    spans = []
+    for segment in segments:
+        if count <= 0:
+            break
+        take = min(count, segment.size)
+        spans.append((segment, segment.low, segment.low + take - 1))
+        count -= take
+    return spans
+
+
+def _same_slot(key: str, hash_key: str) -> bool:
+    """Whether ``key`` is one of the session's own (its hash is ``hash_key``): its scripts read those themselves."""
+    return key.startswith(hash_key[:-1])
+
+
+def _usage_part(row: bytes) -> str:
+    """The usage JSON of a usage set's member (``seq:json``)."""
+    return row.decode().split(":", 1)[1]
 
 
 def _usage_json(message: Message) -> str:
