@@ -12,8 +12,8 @@ import inspect
 import sys
 from typing import Any
 
-# codec, sync and telemetry need no server; sql, drivers, search, redis, blob and the interop-* suites need the
-# services scripts/ starts.
+# codec, sync, telemetry and forks (on memory://) need no server; sql, drivers, search, redis, blob and the
+# interop-* suites need the services scripts/ starts.
 SUITES = {
     "codec": "benchmarks.codec_bench",
     "sql": "benchmarks.sql_bench",
@@ -23,6 +23,7 @@ SUITES = {
     "sync": "benchmarks.sync_bench",
     "drivers": "benchmarks.drivers_bench",
     "telemetry": "benchmarks.telemetry_bench",
+    "forks": "benchmarks.forks_bench",
 }
 # An adapter beside its framework's own stores; run one at a time by name (nox -s interop_bench installs the pins).
 INTEROP_SUITES = {

@@ -72,7 +72,8 @@ async def test_plain_reply_is_one_assistant_message_with_usage(
     assert message.text == "hello there"
     assert response.usage == Usage(input_tokens=12, output_tokens=3, total_tokens=15)
     # The usage also travels with the message, so a stored history keeps what each call cost.
-    assert [c for c in message.contents if isinstance(c, UsageContent)] == [UsageContent(usage=response.usage)]
+    used = [c for c in message.contents if isinstance(c, UsageContent)]
+    assert used == [UsageContent(usage=response.usage, model="fake-model")]  # the model the server named
     assert response.finish_reason == "stop"
     assert response.response_id is not None
     assert response.response_id.startswith("chatcmpl-")

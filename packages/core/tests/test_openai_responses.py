@@ -88,7 +88,8 @@ async def test_plain_reply_carries_the_response_id_that_continues_the_conversati
     [message] = response.messages
     assert message.role == "assistant"
     assert response.usage == Usage(input_tokens=12, output_tokens=3, total_tokens=15)
-    assert [c for c in message.contents if isinstance(c, UsageContent)] == [UsageContent(usage=response.usage)]
+    used = [c for c in message.contents if isinstance(c, UsageContent)]
+    assert used == [UsageContent(usage=response.usage, model="fake-model")]  # the model the server named
     assert response.finish_reason == "stop"
     assert response.response_id is not None
     assert response.response_id.startswith("resp_")

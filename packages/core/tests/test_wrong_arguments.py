@@ -88,7 +88,7 @@ async def test_prune_with_an_older_than_of_the_wrong_type() -> None:
         (lambda: TextContent(text=None), r"TextContent\(text: str\)"),
         (lambda: FunctionCallContent(call_id="c", name=1), r"name: str, arguments: str = '\{\}'\)"),
         (lambda: FunctionResultContent(call_id=None), r"FunctionResultContent\(call_id: str, result: JsonValue"),
-        (lambda: UsageContent(usage=3), r"UsageContent\(usage: Usage\)"),
+        (lambda: UsageContent(usage=3), r"UsageContent\(usage: Usage, model: str \| None = None\)"),
         (lambda: Message(role="user", contents="hi"), "contents= a list of contents"),
     ],
 )
@@ -121,3 +121,42 @@ def test_a_message_given_its_text_twice_is_refused_in_words() -> None:
     with pytest.raises(InvalidArgumentError, match="Pass Message its text once"):
         Message("hi", text="hello", role="user")
     assert Message(text="hi", role="user").text == Message("hi", role="user").text == "hi"
+
+
+@pytest.mark.parametrize(
+    ("info", "error", "said"),
+    [
+        ({}, InvalidArgumentError, "pass at least one"),
+        ({"title": 3}, InvalidArgumentTypeError, "title must be a string"),
+        ({"title": "x" * 1_025}, InvalidArgumentError, "over the limit of 1,024"),
+        ({"tags": "billing"}, InvalidArgumentTypeError, "tags must be a set of strings"),
+        ({"tags": {""}}, InvalidArgumentError, "non-empty string"),
+        ({"tags": {f"t{n}" for n in range(65)}}, InvalidArgumentError, "at most 64 tags"),
+        ({"metadata": [1]}, InvalidArgumentTypeError, "metadata must be a dict"),
+        ({"metadata": {"when": timedelta(1)}}, InvalidArgumentError, "only JSON values"),
+        ({"metadata": {"big": "x" * 70_000}}, InvalidArgumentError, "over 65,536 bytes"),
+    ],
+)
+async def test_update_info_refuses_what_it_cannot_keep_and_stores_nothing(
+    info: dict[str, Any], error: type[ChatkeepError], said: str
+) -> None:
+    key = SessionKey("t", "s")
+    async with open_store(f"memory://args-{uuid.uuid4().hex}") as store:
+        await store.append(key, [Message(role="user", text="hi")])
+        with pytest.raises(error, match=said):
+            await store.update_info(key, **info)
+        [listed] = (await store.list_sessions("t")).items
+        assert (listed.title, listed.tags, listed.metadata) == (None, frozenset(), {})
+
+
+async def test_fork_and_tag_arguments_are_checked_before_the_store() -> None:
+    source = SessionKey("t", "s")
+    async with open_store(f"memory://args-{uuid.uuid4().hex}") as store:
+        await store.append(source, [Message(role="user", text="hi")])
+        with pytest.raises(InvalidArgumentError, match="onto itself"):
+            await store.fork(source, source)
+        with pytest.raises(InvalidArgumentError, match="through must be a message id"):
+            await store.fork(source, SessionKey("t", "u"), through=3)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="non-empty string"):
+            await store.list_sessions("t", tag="")
+        assert await store.count(SessionKey("t", "u")) == 0

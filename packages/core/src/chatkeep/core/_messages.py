@@ -75,9 +75,10 @@ def _refusing(cls: _Dataclass) -> _Dataclass:
     """
     init: Callable[..., None] = vars(cls)["__init__"]  # the one pydantic made for the dataclass
     params = ", ".join(
-        f"{field.name}: {field.type}" + ("" if field.default is dataclasses.MISSING else f" = {field.default!r}")
+        f"{field.name}: {field.type}" + ("" if default is dataclasses.MISSING else f" = {default!r}")
         for field in dataclasses.fields(cls)
         if field.name != "type"  # the tag, which each class sets itself
+        for default in [getattr(field.default, "default", field.default)]  # a pydantic Field(...) holds its default
     )
     hint = f"Pass keyword arguments of these types: {cls.__name__}({params})"
 

@@ -78,7 +78,7 @@ class SessionUsage:
     output_tokens: int = 0
     total_tokens: int = 0
     calls: int = 0
-    models: Mapping[str, ModelUsage] = field(default_factory=dict)
+    models: Mapping[str, ModelUsage] = field(default_factory=dict, hash=False)  # hash=False: it stays hashable
 
     def __add__(self, other: SessionUsage) -> SessionUsage:
         return self._combined(other, 1)

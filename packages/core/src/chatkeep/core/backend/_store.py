@@ -111,7 +111,7 @@ class SessionInfo:
     usage: SessionUsage | None = None
     title: str | None = None
     tags: frozenset[str] = frozenset()
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict, hash=False)  # hash=False: a SessionInfo stays hashable
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--limit", type=_positive, default=20, help="sessions per page (default: %(default)s)")
     listing.add_argument("--cursor", help="the cursor the previous page printed, for the next page")
+    listing.add_argument("--tag", type=_tag, default=None, help="only the sessions carrying this tag")
     _skip_damaged(listing, "leave damaged sessions out of the table (each is named on stderr)")
     show = _command(
         session_commands, "show", "_inspect:sessions_show", "print a session's transcript", parents=[common]
@@ -101,6 +102,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     delete.add_argument("session_id", type=session_id, metavar="ID")
     delete.add_argument("--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
+    fork_help = "start a new session from a session's history up to a message (nothing is copied)"
+    fork = _command(session_commands, "fork", "_forks:sessions_fork", fork_help, parents=[common])
+    fork.add_argument("session_id", type=session_id, metavar="ID")
+    fork.add_argument("--through", metavar="MESSAGE_ID", help="the last message the fork takes (default: the newest)")
+    fork.add_argument("--as", dest="new_id", type=session_id, metavar="NEW_ID", help="the fork's id (default: random)")
+    tag_help = "set a session's tags (and title)"
+    tagging = _command(session_commands, "tag", "_forks:sessions_tag", tag_help, parents=[common])
+    tagging.add_argument("session_id", type=session_id, metavar="ID")
+    tagging.add_argument("tags", type=_tag, nargs="*", metavar="TAG", help="the tags, replacing the session's")
+    tagging.add_argument("--clear", action="store_true", help="remove every tag")
+    tagging.add_argument("--title", default=None, help='set the session\'s title ("" clears it)')
 
     export = _command(commands, "export", "_transfer:export", "write sessions as JSON Lines", parents=[common])
     export.add_argument(
@@ -263,6 +275,16 @@ def duration(text: str) -> timedelta:
             f"{text!r} reaches before the year 1; give an age of at most a few thousand years, e.g. 36500d"
         ) from None
     return age
+
+
+def _tag(text: str) -> str:
+    from chatkeep.core._errors import ChatkeepError
+    from chatkeep.core.backend import check_tag
+
+    try:
+        return check_tag(text)
+    except ChatkeepError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(text: str) -> int:

@@ -48,6 +48,7 @@ from chatkeep.core.backend._sealed import KEYS_TENANT
 from chatkeep.core.backend._store import prune_cutoff
 from chatkeep.core.cli._app import store_url
 from chatkeep.core.cli._damaged import DAMAGE, DamagedSessions
+from chatkeep.core.cli._info import info_columns, info_fields
 from chatkeep.core.cli._output import UsageError, emit_json, iso, plural, printable, printable_lines, say, table, when
 from chatkeep.core.plugins import default_registry, installed_backends, open_store, plugin_failures
 
@@ -305,7 +306,7 @@ async def sessions_list(args: argparse.Namespace) -> int:
     unnamed: DamagedListingError | None = None
     async with open_existing_store(url) as store:
         try:
-            page = await store.list_sessions(tenant, limit=args.limit, cursor=args.cursor)
+            page = await store.list_sessions(tenant, tag=args.tag, limit=args.limit, cursor=args.cursor)
         except DamagedListingError as exc:
             page, unnamed = exc.page, exc
         for info in page.items:
@@ -331,6 +332,7 @@ async def sessions_list(args: argparse.Namespace) -> int:
                 "created_at": iso(s.created_at),
                 "updated_at": iso(s.updated_at),
                 "damaged": damaged.get(s.session_id),
+                **info_fields(s),
             }
             for s in shown
         ]
@@ -341,13 +343,15 @@ async def sessions_list(args: argparse.Namespace) -> int:
     if not page.items and not entries:
         say(f"no sessions for tenant {tenant!r} in {redact_url(url)}")
         return 0
-    rows = [
-        (s.session_id, s.message_count, when(s.created_at), when(s.updated_at), "DAMAGED" * (s.session_id in damaged))
-        for s in shown
-    ]
-    table(("SESSION", "MESSAGES", "CREATED (UTC)", "UPDATED (UTC)", ""), rows, right=(1,))
+    headers, rows = info_columns(
+        ("SESSION", "MESSAGES", "CREATED (UTC)", "UPDATED (UTC)"),
+        [(s, (s.session_id, s.message_count, when(s.created_at), when(s.updated_at))) for s in shown],
+    )
+    rows = [(*row, "DAMAGED" * (s.session_id in damaged)) for s, row in zip(shown, rows, strict=True)]
+    table((*headers, ""), rows, right=(1, *(n for n, h in enumerate(headers) if h == "TOKENS")))
     if page.next_cursor:
         command = ["chatkeep", "sessions", "list", "--store", redact_url(url), "--tenant", tenant]
+        command += ["--tag", args.tag] if args.tag else []
         say(f"more sessions: {shlex.join([*command, '--limit', str(args.limit), '--cursor', page.next_cursor])}")
     if damage.skip:
         if damage.skipped:

@@ -3,11 +3,13 @@
 One JSON object per line, UTF-8 (docs/cli.md describes it for other tools)::
 
     {"type":"session","tenant":T,"session_id":S,"owner":O,"document":{...AgentSession.to_dict()...}}
+    {"type":"info","tenant":T,"session_id":S,"title":T|null,"tags":[...],"metadata":{...},"forked_from":{...}|null}
     {"type":"message","tenant":T,"session_id":S,"record":{"v":1,...the message's stored record...}}
     {"type":"damaged","tenant":T,"session_id":S,"error":"..."}
     {"type":"end","format":"chatkeep-export","version":1,"sessions":N,"messages":M,"damaged":D}
 
-A session's document line comes before its message lines, in the store's order. A ``damaged`` line says that
+A session's document line and info line (title, tags, metadata and the fork it came from, when it has any) come
+before its message lines, in the store's order. A ``damaged`` line says that
 the session was found damaged while it was exported (``--skip-damaged``): ``import`` leaves out every line of
 that session. The ``end`` line (the trailer) closes the file with the counts of the lines before it, so a file
 cut short, even at a line boundary, is told from a complete one. Files joined with ``cat`` hold one trailer per
@@ -23,7 +25,7 @@ from typing import IO, Any
 
 from chatkeep.core._errors import ChatkeepError
 from chatkeep.core._session import AgentSession
-from chatkeep.core.backend import SessionKey
+from chatkeep.core.backend import SessionInfo, SessionKey, check_metadata, check_tags, check_title
 
 __all__ = [
     "FORMAT",
@@ -35,6 +37,7 @@ __all__ = [
     "Tally",
     "Trailer",
     "damaged",
+    "info_line",
     "lines",
     "parse",
     "prefix",
@@ -80,6 +83,7 @@ class Line:
     document: dict[str, Any] | None = None  # a session line's document
     owner: str | None = None
     damaged: str | None = None  # a damaged line's error
+    info: dict[str, Any] | None = None  # an info line's title, tags and metadata (checked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +151,32 @@ def parse(number: int, raw: bytes, name: str, tenant: str | None) -> Line | Trai
         return Line(number, key, document=document, owner=owner)
     if kind == "damaged":
         return Line(number, key, damaged=str(data.get("error", "")))
-    raise bad(f'"type" must be "message", "session", "damaged" or "end", got {kind!r}')
+    if kind == "info":
+        title = data.get("title")
+        try:
+            info = {
+                "title": "" if title is None else check_title(title),
+                "tags": check_tags(data.get("tags", [])),
+                "metadata": check_metadata(data.get("metadata", {})),
+            }
+        except ChatkeepError as exc:
+            raise bad(f"the session's info is malformed ({exc})") from None
+        return Line(number, key, info=info)
+    raise bad(f'"type" must be "message", "session", "info", "damaged" or "end", got {kind!r}')
+
+
+def info_line(key: SessionKey, info: SessionInfo) -> str | None:
+    """The info line of a session (title, tags, metadata, fork parent), or ``None`` when it has none."""
+    if not (info.title or info.tags or info.metadata or info.forked_from):
+        return None
+    forked = info.forked_from
+    body = {
+        "title": info.title,
+        "tags": sorted(info.tags),
+        "metadata": info.metadata,
+        "forked_from": None if forked is None else {"session_id": forked.session_id, "through": forked.through},
+    }
+    return prefix("info", key) + json.dumps(body, ensure_ascii=False, separators=(",", ":"))[1:] + "\n"
 
 
 @dataclass

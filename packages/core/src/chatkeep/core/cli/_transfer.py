@@ -21,15 +21,22 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
-from chatkeep.core._errors import ChatkeepError, MessageFormatError, MessageTooLargeError, redact_url
+from chatkeep.core._errors import (
+    ChatkeepError,
+    MessageFormatError,
+    MessageTooLargeError,
+    UnsupportedOperationError,
+    redact_url,
+)
 from chatkeep.core._messages import Message, decode_records, encode_records, record_size
 from chatkeep.core._session import AgentSession
-from chatkeep.core.backend import HistoryStore, SessionKey
+from chatkeep.core.backend import HistoryStore, SessionInfo, SessionKey
 from chatkeep.core.cli import _jsonl
 from chatkeep.core.cli._app import store_url
 from chatkeep.core.cli._damaged import DAMAGE, DamagedSessionError, DamagedSessions, list_page
 from chatkeep.core.cli._inspect import open_existing_store, tenant_of
 from chatkeep.core.cli._jsonl import NOTHING, ExportFormatError, Line, Tally, Trailer
+from chatkeep.core.cli._lineage import carry_info, fork_in_target, parents_first
 from chatkeep.core.cli._output import Progress, UsageError, emit_json, plural, printable, progress, say
 from chatkeep.core.plugins import open_store
 
@@ -46,16 +53,21 @@ RESUME = "run the same copy again to finish it: it resumes where it stopped (wha
 # -- export --------------------------------------------------------------------------------------
 
 
-async def _sessions_of(store: HistoryStore, tenant: str, damage: DamagedSessions) -> AsyncIterator[SessionKey]:
+async def _listed(store: HistoryStore, tenant: str, damage: DamagedSessions) -> AsyncIterator[SessionInfo]:
     """Every session of a tenant, a page at a time, newest first (damaged entries that name none go to ``damage``)."""
     cursor: str | None = None
     while True:
         page = await list_page(store, tenant, damage, limit=PAGE, cursor=cursor)
         for info in page.items:
-            yield SessionKey(tenant, info.session_id)
+            yield info
         cursor = page.next_cursor
         if cursor is None:
             return
+
+
+async def _sessions_of(store: HistoryStore, tenant: str, damage: DamagedSessions) -> AsyncIterator[SessionKey]:
+    async for info in _listed(store, tenant, damage):
+        yield SessionKey(tenant, info.session_id)
 
 
 async def _one(key: SessionKey) -> AsyncIterator[SessionKey]:
@@ -108,9 +120,11 @@ async def _export(args: argparse.Namespace, out: IO[str], damage: DamagedSession
             if missing:
                 raise UsageError(f"no session {args.session!r} in tenant {tenant!r} of {redact_url(url)}")
         with progress("export", total=total) as bar:
-            keys = _one(SessionKey(tenant, args.session)) if args.session else _sessions_of(store, tenant, damage)
-            async for key in keys:
-                document_lines = message_lines = 0
+            keys = _one(SessionKey(tenant, args.session)) if args.session else _listed(store, tenant, damage)
+            async for listed in keys:
+                key = listed if isinstance(listed, SessionKey) else SessionKey(tenant, listed.session_id)
+                info = None if isinstance(listed, SessionKey) else _jsonl.info_line(key, listed)
+                document_lines = info_lines = message_lines = 0
                 try:
                     stored = await store.load_session(key)
                     if stored is not None:
@@ -118,13 +132,16 @@ async def _export(args: argparse.Namespace, out: IO[str], damage: DamagedSession
                         document = json.dumps(stored.session.to_dict(), ensure_ascii=False, separators=(",", ":"))
                         out.write(f'{_jsonl.prefix("session", key)}"owner":{owner},"document":{document}}}\n')
                         document_lines = 1
+                    if info is not None:
+                        out.write(info)
+                        info_lines = 1
                     prefix = _jsonl.prefix("message", key)
                     async for message in store.iter_messages(key, batch=1000):
                         out.write(f'{prefix}"record":{message.to_record()}}}\n')
                         message_lines += 1
                         bar.advance()
                 except DAMAGE as exc:
-                    written = document_lines + message_lines
+                    written = document_lines + info_lines + message_lines
                     damage.found(key, exc, note=f" ({written} of its lines written before)" if written else "")
                     out.write(_jsonl.damaged(key, exc))  # import leaves out the lines of this session
                     marked += 1
@@ -132,7 +149,7 @@ async def _export(args: argparse.Namespace, out: IO[str], damage: DamagedSession
                     sessions += 1
                     messages += message_lines
                     documents += document_lines
-                runs += 1 if document_lines + message_lines else 0
+                runs += 1 if document_lines + info_lines + message_lines else 0
                 lines += message_lines
         out.write(_jsonl.trailer(runs, lines, marked))
         out.flush()
@@ -235,9 +252,19 @@ async def _import(
 async def _write_lines(
     store: HistoryStore, stream: IO[bytes], name: str, tenant: str | None, bar: Progress, leave_out: set[SessionKey]
 ) -> dict[str, int]:
-    counts = {"sessions": 0, "messages": 0, "new_messages": 0, "session_documents": 0}
+    counts = {"sessions": 0, "messages": 0, "new_messages": 0, "session_documents": 0, "info_not_kept": 0}
     batch: list[Line] = []
     current: SessionKey | None = None
+    pending: list[Line] = []  # info lines, applied once their session's lines are written (it exists then)
+
+    async def apply_info() -> None:
+        for line in pending:
+            assert line.info is not None
+            try:
+                await store.update_info(line.key, **line.info)
+            except UnsupportedOperationError:
+                counts["info_not_kept"] += 1  # the store keeps no titles or tags: the messages are imported
+        pending.clear()
 
     async def flush() -> None:
         if batch:
@@ -252,9 +279,12 @@ async def _write_lines(
             continue  # a damaged session's lines: only the part export read before it met the damage
         if line.key != current:
             await flush()
+            await apply_info()
             current = line.key
             counts["sessions"] += 1
-        if line.document is not None:
+        if line.info is not None:
+            pending.append(line)
+        elif line.document is not None:
             await flush()
             session = AgentSession.from_dict(line.document, tenant=line.key.tenant)
             await store.save_session(line.key, session, owner=line.owner)
@@ -264,6 +294,7 @@ async def _write_lines(
             if len(batch) >= APPEND_BATCH:
                 await flush()
     await flush()
+    await apply_info()
     return counts
 
 
@@ -294,6 +325,14 @@ def import_(args: argparse.Namespace) -> int:
     left_out = [
         {"tenant": key.tenant, "session_id": key.session_id, "error": why} for key, why in tally.damaged.items()
     ]
+    info_not_kept = counts.pop("info_not_kept")
+    if info_not_kept:
+        counts["info_not_kept"] = info_not_kept
+        say(
+            f"note: the titles, tags and metadata of {plural(info_not_kept, 'session')} were not imported: the store "
+            "does not keep them",
+            err=True,
+        )
     if args.json:
         emit_json({**counts, "complete": tally.problem is None, "damaged_in_export": left_out})
         return 0
@@ -346,7 +385,11 @@ async def _append_copied(target: HistoryStore, key: SessionKey, batch: list[Mess
     return new
 
 
-async def _copy_session(source: HistoryStore, target: HistoryStore, key: SessionKey, bar: Progress) -> dict[str, Any]:
+async def _copy_session(
+    source: HistoryStore, target: HistoryStore, info: SessionInfo, bar: Progress, *, as_fork: bool = True
+) -> dict[str, Any]:
+    key = SessionKey(info.tenant, info.session_id)
+    forked = as_fork and await fork_in_target(target, key, info)
     stored = await source.load_session(key)
     if stored is not None:
         await target.save_session(key, stored.session, owner=stored.owner)
@@ -362,6 +405,12 @@ async def _copy_session(source: HistoryStore, target: HistoryStore, key: Session
     if batch:
         new += await _append_copied(target, key, batch, bar)
     target_count, target_digest = await session_checksum(target, key)
+    if forked and (target_count, target_digest) != (count, digest.hexdigest()):
+        # The fork no longer is its parent's prefix plus its own messages (trimmed, or the parent changed): copy
+        # it as an equal copy instead.
+        await target.delete(key)
+        return await _copy_session(source, target, info, bar, as_fork=False)
+    note = await carry_info(target, key, info)
     return {
         "tenant": key.tenant,
         "session_id": key.session_id,
@@ -371,6 +420,8 @@ async def _copy_session(source: HistoryStore, target: HistoryStore, key: Session
         "target_messages": target_count,
         "target_sha256": target_digest,
         "verified": target_count == count and target_digest == digest.hexdigest(),
+        "forked_from": info.forked_from.session_id if forked and info.forked_from else None,
+        "note": note,
     }
 
 
@@ -398,26 +449,38 @@ async def copy(args: argparse.Namespace) -> int:
     damage = DamagedSessions(
         args, "copy", after="The sessions before it are copied and verified, and a rerun resumes where it stopped"
     )
+    notes: set[str] = set()
+
+    async def copy_one(info: SessionInfo) -> None:
+        nonlocal sessions, messages, new
+        try:
+            result = await _copy_session(source, target, info, bar)
+        except DAMAGE as exc:
+            # Only the source's records are decoded as damaged (the target's are written by us).
+            part = " (the target may hold the part read before it)" * isinstance(exc, MessageFormatError)
+            damage.found(SessionKey(info.tenant, info.session_id), exc, note=part)
+            return
+        sessions += 1
+        messages += result["messages"]
+        new += result["new_messages"]
+        if not result["verified"]:
+            mismatches.append(result)
+        if result["note"]:
+            notes.add(result["note"])
+
     try:
         async with open_existing_store(args.source) as source, open_store(args.target) as target:
             source.sealed_passthrough = target.sealed_passthrough = True  # encrypted sessions move sealed, as stored
             with progress("copy") as bar:
                 for tenant in args.tenants:
-                    async for key in _sessions_of(source, tenant, damage):
-                        try:
-                            result = await _copy_session(source, target, key, bar)
-                        except DAMAGE as exc:
-                            # Only the source's records are decoded as damaged (the target's are written by us).
-                            part = " (the target may hold the part read before it)" * isinstance(
-                                exc, MessageFormatError
-                            )
-                            damage.found(key, exc, note=part)
-                            continue
-                        sessions += 1
-                        messages += result["messages"]
-                        new += result["new_messages"]
-                        if not result["verified"]:
-                            mismatches.append(result)
+                    forks: list[SessionInfo] = []  # copied after the rest, parents first, so that they stay forks
+                    async for listed in _listed(source, tenant, damage):
+                        if listed.forked_from is None:
+                            await copy_one(listed)
+                        else:
+                            forks.append(listed)
+                    for fork in parents_first(forks):
+                        await copy_one(fork)
     except (ChatkeepError, OSError, KeyboardInterrupt, asyncio.CancelledError) as exc:
         if not isinstance(exc, DamagedSessionError) and "run the same copy again" not in str(exc):
             say(f"chatkeep: copy stopped after {plural(sessions, 'session')}; {RESUME}", err=True)
@@ -425,6 +488,7 @@ async def copy(args: argparse.Namespace) -> int:
     report.update(sessions=sessions, messages=messages, new_messages=new, mismatches=mismatches)
     report["skipped"] = damage.skipped
     report["ok"] = not mismatches and not damage.skipped
+    report["notes"] = sorted(notes)
     if args.json:
         emit_json(report)
     else:
@@ -444,6 +508,8 @@ async def copy(args: argparse.Namespace) -> int:
             say(f"verified the sessions copied; {damage.summary()}")
         else:
             say("verified: every session has the same message count and sha256 in both stores")
+        for note in sorted(notes):
+            say(f"note: {note}", err=True)
     return damage.exit_status(0 if not mismatches else 1)
 
 
