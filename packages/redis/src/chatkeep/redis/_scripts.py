@@ -86,6 +86,11 @@ local function held(segs)
   for _, seg in ipairs(segs) do n = n + seg[6] - seg[5] + 1 end
   return n
 end
+-- A reply: its first fields, then the records.
+local function with_records(reply, records)
+  for _, record in ipairs(records) do reply[#reply + 1] = record end
+  return reply
+end
 -- A log of this session (same slot): the script may read it.
 local function local_key(key)
   local own = string.sub(KEYS[1], 1, #KEYS[1] - 1)
@@ -390,9 +395,7 @@ local first = tonumber(redis.call('HGET', KEYS[1], 'next') or '0') - len
 local from = math.max(tonumber(ARGV[1]), first)
 local start = from - first
 local records = redis.call('LRANGE', M, start, start + tonumber(ARGV[2]) - 1)
-local reply = {created, from + #records, segs_text}
-for k = 1, #records do reply[k + 3] = records[k] end
-return reply
+return with_records({created, from + #records, segs_text}, records)
 """,
 )
 
@@ -408,9 +411,7 @@ local length = redis.call('LLEN', M)
 local last = tonumber(ARGV[1])
 local records = {}
 if last ~= 0 then records = redis.call('LRANGE', M, last < 0 and 0 or -last, -1) end
-local reply = {segs_text, length}
-for k = 1, #records do reply[k + 2] = records[k] end
-return reply
+return with_records({segs_text, length}, records)
 """,
 )
 
