@@ -307,7 +307,10 @@ def test_sessions_list_pages_newest_first_with_counts(cli: CLI, store_url: str) 
     first = cli.json("sessions", "list", "--store", store_url, "--tenant", "acme", "--limit", "2")
     assert [s["session_id"] for s in first["sessions"]] == ["chat-2", "chat-1"]
     assert {s["message_count"] for s in first["sessions"]} == {4}
-    assert set(first["sessions"][0]) == {"session_id", "tenant", "message_count", "created_at", "updated_at", "damaged"}
+    assert set(first["sessions"][0]) == {
+        *("session_id", "tenant", "message_count", "created_at", "updated_at", "damaged"),
+        *("title", "tags", "metadata", "usage", "forked_from"),
+    }
     assert first["sessions"][0]["damaged"] is None
     assert first["sessions"][0]["updated_at"].endswith("+00:00")
     second = cli.json("sessions", "list", "--store", store_url, "--tenant", "acme", "--cursor", first["next_cursor"])
