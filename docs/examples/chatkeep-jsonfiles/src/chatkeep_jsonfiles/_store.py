@@ -38,6 +38,7 @@ from chatkeep.core import (
     SessionInfo,
     SessionKey,
     SessionPage,
+    SessionUsage,
     StoreUnavailableError,
 )
 from chatkeep.core.backend import (
@@ -54,6 +55,7 @@ from chatkeep.core.backend import (
     session_document,
     stamp_time,
     time_stamp,
+    usage_of,
     write_stamp,
 )
 from chatkeep_jsonfiles._config import parse_url
@@ -87,6 +89,18 @@ class _Meta:
     document: str | None = None
     version: str | None = None
     owner: str | None = None
+    usage: dict[str, Any] | None = None  # SessionUsage.to_dict() of the stored records (None: none used)
+
+    @property
+    def used(self) -> SessionUsage:
+        return SessionUsage() if self.usage is None else SessionUsage.from_dict(self.usage)
+
+    def account(self, records: Sequence[Message], sign: int) -> None:
+        """Add (``sign`` 1) or take off (-1) the usage ``records`` carry, in the write that stores or removes them."""
+        change = usage_of(records)
+        if change:
+            total = self.used + change if sign > 0 else self.used - change
+            self.usage = total.to_dict() if total else None
 
     @property
     def next_seq(self) -> int:
@@ -255,6 +269,7 @@ class JsonFilesHistoryStore(HistoryStore):
                     os.close(fd)
                 index.add([keys[n] for n in new], meta.first_seq)
             meta.count, meta.size = meta.count + len(new), meta.size + len(data)
+            meta.account([messages[n] for n in new], 1)
             meta.touch()
             replace_file(paths.meta, meta.dump(), fsync=self.fsync)
             return len(new)
@@ -282,6 +297,9 @@ class JsonFilesHistoryStore(HistoryStore):
             kept = paths.in_log(meta, lambda fd: last_lines(fd, meta.size, keep_last)) if keep_last else []
             data = b"".join(line + b"\n" for line in kept)
             old_log, removed = paths.log(meta), meta.count - keep_last
+            if meta.usage is not None:  # the trimmed records' usage goes with them (the file is rewritten anyway)
+                gone = paths.in_log(meta, lambda fd: lines_after(fd, 0, meta.size, removed)[0])
+                meta.account(decode_records(gone), -1)
             meta.log, meta.base, meta.size = meta.log + 1, meta.base + meta.size - len(data), len(data)
             meta.count, meta.first_seq = keep_last, meta.first_seq + removed
             meta.touch()  # a trim that deletes is a write
@@ -308,6 +326,7 @@ class JsonFilesHistoryStore(HistoryStore):
                 index.remove_newest(digest(json.loads(record)["message_id"]))
             # The record's bytes stay past the committed size until the next append cuts them off.
             meta.count, meta.size = meta.count - 1, meta.size - len(record) - 1
+            meta.account(decode_records([record]), -1)
             meta.touch()
             replace_file(paths.meta, meta.dump(), fsync=self.fsync)
             return record
@@ -421,6 +440,11 @@ class JsonFilesHistoryStore(HistoryStore):
             lines, end = paths.in_log(meta, lambda fd: lines_after(fd, start, meta.size, batch))
             return lines, (meta.incarnation, meta.base + end)
 
+    async def _usage(self, key: SessionKey) -> SessionUsage:
+        """The usage the metadata file keeps (every write that adds or removes records keeps it exact)."""
+        meta = await self._run(_Meta.read, self._paths(key).meta, key)
+        return SessionUsage() if meta is None else meta.used
+
     async def _count(self, key: SessionKey) -> int:
         meta = await self._run(_Meta.read, self._paths(key).meta, key)
         return 0 if meta is None else meta.count
@@ -430,7 +454,9 @@ class JsonFilesHistoryStore(HistoryStore):
         metas = sorted(await self._run(self._metas, self._folder(tenant)), reverse=True, key=_newest)
         # Keyset pagination on (updated_at, session_id): stable while sessions are added between pages.
         rows = [meta for meta in metas if after is None or _newest(meta) < after][: limit + 1]
-        page = [SessionInfo(m.session_id, m.tenant, m.count, m.created_at, m.updated_at) for m in rows[:limit]]
+        page = [
+            SessionInfo(m.session_id, m.tenant, m.count, m.created_at, m.updated_at, usage=m.used) for m in rows[:limit]
+        ]
         return SessionPage(page, encode_cursor(*_newest(rows[limit - 1])) if len(rows) > limit else None)
 
     async def _load_session(self, key: SessionKey) -> StoredSession | None:
