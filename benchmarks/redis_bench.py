@@ -46,8 +46,8 @@ from benchmarks._common import Result, format_table, measure, measure_async, rat
 from chatkeep.core import Message, SessionKey
 from chatkeep.core.backend import write_stamp
 from chatkeep.redis import RedisHistoryStore, open_store
-from chatkeep.redis._layout import session_keys
-from chatkeep.redis._scripts import APPEND
+from chatkeep.redis._layout import session_keys, tags_map, usage_key
+from chatkeep.redis._scripts import APPEND, TOUCH_TENANT
 from chatkeep.redis._transport import TRANSPORTS
 from chatkeep.testing.faults import free_port
 
@@ -132,37 +132,51 @@ async def _chatkeep_turn(store: RedisHistoryStore, key: SessionKey) -> None:
 
 
 class _Statements:
-    """Raw redis-py sending chatkeep's own statements for a turn: its ``LRANGE``, then its append script.
+    """Raw redis-py sending chatkeep's own statements for a turn: its load, then its append script.
 
-    On a cluster it also sends the two index updates chatkeep's append sends first, as chatkeep does (together).
+    The load is an ``LRANGE`` with an ``HMGET`` of the session's hash in one round trip (the hash says whether the
+    session is a fork). On a cluster it also sends the two index updates chatkeep's append sends first, as
+    chatkeep does (together): a ``ZADD`` and the ``touch_tenant`` script.
     """
 
     def __init__(self, prefix: str, key: SessionKey, cluster: bool) -> None:
         self.key, self.cluster = key, cluster
         h, m, i, index = session_keys(prefix, key.tenant, key.session_id)
-        self.messages, self.index, self.tenants = m, index, f"{prefix}:tenants"
-        self.keys = (h, m, i) if cluster else (h, m, i, index, self.tenants)
+        self.hash, self.messages, self.index, self.tenants = h, m, index, f"{prefix}:tenants"
+        self.tags = tags_map(prefix, key.tenant)
+        own = (h, m, i, usage_key(h))
+        self.keys = own if cluster else (*own, index, self.tenants, self.tags)
 
     def _append(self, now: int) -> tuple[Any, ...]:
         messages, key = _pairs(), self.key
-        args = [now, 0, 0, len(messages), key.tenant, key.session_id, 0]
-        args += [m.message_id for m in messages] + [m.to_record() for m in messages]
+        args: list[Any] = [now, 0, 0, len(messages), key.tenant, key.session_id, 0]
+        args += [m.message_id for m in messages] + [m.to_record() for m in messages] + ["" for _ in messages] + [""]
         return ("EVALSHA", APPEND.sha, len(self.keys), *self.keys, *args)
+
+    def _load(self, pipe: Any) -> None:
+        pipe.execute_command("LRANGE", self.messages, -WINDOW, -1)
+        pipe.execute_command("HMGET", self.hash, "log", "segs")
 
     async def turn(self, client: Any) -> None:
         """On redis-py's asyncio client (standalone or cluster)."""
-        [json.loads(r) for r in await client.execute_command("LRANGE", self.messages, -WINDOW, -1)]
+        pipe = client.pipeline(transaction=False)
+        self._load(pipe)
+        records, _ = await pipe.execute()
+        [json.loads(r) for r in records]
         now = write_stamp()
         if self.cluster:
             await asyncio.gather(
                 client.execute_command("ZADD", self.tenants, "GT", now, self.key.tenant),
-                client.execute_command("ZADD", self.index, "GT", now, self.key.session_id),
+                client.execute_command("EVALSHA", TOUCH_TENANT.sha, 2, self.index, self.tags, now, self.key.session_id),
             )
         await client.execute_command(*self._append(now))
 
     def turn_sync(self, client: redis.Redis) -> None:
         """On redis-py's blocking client (standalone)."""
-        [json.loads(r) for r in client.execute_command("LRANGE", self.messages, -WINDOW, -1)]
+        pipe = client.pipeline(transaction=False)
+        self._load(pipe)
+        records, _ = pipe.execute()
+        [json.loads(r) for r in records]
         client.execute_command(*self._append(write_stamp()))
 
 
@@ -242,6 +256,10 @@ async def _cluster_turns(url: str, prefix: str, rounds: int, iterations: int) ->
             await store.append(key, [_message(n) for n in range(size)])
             h = session_keys(prefix, key.tenant, key.session_id)[0]
             await client.execute_command("SCRIPT", "LOAD", APPEND.source, target_nodes=client.get_node_from_key(h))
+            index = session_keys(prefix, key.tenant, key.session_id)[3]
+            await client.execute_command(
+                "SCRIPT", "LOAD", TOUCH_TENANT.source, target_nodes=client.get_node_from_key(index)
+            )
             statements = _Statements(prefix, key, cluster=True)
             for _ in range(rounds):
                 for result in (

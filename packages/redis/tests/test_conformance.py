@@ -9,18 +9,11 @@ import pytest
 from chatkeep.core import HistoryStore
 from chatkeep.redis import RedisHistoryStore, open_store
 from chatkeep.testing import (
-    ForkConformance,
     HistoryStoreConformance,
-    InfoConformance,
     StoreFactory,
-    UsageConformance,
-    not_implemented_yet,
 )
 
 
-@not_implemented_yet(
-    ForkConformance, UsageConformance, InfoConformance, reason="not implemented yet on Redis: issue 22"
-)
 class TestRedisConformance(HistoryStoreConformance):
     """The whole kit once per transport that serves the target (``redis_transport``, see conftest.py)."""
 

@@ -25,7 +25,7 @@ from chatkeep.core import (
 )
 from chatkeep.redis import RedisHistoryProvider, RedisHistoryStore, RedisURLError, _scripts, open_store
 from chatkeep.redis._config import RedisSettings, parse_url
-from chatkeep.redis._layout import INDEX_GRACE_US, pop_receipt, session_keys
+from chatkeep.redis._layout import INDEX_GRACE_US, pop_receipt, session_keys, usage_key
 from chatkeep.testing.telemetry import Telemetry
 
 
@@ -174,8 +174,9 @@ async def test_a_retried_pop_returns_its_record_instead_of_popping_another(redis
         receipt = pop_receipt(h, "retried")
         assert key_slot(receipt.encode()) == key_slot(h.encode())
         args = (1, 0, 60_000, "t", "popped")
-        first = await store._script(_scripts.POP, (h, m, i, receipt), args)
-        again = await store._script(_scripts.POP, (h, m, i, receipt), args)
+        keys = (h, m, i, usage_key(h), receipt)
+        first = await store._script(_scripts.POP, keys, args)
+        again = await store._script(_scripts.POP, keys, args)
         assert first == again
         assert Message.from_record(first.decode()).message_id == batch[-1].message_id
         assert 0 < await raw_redis.pttl(receipt) <= 60_000
@@ -273,3 +274,20 @@ async def test_provider_from_url_owns_its_store(redis_url: str) -> None:
     assert [m.text for m in await provider.get_messages("s", key=SessionKey("t", "s"))] == ["m-1", "m-2"]
     await provider.close()
     assert provider.store.closed
+
+
+async def test_keep_last_on_a_fork_trims_what_it_inherited_and_never_its_source(redis_url: str, raw_redis: Any) -> None:
+    # The append's own cut cannot reach a log the fork shares (another slot): the store trims after it.
+    source, fork = SessionKey("t", "kept"), SessionKey("t", "kept-fork")
+    async with open_store(redis_url, keep_last=5) as store:
+        await store.append(source, _msgs(5, "src"))
+        assert await store.fork(source, fork) == 5
+        h = session_keys(store.prefix, "t", "kept")[0]
+        assert await raw_redis.hget(h, "shared") == b"1"  # the source's log, renamed once, is the fork's too
+        assert await raw_redis.exists(session_keys(store.prefix, "t", "kept")[1]) == 0
+        assert await store.append(fork, _msgs(3, "own")) == 3
+        kept = await store.load(fork)
+        assert [m.text for m in kept] == ["src-3", "src-4", "own-0", "own-1", "own-2"]
+        assert await store.count(fork) == 5
+        assert [m.text for m in await store.load(source)] == [f"src-{n}" for n in range(5)]
+        assert await store.usage(fork) == chatkeep.core.backend.usage_of(kept)

@@ -9,6 +9,10 @@ inside the metadata. In ``ROOT/H(tenant)/``, each session ``P = H(tenant, sessio
 * ``P.ids``: the message-id index (see ``_index.py``);
 * ``P.lock``: the session's lock (``fcntl.flock``), shared by readers and held alone by a writer.
 
+The metadata also holds the session's usage, title, tags and metadata. ``ROOT/H(tenant)/tags/H(tag)/`` is the
+index of a tag: an empty file named ``P`` (without the folder) per session carrying it, which
+``list_sessions(tag=...)`` reads instead of every session of the tenant.
+
 A write counts once the metadata file is renamed into place: the records file counts only up to the
 metadata's ``size``, so a torn or uncommitted tail left by a writer that died is never read, and the next
 append cuts it off. The blocking file work runs in a worker thread.
@@ -38,6 +42,7 @@ from chatkeep.core import (
     SessionInfo,
     SessionKey,
     SessionPage,
+    SessionUsage,
     StoreUnavailableError,
 )
 from chatkeep.core.backend import (
@@ -54,6 +59,7 @@ from chatkeep.core.backend import (
     session_document,
     stamp_time,
     time_stamp,
+    usage_of,
     write_stamp,
 )
 from chatkeep_jsonfiles._config import parse_url
@@ -87,6 +93,21 @@ class _Meta:
     document: str | None = None
     version: str | None = None
     owner: str | None = None
+    usage: dict[str, Any] | None = None  # SessionUsage.to_dict() of the stored records (None: none used)
+    title: str | None = None
+    tags: list[str] = dataclasses.field(default_factory=list)  # each also has a file in its tag's folder
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def used(self) -> SessionUsage:
+        return SessionUsage() if self.usage is None else SessionUsage.from_dict(self.usage)
+
+    def account(self, records: Sequence[Message], sign: int) -> None:
+        """Add (``sign`` 1) or take off (-1) the usage ``records`` carry, in the write that stores or removes them."""
+        change = usage_of(records)
+        if change:
+            total = self.used + change if sign > 0 else self.used - change
+            self.usage = total.to_dict() if total else None
 
     @property
     def next_seq(self) -> int:
@@ -139,6 +160,11 @@ class _Paths:
 
     def log(self, meta: _Meta) -> str:
         return f"{self.prefix}.{meta.log}.jsonl"
+
+    def tagged(self, tag: str) -> str:
+        """The session's entry in the index of ``tag``: an empty file in the tag's folder."""
+        folder, name = os.path.split(self.prefix)
+        return os.path.join(_tag_folder(folder, tag), name)
 
     def in_log(self, meta: _Meta, read: Callable[[int], _T]) -> _T:
         fd = os.open(self.log(meta), os.O_RDONLY)
@@ -255,6 +281,7 @@ class JsonFilesHistoryStore(HistoryStore):
                     os.close(fd)
                 index.add([keys[n] for n in new], meta.first_seq)
             meta.count, meta.size = meta.count + len(new), meta.size + len(data)
+            meta.account([messages[n] for n in new], 1)
             meta.touch()
             replace_file(paths.meta, meta.dump(), fsync=self.fsync)
             return len(new)
@@ -282,6 +309,9 @@ class JsonFilesHistoryStore(HistoryStore):
             kept = paths.in_log(meta, lambda fd: last_lines(fd, meta.size, keep_last)) if keep_last else []
             data = b"".join(line + b"\n" for line in kept)
             old_log, removed = paths.log(meta), meta.count - keep_last
+            if meta.usage is not None:  # the trimmed records' usage goes with them (the file is rewritten anyway)
+                gone = paths.in_log(meta, lambda fd: lines_after(fd, 0, meta.size, removed)[0])
+                meta.account(decode_records(gone), -1)
             meta.log, meta.base, meta.size = meta.log + 1, meta.base + meta.size - len(data), len(data)
             meta.count, meta.first_seq = keep_last, meta.first_seq + removed
             meta.touch()  # a trim that deletes is a write
@@ -308,6 +338,7 @@ class JsonFilesHistoryStore(HistoryStore):
                 index.remove_newest(digest(json.loads(record)["message_id"]))
             # The record's bytes stay past the committed size until the next append cuts them off.
             meta.count, meta.size = meta.count - 1, meta.size - len(record) - 1
+            meta.account(decode_records([record]), -1)
             meta.touch()
             replace_file(paths.meta, meta.dump(), fsync=self.fsync)
             return record
@@ -327,6 +358,11 @@ class JsonFilesHistoryStore(HistoryStore):
                     return False
             elif not os.path.exists(paths.meta):
                 return False
+            # Its tag entries go first (listing by tag checks the metadata, so a left-over entry shows nothing).
+            with contextlib.suppress(SessionFormatError):
+                meta = _Meta.read(paths.meta)
+                for tag in meta.tags if meta is not None else ():
+                    _untag(paths, tag)
             # The metadata goes first (the session is gone from then on), the lock file last.
             files = glob.glob(glob.escape(paths.prefix) + ".*")
             for path in sorted(files, key=lambda path: (path != paths.meta, path == paths.lock)):
@@ -421,23 +457,101 @@ class JsonFilesHistoryStore(HistoryStore):
             lines, end = paths.in_log(meta, lambda fd: lines_after(fd, start, meta.size, batch))
             return lines, (meta.incarnation, meta.base + end)
 
+    async def _usage(self, key: SessionKey) -> SessionUsage:
+        """The usage the metadata file keeps (every write that adds or removes records keeps it exact)."""
+        meta = await self._run(_Meta.read, self._paths(key).meta, key)
+        return SessionUsage() if meta is None else meta.used
+
     async def _count(self, key: SessionKey) -> int:
         meta = await self._run(_Meta.read, self._paths(key).meta, key)
         return 0 if meta is None else meta.count
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
-        after = None if cursor is None else decode_cursor(cursor, int, str)
-        metas = sorted(await self._run(self._metas, self._folder(tenant)), reverse=True, key=_newest)
-        # Keyset pagination on (updated_at, session_id): stable while sessions are added between pages.
-        rows = [meta for meta in metas if after is None or _newest(meta) < after][: limit + 1]
-        page = [SessionInfo(m.session_id, m.tenant, m.count, m.created_at, m.updated_at) for m in rows[:limit]]
-        return SessionPage(page, encode_cursor(*_newest(rows[limit - 1])) if len(rows) > limit else None)
+        return _page(await self._run(self._metas, self._folder(tenant)), limit, cursor)
+
+    async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
+        """The sessions in the tag's folder (its index: only they are read), whose metadata still carries it."""
+        return _page(await self._run(self._tagged_metas, self._folder(tenant), tag), limit, cursor)
+
+    def _tagged_metas(self, folder: str, tag: str) -> list[_Meta]:
+        found = (_Meta.read(os.path.join(folder, name) + ".json") for name in _names(_tag_folder(folder, tag)))
+        return [meta for meta in found if meta is not None and tag in meta.tags]
+
+    async def _update_info(
+        self, key: SessionKey, title: str | None, tags: frozenset[str] | None, metadata: dict[str, Any] | None
+    ) -> bool:
+        return await self._run(self._update_info_now, key, title, tags, metadata)
+
+    def _update_info_now(
+        self, key: SessionKey, title: str | None, tags: frozenset[str] | None, metadata: dict[str, Any] | None
+    ) -> bool:
+        paths = self._paths(key)
+        if not os.path.exists(paths.meta):
+            return False  # no such session: no lock file is created just to find that out
+        with locked(paths.lock, exclusive=True):
+            meta = _Meta.read(paths.meta, key)
+            if meta is None:
+                return False
+            old = set(meta.tags)
+            if title is not None:
+                meta.title = title or None
+            if metadata is not None:
+                meta.metadata = metadata
+            if tags is not None:
+                for tag in tags - old:  # new entries before the commit, old ones after: the metadata decides
+                    os.makedirs(os.path.dirname(paths.tagged(tag)), exist_ok=True)
+                    with open(paths.tagged(tag), "wb"):
+                        pass
+                meta.tags = sorted(tags)
+            meta.touch()  # a write
+            replace_file(paths.meta, meta.dump(), fsync=self.fsync)
+            for tag in old - set(meta.tags):
+                _untag(paths, tag)
+            return True
 
     async def _load_session(self, key: SessionKey) -> StoredSession | None:
         meta = await self._run(_Meta.read, self._paths(key).meta, key)
         if meta is None or meta.document is None or meta.version is None:
             return None
         return decode_session_document(key, meta.document, meta.version, meta.owner)
+
+
+def _page(metas: list[_Meta], limit: int, cursor: str | None) -> SessionPage:
+    """One page of ``metas``, newest first, after ``cursor``."""
+    after = None if cursor is None else decode_cursor(cursor, int, str)
+    metas = sorted(metas, reverse=True, key=_newest)
+    # Keyset pagination on (updated_at, session_id): stable while sessions are added between pages.
+    rows = [meta for meta in metas if after is None or _newest(meta) < after][: limit + 1]
+    page = [
+        SessionInfo(
+            m.session_id,
+            m.tenant,
+            m.count,
+            m.created_at,
+            m.updated_at,
+            usage=m.used,
+            title=m.title,
+            tags=frozenset(m.tags),
+            metadata=m.metadata,
+        )
+        for m in rows[:limit]
+    ]
+    return SessionPage(page, encode_cursor(*_newest(rows[limit - 1])) if len(rows) > limit else None)
+
+
+def _tag_folder(tenant_folder: str, tag: str) -> str:
+    """``ROOT/H(tenant)/tags/H(tag)``: one empty file per session carrying the tag."""
+    return os.path.join(tenant_folder, "tags", _hash(tag))
+
+
+def _untag(paths: _Paths, tag: str) -> None:
+    """Remove the session's entry in the tag's index, and the tag's folder when it was the last."""
+    entry = paths.tagged(tag)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(entry)
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(entry))
+        os.rmdir(os.path.dirname(os.path.dirname(entry)))
 
 
 def _names(folder: str) -> list[str]:

@@ -6,15 +6,18 @@ Where each session's data lives (key names, hash tags, the tenant index) is in :
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from chatkeep.core import (
     AgentSession,
     BackendHistoryProvider,
+    ForkInfo,
     Message,
     ReplicationTimeoutError,
     SessionInfo,
@@ -26,6 +29,7 @@ from chatkeep.core import (
 from chatkeep.core.backend import (
     HistoryStore,
     PerLoop,
+    SessionUsage,
     StoredSession,
     TelemetryTarget,
     conflict_error,
@@ -33,11 +37,14 @@ from chatkeep.core.backend import (
     decode_records,
     decode_session_document,
     encode_cursor,
+    fork_source_error,
+    fork_target_exists_error,
     owner_error,
     redact_url,
     session_document,
     stamp_time,
     time_stamp,
+    usage_of,
     write_stamp,
 )
 from chatkeep.redis import _layout, _replicas, _scripts
@@ -298,17 +305,30 @@ class RedisHistoryStore(HistoryStore):
                 where=self.config.address, what=what, retry=retry,
             )  # fmt: skip
 
-    async def _touch_indexes(self, tenant: str, session_id: str, index: str, now: int) -> list[int]:
-        """Update the tenant's and the tenants' index (before the session: see the module's notes).
+    async def _touch_indexes(
+        self, tenant: str, session_id: str, index: str, now: int, tags: frozenset[str] | None = None
+    ) -> list[int]:
+        """Update the tenants' index, and the tenant's index and tag indexes (before the session: see the layout).
+
+        With ``tags``, the session's tags are replaced by them (``update_info``).
 
         Returns:
             With ``wait_replicas``, how many replicas have each update (checked with the session's write).
         """
-        commands = (("ZADD", self._tenants_key, "GT", now, tenant), ("ZADD", index, "GT", now, session_id))
+        tenant_keys = (index, _layout.tags_map(self.prefix, tenant))
+        args: tuple[Any, ...]
+        if tags is None:
+            script, args = _scripts.TOUCH_TENANT, (now, session_id)
+        else:
+            script, args = _scripts.SET_TAGS, (now, session_id, json.dumps(sorted(tags), ensure_ascii=False))
+        command = ("ZADD", self._tenants_key, "GT", now, tenant)
         if self._wait is None:
-            writes = [self._call(*command) for command in commands]
+            writes = [self._call(*command), self._run_script(script, tenant_keys, args)]
         else:  # each on the node that owns it, waiting there for its replicas
-            writes = [self._pipeline((command, self._wait), key=command[1]) for command in commands]
+            writes = [
+                self._pipeline((command, self._wait), key=self._tenants_key),
+                self._run_script(script, tenant_keys, args, self._wait),
+            ]
         # Both finish before either failure is raised: no task is left behind with an error nobody reads.
         outcomes: list[Any] = await asyncio.gather(*writes, return_exceptions=True)
         for outcome in outcomes:
@@ -341,21 +361,85 @@ class RedisHistoryStore(HistoryStore):
         """How many message records this store has read (the conformance kit's read probe)."""
         return self._messages_read
 
-    async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
-        """Append in one atomic script, skipping ids already stored; returns how many were new."""
+    def _keys(self, key: SessionKey) -> tuple[tuple[str, str, str, str], tuple[str, ...]]:
+        """The session's keys (hash, messages, ids, usage), and the indexes its scripts update themselves.
+
+        Standalone, a script that writes updates the tenant's index, the tenants' index and the tag indexes in
+        the same step; on a cluster those live on other nodes, and the store updates them apart (none here).
+        """
         h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
+        own = (h, m, i, _layout.usage_key(h))
+        if self._cluster:
+            return own, ()
+        return own, (index, self._tenants_key, _layout.tags_map(self.prefix, key.tenant))
+
+    async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
+        """Append in one atomic script, skipping ids already stored; returns how many were new.
+
+        The script adds each new message's usage (core's ``usage_of``, as JSON) to the session's in the same step.
+        """
+        own, indexes = self._keys(key)
         now = write_stamp()
         args = [now, self._ttl_ms, self._cap, len(records), key.tenant, key.session_id, int(self._wait is not None)]
         args += [message.message_id for message in messages]
         args += records
+        args += [_usage_json(message) for message in messages]
+        earlier: list[int] = []
         if self._cluster:
+            index = _layout.tenant_index(self.prefix, key.tenant)
             earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
-            keys: tuple[str, ...] = (h, m, i)
-        else:
-            earlier, keys = [], (h, m, i, index, self._tenants_key)
-        added, acknowledged = await self._write_script(_scripts.APPEND, keys, args, earlier=earlier)
+        keys = (*own, *indexes)
+        checked: list[Any] = [""]
+        while True:
+            added, acknowledged = await self._write_script(_scripts.APPEND, keys, [*args, *checked], earlier=earlier)
+            if not isinstance(added, list):
+                break
+            if added[0] == b"trim":  # keep_last cuts into messages a fork shares: a trim does it right
+                added = int(added[1])
+                await self._trim(key, self._cap)
+                break
+            # A fork: the ids it holds from earlier logs are checked there (those ranges never change).
+            segments = _segments(added[1])
+            checked = [added[1], *await self._held_ids(segments, [message.message_id for message in messages])]
+            await self._keep_alive(segments)
         self._check_replicas(acknowledged, what="append", retry=_RETRY_APPEND)
         return int(added)
+
+    async def _held_ids(self, segments: list[_Segment], ids: list[str]) -> list[str]:
+        """Which of ``ids`` the segments hold (within their bounds): one ``ZMSCORE`` per segment."""
+        if not segments or not ids:
+            return []
+        replies = await self._pipeline([("ZMSCORE", segment.ids, *ids) for segment in segments])
+        held: set[str] = set()
+        for segment, scores in zip(segments, replies, strict=True):
+            held.update(i for i, score in zip(ids, scores, strict=True) if segment.holds(score))
+        return sorted(held)
+
+    async def _keep_alive(self, segments: Sequence[_Segment]) -> None:
+        """Make the logs a fork refers to live at least as long as the fork (a write of it restarts its TTL)."""
+        if not segments:
+            return
+        keys = [k for s in segments for k in (s.records, s.ids, s.usage)]
+        if self._ttl_ms:
+            await self._pipeline([("PEXPIRE", k, self._ttl_ms, "GT") for k in keys])
+        else:
+            await self._pipeline([("PERSIST", k) for k in keys])
+
+    async def _read_segments(self, segments: Sequence[_Segment], last: int | None) -> list[bytes]:
+        """The records of ``segments`` in order (with ``last``, only that many of the newest)."""
+        spans: list[tuple[_Segment, int, int]] = []
+        want = math.inf if last is None else last
+        for segment in reversed(segments):
+            if want <= 0:
+                break
+            low = segment.low if last is None else max(segment.low, segment.high - int(want) + 1)
+            spans.append((segment, low, segment.high))
+            want -= segment.high - low + 1
+        if not spans:
+            return []
+        spans.reverse()
+        replies = await self._pipeline([("LRANGE", s.records, low - s.head, high - s.head) for s, low, high in spans])
+        return [record for reply in replies for record in reply]
 
     def _decode(self, records: list[bytes]) -> list[Message]:
         self._messages_read += len(records)
@@ -363,36 +447,69 @@ class RedisHistoryStore(HistoryStore):
         return decode_records(records)
 
     async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
-        """The history in append order; with ``last=k`` only the k newest (one ``LRANGE`` of k records)."""
-        m = _layout.session_keys(self.prefix, key.tenant, key.session_id)[1]
-        records = await self._call("LRANGE", m, 0 if last is None else -last, -1)
+        """The history in append order; with ``last=k`` only the k newest (one ``LRANGE`` of k records).
+
+        The ``LRANGE`` goes with a look at the hash in one round trip: when the session is a fork or its log is
+        shared (renamed), the ``VIEW`` script reads its own log and the segments give the rest, newest first.
+        """
+        own, _ = self._keys(key)
+        h, m = own[0], own[1]
+        records, (log, segs) = await self._pipeline(
+            (("LRANGE", m, 0 if last is None else -last, -1), ("HMGET", h, "log", "segs")), key=h
+        )
+        if log is not None or segs is not None:
+            reply = await self._script(_scripts.VIEW, own, (-1 if last is None else last,))
+            segments, records = _segments(reply[0]), reply[2:]
+            if last is None or len(records) < last:
+                more = None if last is None else last - len(records)
+                records = [*await self._read_segments(segments, more), *records]
         return self._decode(records) if records else []
 
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         """Iterate over the history in append order, ``batch`` records per read (resuming by sequence number)."""
-        h, m, _, _ = _layout.session_keys(self.prefix, key.tenant, key.session_id)
-        seq, created = -1, b""
+        own, _ = self._keys(key)
+        seq, created, first = -1, b"", True
         while True:
-            reply = await self._script(_scripts.PAGE, (h, m), (seq, batch, created))
+            reply = await self._script(_scripts.PAGE, own, (seq, batch, created))
             if not reply[0]:
                 return  # gone, or deleted and re-created while we read
-            created, seq, records = reply[0], int(reply[1]), reply[2:]
+            created, seq, records = reply[0], int(reply[1]), reply[3:]
+            if first and reply[2]:  # a fork: the messages of its segments come first, then its own log's
+                for segment in _segments(reply[2]):
+                    for low in range(segment.low, segment.high + 1, batch):
+                        high = min(low + batch - 1, segment.high)
+                        page = await self._call("LRANGE", segment.records, low - segment.head, high - segment.head)
+                        for message in self._decode(page):
+                            yield message
+                seq = -1
+                first = False
+                continue
+            first = False
             if not records:
                 return
             for message in self._decode(records):
                 yield message
 
     async def _count(self, key: SessionKey) -> int:
-        return int(await self._call("LLEN", _layout.session_keys(self.prefix, key.tenant, key.session_id)[1]))
+        own, _ = self._keys(key)
+        length, (log, segs) = await self._pipeline((("LLEN", own[1]), ("HMGET", own[0], "log", "segs")), key=own[0])
+        if log is None and segs is None:
+            return int(length)
+        reply = await self._script(_scripts.VIEW, own, (0,))
+        return int(reply[1]) + sum(segment.size for segment in _segments(reply[0]))
 
     async def _delete(self, key: SessionKey) -> bool:
-        """Delete the session's messages, ids and document; ``True`` if anything was there."""
-        h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
-        updated = await self._script(_scripts.DELETE, (h, m, i), ())
+        """Delete the session's messages, ids, usage, document and info; ``True`` if anything was there."""
+        own, _ = self._keys(key)
+        updated = await self._script(_scripts.DELETE, own, ())
         if updated is None:
             return False
-        await self._script(_scripts.DROP_INDEX_ENTRY, (index,), (key.session_id, int(updated)))
+        await self._script(_scripts.DROP_INDEX_ENTRY, self._tenant_keys(key.tenant), (key.session_id, int(updated)))
         return True
+
+    def _tenant_keys(self, tenant: str) -> tuple[str, str]:
+        """The tenant's index and its tags (what ``DROP_INDEX_ENTRY`` takes to drop a session and its tags)."""
+        return _layout.tenant_index(self.prefix, tenant), _layout.tags_map(self.prefix, tenant)
 
     async def _trim(self, key: SessionKey, keep_last: int) -> int:
         """Delete all but the ``keep_last`` newest messages (and forget their ids); returns how many.
@@ -401,27 +518,44 @@ class RedisHistoryStore(HistoryStore):
         restarts the TTL. One that deletes nothing changes nothing, so on a cluster the indexes are updated
         after the script, and only when it deleted (the session exists then, so it has its entry already).
         """
-        h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
+        own, indexes = self._keys(key)
         now = write_stamp()
         args = (keep_last, self._ttl_ms, now, key.tenant, key.session_id)
-        keys = (h, m, i) if self._cluster else (h, m, i, index, self._tenants_key)
-        removed = int(await self._script(_scripts.TRIM, keys, args))
+        planned: list[Any] = ["", ""]
+        while isinstance(removed := await self._script(_scripts.TRIM, (*own, *indexes), (*args, *planned)), list):
+            # It removes messages a fork holds from another session's log: their usage is read there.
+            segments, over = _segments(removed[1]), int(removed[2])
+            spans = [span for span in _oldest(segments, over) if not _same_slot(span[0].usage, own[0])]
+            planned = [removed[1], over, *await self._usages(spans)]
+        removed = int(removed)
         if removed and self._cluster:
+            index = _layout.tenant_index(self.prefix, key.tenant)
             await self._touch_indexes(key.tenant, key.session_id, index, now)
         return removed
 
     async def _pop(self, key: SessionKey) -> Message | None:
         """Remove the newest record and its id in one script (a retry of it returns the same record)."""
-        h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
-        receipt = _layout.pop_receipt(h, uuid.uuid4().hex)
+        own, indexes = self._keys(key)
+        receipt = _layout.pop_receipt(own[0], uuid.uuid4().hex)
         now = write_stamp()
         args = (now, self._ttl_ms, _POP_RECEIPT_MS, key.tenant, key.session_id)
+        earlier: list[int] = []
         if self._cluster:
+            index = _layout.tenant_index(self.prefix, key.tenant)
             earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
-            keys: tuple[str, ...] = (h, m, i, receipt)
-        else:
-            earlier, keys = [], (h, m, i, receipt, index, self._tenants_key)
-        record, acknowledged = await self._write_script(_scripts.POP, keys, args, earlier=earlier)
+        keys = (*own, receipt, *indexes)
+        inherited: tuple[Any, ...] = ("", "", "", "")
+        while True:
+            record, acknowledged = await self._write_script(_scripts.POP, keys, (*args, *inherited), earlier=earlier)
+            if not isinstance(record, list):
+                break
+            # The newest message is a fork's, in another session's log: read it (and its usage) there.
+            _, records, usage, seq, head = record
+            seq, head = int(seq), int(head)
+            found, used = await self._pipeline(
+                (("LINDEX", records, seq - head), ("ZRANGEBYSCORE", usage, seq, seq)), key=records
+            )
+            inherited = (records, seq, found or b"", _usage_part(used[0]) if used else "")
         popped = None if record is None else self._decode([record])[0]
         try:
             self._check_replicas(acknowledged, what="pop", retry=_RETRY_POP)
@@ -430,12 +564,109 @@ class RedisHistoryStore(HistoryStore):
             raise
         return popped
 
+    async def _usages(self, spans: Sequence[tuple[_Segment, int, int]]) -> list[str]:
+        """The per-message usages kept for the given spans of segments (their logs' usage sets)."""
+        if not spans:
+            return []
+        replies = await self._pipeline([("ZRANGEBYSCORE", s.usage, low, high) for s, low, high in spans])
+        return [_usage_part(row) for reply in replies for row in reply]
+
+    async def _fork(self, source: SessionKey, target: SessionKey, through: str | None) -> int:
+        """Share the source's log up to the cut (``FORK_SOURCE``), then create the target on it (``FORK_TARGET``).
+
+        Nothing is copied: the target's hash lists the segments of logs it holds. When the cut is in a segment
+        of the source (a fork of a fork, through an inherited message), the store finds the message and the
+        usage after it in those logs, whose ranges never change, and runs the source's script again.
+        """
+        source_keys, _ = self._keys(source)
+        found: list[Any] = ["", ""]
+        wanted = through or ""
+        while True:
+            reply = await self._script(_scripts.FORK_SOURCE, source_keys, (wanted, self._ttl_ms, *found))
+            outcome = reply[0]
+            if outcome == b"ok":
+                break
+            if outcome == b"empty" or outcome == b"missing":
+                raise fork_source_error(source, through)
+            segments = _segments(reply[1])
+            if through is None:  # the newest message, in the last segment
+                last = segments[-1]
+                ids = await self._call("ZRANGEBYSCORE", last.ids, last.high, last.high)
+                if not ids:
+                    raise fork_source_error(source, through)
+                wanted, seq = ids[0].decode(), last.high
+            else:
+                scores = await self._pipeline([("ZSCORE", segment.ids, through) for segment in segments])
+                held = [float(score) for segment, score in zip(segments, scores, strict=True) if segment.holds(score)]
+                if not held:
+                    raise fork_source_error(source, through)
+                seq = int(held[0])
+            after = [
+                (segment, max(segment.low, seq + 1), segment.high)
+                for segment in segments
+                if segment.high > seq and not _same_slot(segment.usage, source_keys[0])
+            ]
+            found = [reply[1], seq, *await self._usages(after)]
+        _, taken, cut, usage, title, metadata, through_id = reply
+        segments = _segments(taken)
+        await self._keep_alive(segments)
+        tags = await self._call("HGET", _layout.tags_map(self.prefix, source.tenant), source.session_id)
+        own, indexes = self._keys(target)
+        now = write_stamp()
+        args = (
+            now, self._ttl_ms, target.tenant, target.session_id, taken, int(cut) + 1, usage, title, metadata,
+            source.session_id, through_id,
+        )  # fmt: skip
+        if not int(await self._script(_scripts.FORK_TARGET, (*own, *indexes), args)):
+            raise fork_target_exists_error(target)
+        if self._cluster or tags is not None:  # a fork is a write of the target; it starts with the source's tags
+            index = _layout.tenant_index(self.prefix, target.tenant)
+            tag_set = None if tags is None else frozenset(json.loads(tags))
+            await self._touch_indexes(target.tenant, target.session_id, index, now, tag_set)
+        return sum(segment.size for segment in segments)
+
+    async def _usage(self, key: SessionKey) -> SessionUsage:
+        """The usage the scripts keep in the session's hash (one field: the messages are not read)."""
+        stored = await self._call("HGET", _layout.session_keys(self.prefix, key.tenant, key.session_id)[0], "usage")
+        return SessionUsage() if stored is None else SessionUsage.from_dict(json.loads(stored))
+
     # -- sessions --------------------------------------------------------------------------------
+
+    async def _update_info(
+        self, key: SessionKey, title: str | None, tags: frozenset[str] | None, metadata: dict[str, Any] | None
+    ) -> bool:
+        """Set title and metadata in the session's hash, then its tags beside the tenant's index (see the layout).
+
+        Only a session that exists changes (the script checks), so, as for ``trim``, its index entry is there
+        already and the indexes are updated after it.
+        """
+        own, _ = self._keys(key)
+        now = write_stamp()
+        args = (
+            now,
+            self._ttl_ms,
+            "0" if title is None else "1",
+            title or "",
+            "0" if metadata is None else "1",
+            json.dumps(metadata, ensure_ascii=False) if metadata else "",
+        )
+        if not int(await self._script(_scripts.UPDATE_INFO, own, args)):
+            return False
+        index = _layout.tenant_index(self.prefix, key.tenant)
+        await self._touch_indexes(key.tenant, key.session_id, index, now, tags)
+        return True
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One tenant's sessions, most recently updated first, from the tenant's index (never a keyspace scan)."""
+        return await self._list_indexed(tenant, _layout.tenant_index(self.prefix, tenant), limit, cursor)
+
+    async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
+        """The tenant's sessions tagged ``tag``, newest first, from the tag's index (scored as the tenant's)."""
+        return await self._list_indexed(tenant, _layout.tag_index(self.prefix, tenant, tag), limit, cursor)
+
+    async def _list_indexed(self, tenant: str, index: str, limit: int, cursor: str | None) -> SessionPage:
+        """One page of the sessions of a tenant's index (all of them, or a tag's), newest first."""
         after = None if cursor is None else _after(cursor)
-        index = _layout.tenant_index(self.prefix, tenant)
         top: Any = "+inf" if after is None else after[0]
         offset, want = 0, limit + 1
         live: list[tuple[SessionInfo, int]] = []
@@ -464,22 +695,39 @@ class RedisHistoryStore(HistoryStore):
     ) -> list[tuple[SessionInfo, int]]:
         if not entries:
             return []
-        commands: list[tuple[str, ...]] = []
+        tags_map = _layout.tags_map(self.prefix, tenant)
+        commands: list[tuple[str | bytes, ...]] = []
         for member, _ in entries:
             h, m, _, _ = _layout.session_keys(self.prefix, tenant, member.decode())
-            commands += [("HGET", h, "created"), ("LLEN", m)]
+            commands += [("HMGET", h, "created", "usage", "title", "meta", "src", "thru", "log", "segs"), ("LLEN", m)]
+        commands.append(("HMGET", tags_map, *(member for member, _ in entries)))
         replies = await self._pipeline(commands)
         found: list[tuple[SessionInfo, int]] = []
         dead: list[tuple[Sequence[str], Sequence[Any]]] = []
         for n, (member, score) in enumerate(entries):
-            created, count = replies[2 * n], replies[2 * n + 1]
+            (created, usage, title, metadata, source, through, log, segs), count = replies[2 * n], replies[2 * n + 1]
             if created is None:  # expired or deleted: an old entry goes, a young one may be a write under way
                 if score < stale_before:
-                    dead.append(((index,), (member, int(score))))
+                    dead.append(((index, tags_map), (member, int(score))))
                 continue
             created_at = stamp_time(int(created))
             updated_at = max(stamp_time(score), created_at)
-            found.append((SessionInfo(member.decode(), tenant, int(count), created_at, updated_at), score))
+            tags = replies[-1][n]
+            if log is not None or segs is not None:  # a fork, or a shared log: count its segments and own log
+                count = await self._count(SessionKey(tenant, member.decode()))
+            info = SessionInfo(
+                member.decode(),
+                tenant,
+                int(count),
+                created_at,
+                updated_at,
+                forked_from=None if source is None else ForkInfo(source.decode(), through.decode()),
+                usage=SessionUsage() if usage is None else SessionUsage.from_dict(json.loads(usage)),
+                title=None if title is None else title.decode(),
+                tags=frozenset() if tags is None else frozenset(json.loads(tags)),
+                metadata={} if metadata is None else json.loads(metadata),
+            )
+            found.append((info, score))
         await self._scripts(_scripts.DROP_INDEX_ENTRY, dead)
         return found
 
@@ -494,7 +742,7 @@ class RedisHistoryStore(HistoryStore):
         earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
         outcome, acknowledged = await self._write_script(
             _scripts.SAVE_SESSION,
-            (h, m, i),
+            (h, m, i, _layout.usage_key(h)),
             (
                 document,
                 version,
@@ -555,10 +803,13 @@ class RedisHistoryStore(HistoryStore):
             if not rows:
                 return removed
             entries = _layout.pairs(rows)
-            keys = [_layout.session_keys(self.prefix, tenant, member.decode())[:3] for member, _ in entries]
+            keys = [self._keys(SessionKey(tenant, member.decode()))[0] for member, _ in entries]
             outcomes = await self._scripts(_scripts.PRUNE, [(k, (cutoff,)) for k in keys])
+            tenant_keys = self._tenant_keys(tenant)
             drops = [
-                ((index,), (member, score)) for (member, score), out in zip(entries, outcomes, strict=True) if out != 0
+                (tenant_keys, (member, score))
+                for (member, score), out in zip(entries, outcomes, strict=True)
+                if out != 0
             ]
             removed += sum(1 for out in outcomes if out == 1)
             dropped = await self._scripts(_scripts.DROP_INDEX_ENTRY, drops)
@@ -598,13 +849,72 @@ class RedisHistoryStore(HistoryStore):
             if not rows:
                 break
             entries = _layout.pairs(rows)
-            keys = [_layout.session_keys(self.prefix, tenant, member.decode())[:3] for member, _ in entries]
+            keys = [self._keys(SessionKey(tenant, member.decode()))[0] for member, _ in entries]
             outcomes = await self._scripts(_scripts.DELETE, [(k, ()) for k in keys])
             removed += sum(1 for out in outcomes if out is not None)
-            dropped = await self._scripts(_scripts.DROP_INDEX_ENTRY, [((index,), entry) for entry in entries])
+            tenant_keys = self._tenant_keys(tenant)
+            dropped = await self._scripts(_scripts.DROP_INDEX_ENTRY, [(tenant_keys, entry) for entry in entries])
             offset += len(entries) - sum(int(d) for d in dropped)
         await self._script(_scripts.DROP_INDEX_ENTRY, (self._tenants_key,), (tenant, started))
         return removed
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    """Messages a session holds from an earlier log (see ``_scripts._LOG``): sequence numbers ``low..high``."""
+
+    records: str
+    ids: str
+    usage: str
+    head: int
+    low: int
+    high: int
+
+    @property
+    def size(self) -> int:
+        return self.high - self.low + 1
+
+    def holds(self, score: Any) -> bool:
+        """Whether an id scored ``score`` in this log's ids (``None``: absent) is within the segment."""
+        return score is not None and self.low <= float(score) <= self.high
+
+
+def _segments(text: bytes | str) -> list[_Segment]:
+    """The segments a hash's ``segs`` field lists (``''``: none)."""
+    if not text:
+        return []
+    return [
+        _Segment(str(r), str(i), str(u), int(head), int(low), int(high))
+        for r, i, u, head, low, high in json.loads(text)
+    ]
+
+
+def _oldest(segments: Sequence[_Segment], count: int) -> list[tuple[_Segment, int, int]]:
+    """The spans of the ``count`` oldest messages of ``segments`` (what a trim removes), outside the session."""
+    spans = []
+    for segment in segments:
+        if count <= 0:
+            break
+        take = min(count, segment.size)
+        spans.append((segment, segment.low, segment.low + take - 1))
+        count -= take
+    return spans
+
+
+def _same_slot(key: str, hash_key: str) -> bool:
+    """Whether ``key`` is one of the session's own (its hash is ``hash_key``): its scripts read those themselves."""
+    return key.startswith(hash_key[:-1])
+
+
+def _usage_part(row: bytes) -> str:
+    """The usage JSON of a usage set's member (``seq:json``)."""
+    return row.decode().split(":", 1)[1]
+
+
+def _usage_json(message: Message) -> str:
+    """What ``message`` adds to its session's usage, as the scripts take it (``''``: it carries none)."""
+    used = usage_of((message,))
+    return json.dumps(used.to_dict(), ensure_ascii=False) if used else ""
 
 
 def _after(cursor: str) -> tuple[int, bytes]:
