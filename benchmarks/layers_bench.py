@@ -97,11 +97,10 @@ def _turns(store: SQLHistoryStore, raw: _RawAsync, keys: dict[str, SessionKey]) 
             if decode:
                 messages = _messages()
                 made = time.perf_counter()
-                records = encode_records(messages)
-                pairs = [(message_hash(m.message_id), r) for m, r in zip(messages, records, strict=True)]
+                pairs = store._rows(messages, encode_records(messages))  # (hash, record, usage) as the store's
             else:
                 made = time.perf_counter()
-                pairs = _raw_rows()
+                pairs = [(h, record, None) for h, record in _raw_rows()]
             now = write_stamp()
             await transport.run(lambda conn: _ops.append(conn, sql, head, now, pairs), write=True)
             return loaded - start, time.perf_counter() - made
