@@ -311,6 +311,20 @@ async def test_an_agent_configured_without_the_wrapper_fails_before_storing_anyt
     await plain.close()
 
 
+async def test_a_store_without_keys_refuses_to_fork_an_encrypted_session(backing: Backing) -> None:
+    # Seals name the session they were made for: a fork made by a plain store could never be opened.
+    key, fork = SessionKey("acme", "s1"), SessionKey("acme", "s1-fork")
+    async with backing.open() as store:
+        await store.append(key, [Message(role="user", text="sealed history")])
+    plain = MemoryHistoryStore(namespace=backing.data)
+    with pytest.raises(EncryptedSessionError, match="nothing was forked"):
+        await plain.fork(key, fork)
+    assert await plain.count(fork) == 0
+    await plain.append(SessionKey("acme", "open"), [Message(role="user", text="plain")])
+    assert await plain.fork(SessionKey("acme", "open"), SessionKey("acme", "open-fork")) == 1  # plain ones fork
+    await plain.close()
+
+
 class KeyStoreWithPassword(MemoryHistoryStore):
     def describe(self) -> dict[str, Any]:
         return {"type": "RedisHistoryStore", "url": "redis://:hunter2@keys.internal:6379/0", "prefix": "keyz"}

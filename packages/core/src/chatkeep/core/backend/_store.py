@@ -655,9 +655,13 @@ class HistoryStore(abc.ABC):
             )
         if through is not None and (not isinstance(through, str) or not through):
             raise InvalidArgumentError(f"through must be a message id (a non-empty string) or None, got {through!r}")
-        if not self.sealed_passthrough:
-            self._sealed.refuse_append(target)
         with _naming_damage(source):
+            if not self.sealed_passthrough:
+                self._sealed.refuse_append(target)
+                # A session EncryptedStore wrote is sealed to its own id: a fork of it could never be opened. Its
+                # newest message tells (one record read, whatever the history's length).
+                newest = await self._load(source, 1)
+                self._sealed.check(source, newest, outcome="nothing was forked (its seals name the source session)")
             return await self._fork(source, target, through)
 
     @operation("usage")
