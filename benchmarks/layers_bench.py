@@ -7,8 +7,12 @@ server, in the same run, every layer once per round in a rotating order (a load 
 
 * ``driver``: chatkeep's own async driver (asyncpg, asyncmy) on one connection of its own, chatkeep's statements,
   ``json.loads`` of the 20 (the same as ``benchmarks sql``'s ``raw async + guarantees``);
-* ``+ pool lease``: the same statements through the store's transport (a pooled connection lent and given back,
-  the statement deadline, the driver's errors translated), still ``json.loads``;
+* ``+ operations``: the same statements as the store's operations (``_ops``) send them, on a connection of the
+  store's pool held for the whole run (chatkeep's connection wrapper, a cursor per statement, the retry loop);
+* ``+ statement deadline``: each statement bounded by ``statement_timeout`` (one timer per call);
+* ``+ lease``: the connection lent for each call and given back, the driver's errors translated;
+* ``+ write shield``: the append run in a task of its own, so that a cancelled caller never leaves a write half
+  done (loads have none: the row repeats the one above);
 * ``+ records``: the transport, with chatkeep's messages: the 20 decoded into ``Message`` objects, the 2 encoded
   from them (``decode_records``, ``encode_records``);
 * ``store hooks``: the store's own ``_load`` and ``_append`` (the key's hashes, the append's write stamp, a
@@ -31,33 +35,31 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from benchmarks.sql_bench import LONG, SHORT, _Database, _RawAsync, _reachable, _seed
+from benchmarks.sql_bench import LONG, SHORT, _Database, _raw_records, _reachable, _seed
 from chatkeep.core import Message, SessionKey
 from chatkeep.core._messages import decode_records, encode_records
 from chatkeep.core.backend import write_stamp
 from chatkeep.sql import SQLHistoryStore, _ops
-from chatkeep.sql._schema import key_hash, message_hash, tenant_hash
+from chatkeep.sql._schema import key_hash, tenant_hash
 
 __all__ = ["main"]
 
 SIZE = 1_000
-LAYERS = ("driver", "+ pool lease", "+ records", "store hooks", "public API")
+LAYERS = (
+    "driver",
+    "+ operations",
+    "+ statement deadline",
+    "+ lease",
+    "+ write shield",
+    "+ records",
+    "store hooks",
+    "public API",
+)
 PARTS = ("load the newest 20", "append 2")
 
 
 def _messages() -> list[Message]:
     return [Message(role="user", text=SHORT), Message(role="assistant", text=LONG)]
-
-
-def _raw_rows() -> list[tuple[bytes, str]]:
-    rows = []
-    for role, text in (("user", SHORT), ("assistant", LONG)):
-        message_id = str(uuid.uuid4())
-        record = json.dumps(
-            {"v": 1, "message_id": message_id, "role": role, "contents": [{"type": "text", "text": text}]}
-        )
-        rows.append((message_hash(message_id), record))
-    return rows
 
 
 def _head(key: SessionKey) -> _ops.Head:
@@ -67,23 +69,75 @@ def _head(key: SessionKey) -> _ops.Head:
 Turn = Callable[[], Awaitable[tuple[float, float]]]
 
 
-def _turns(store: SQLHistoryStore, raw: _RawAsync, keys: dict[str, SessionKey]) -> dict[str, Turn]:
-    """Each layer's turn, returning (load seconds, append seconds)."""
+def _turns(store: SQLHistoryStore, keys: dict[str, SessionKey]) -> dict[str, Turn]:
+    """Each layer's turn, returning (load seconds, append seconds).
+
+    Every layer runs on the same server connection (the one the store's pool lends each call, its most recently
+    used): a turn on another connection than the one before it pays tens of microseconds for it (the server's
+    thread and both sides' caches are cold), which would land on whichever layers change connections. The
+    layers below the lease take that connection out of the pool untimed.
+    """
     transport: Any = store._transport
     sql = store._sql
 
+    driver_key = keys["driver"]
+    driver_digest, driver_head = key_hash(driver_key.tenant, driver_key.session_id), _head(driver_key)
+    postgres = store.dialect == "postgresql"
+
     async def driver() -> tuple[float, float]:
-        laps: list[float] = []
+        """The statements of ``+ operations`` on the driver's own API, on the connection the others use."""
+        held = await transport._checkout()
+        raw = held.lease.driver_connection
         start = time.perf_counter()
+        if postgres:
+            rows = await raw.fetch(sql.load_last, driver_digest, 20)
+        else:
+            async with raw.cursor() as cur:
+                await cur.execute(sql.load_last, (driver_digest, 20))
+                rows = await cur.fetchall()
+        [json.loads(row[0]) for row in reversed(rows)]
+        loaded = time.perf_counter()
+        (h1, r1), (h2, r2) = _raw_records()
+        made, now = time.perf_counter(), write_stamp()
+        if postgres:
+            await raw.fetch(sql.append_one, *_ops.append_params(driver_head, now, [(h1, r1, None), (h2, r2, None)]))
+        else:
+            async with raw.cursor() as cur:
+                await cur.execute(sql.begin)
+                await cur.execute(sql.upsert, (*driver_head, now, now, 2, 2))
+                ref, next_seq = (await cur.fetchall())[0][:2]
+                await cur.execute(
+                    sql.insert_messages(2), (ref, next_seq - 2, h1, r1, None, ref, next_seq - 1, h2, r2, None)
+                )
+                await cur.execute("COMMIT")
+        appended = time.perf_counter()
+        await transport._checkin(held)
+        return loaded - start, appended - made
 
-        def lap(_part: str) -> None:
-            laps.append(time.perf_counter())
+    def on_held(layer: str, *, deadline: bool) -> Turn:
+        key = keys[layer]
+        digest, head = key_hash(key.tenant, key.session_id), _head(key)
 
-        await raw.turn(keys["driver"], lap)
-        return laps[0] - start, laps[2] - laps[1]
+        async def turn() -> tuple[float, float]:
+            held = await transport._checkout()
+            held.statement_timeout = transport.statement_timeout if deadline else None
+            start = time.perf_counter()
+            rows = await held.fetch(sql.load_last, (digest, 20))
+            held.end()
+            [json.loads(row[0]) for row in reversed(rows)]
+            loaded = time.perf_counter()
+            pairs = [(h, record, None) for h, record in _raw_records()]
+            made, now = time.perf_counter(), write_stamp()
+            await _ops.append(held, sql, head, now, pairs)
+            held.end()
+            appended = time.perf_counter()
+            await transport._checkin(held)
+            return loaded - start, appended - made
 
-    def through_transport(decode: bool) -> Turn:
-        key = keys["+ records" if decode else "+ pool lease"]
+        return turn
+
+    def through_transport(layer: str, *, shield: bool, decode: bool) -> Turn:
+        key = keys[layer]
         digest, head = key_hash(key.tenant, key.session_id), _head(key)
 
         async def turn() -> tuple[float, float]:
@@ -94,15 +148,15 @@ def _turns(store: SQLHistoryStore, raw: _RawAsync, keys: dict[str, SessionKey]) 
             else:
                 [json.loads(row[0]) for row in reversed(rows)]
             loaded = time.perf_counter()
-            if decode:
+            if decode:  # encoding the new messages is this layer's work (making them is the application's)
                 messages = _messages()
                 made = time.perf_counter()
                 pairs = store._rows(messages, encode_records(messages))  # (hash, record, usage) as the store's
             else:
+                pairs = [(h, record, None) for h, record in _raw_records()]
                 made = time.perf_counter()
-                pairs = [(h, record, None) for h, record in _raw_rows()]
             now = write_stamp()
-            await transport.run(lambda conn: _ops.append(conn, sql, head, now, pairs), write=True)
+            await transport.run(lambda conn: _ops.append(conn, sql, head, now, pairs), write=shield)
             return loaded - start, time.perf_counter() - made
 
         return turn
@@ -129,8 +183,11 @@ def _turns(store: SQLHistoryStore, raw: _RawAsync, keys: dict[str, SessionKey]) 
 
     return {
         "driver": driver,
-        "+ pool lease": through_transport(False),
-        "+ records": through_transport(True),
+        "+ operations": on_held("+ operations", deadline=False),
+        "+ statement deadline": on_held("+ statement deadline", deadline=True),
+        "+ lease": through_transport("+ lease", shield=False, decode=False),
+        "+ write shield": through_transport("+ write shield", shield=True, decode=False),
+        "+ records": through_transport("+ records", shield=True, decode=True),
         "store hooks": hooks,
         "public API": public,
     }
@@ -140,13 +197,11 @@ async def _bench(family: str, iterations: int) -> dict[str, list[tuple[float, fl
     db = _Database(family)
     db.create()
     store = SQLHistoryStore(db.store_url())
-    raw: _RawAsync | None = None
     try:
         keys = {layer: SessionKey("layers", f"{n}-{uuid.uuid4().hex[:6]}") for n, layer in enumerate(LAYERS)}
         for key in keys.values():
             await _seed(store, key, SIZE)
-        raw = await _RawAsync.connect(db)
-        turns = _turns(store, raw, keys)
+        turns = _turns(store, keys)
         for _ in range(30):
             for turn in turns.values():
                 await turn()
@@ -157,8 +212,6 @@ async def _bench(family: str, iterations: int) -> dict[str, list[tuple[float, fl
                 samples[layer].append(await turns[layer]())
         return samples
     finally:
-        if raw is not None:
-            await raw.close()
         await store.close()
         db.drop()
 

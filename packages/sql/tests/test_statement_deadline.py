@@ -7,7 +7,9 @@ front of the real server drops its replies after the first call.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -15,7 +17,8 @@ import pytest
 
 from chatkeep.core import Message, SessionKey, StoreUnavailableError
 from chatkeep.sql import SQLHistoryStore
-from chatkeep.sql._transport import ANSWER_GRACE
+from chatkeep.sql._errors import NoAnswerError
+from chatkeep.sql._transport import ANSWER_GRACE, Connection
 from chatkeep.testing.faults import LoopbackProxy
 
 PSYCOPG_CANCEL_WAIT = 10.0
@@ -59,3 +62,92 @@ async def test_a_server_that_stops_answering_fails_at_the_statement_timeout(sql_
     finally:
         await store.close()
         await proxy.aclose()
+
+
+class _Answering(Connection):
+    """A connection whose statements are answered when the test says so: the deadline's own bookkeeping, on the
+    event loop's clock moved by the test (no server, no sleeping)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.statement_timeout = 0.5
+        self.pending: asyncio.Future[list[tuple[int]]] | None = None
+        self.sent = asyncio.Event()
+
+    async def _fetch(self, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        self.pending = asyncio.get_running_loop().create_future()
+        self.sent.set()
+        return await self.pending
+
+    async def next_statement(self) -> asyncio.Future[list[tuple[int]]]:
+        """The next statement sent, once it is."""
+        await self.sent.wait()
+        self.sent.clear()
+        assert self.pending is not None
+        return self.pending
+
+    async def _execute(self, statement: str, params: Sequence[Any]) -> int:
+        return len(await self._fetch(statement, params))
+
+
+@pytest.fixture
+def clock() -> Callable[[float], Awaitable[None]]:
+    """Moves the running loop's clock on by some seconds and lets the timers due by then run."""
+    offset = [0.0]
+
+    async def advance(seconds: float) -> None:
+        running = asyncio.get_running_loop()
+        if "time" not in vars(running):
+            real = running.time
+            running.time = lambda: real() + offset[0]  # type: ignore[method-assign]
+        offset[0] += seconds
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    return advance
+
+
+async def _answer_after(conn: _Answering, advance: Callable[[float], Awaitable[None]], seconds: float) -> None:
+    pending = await conn.next_statement()
+    await advance(seconds)
+    if not pending.done():
+        pending.set_result([(1,)])
+
+
+async def test_each_statement_has_its_own_bound_not_the_call(clock: Callable[[float], Awaitable[None]]) -> None:
+    conn = _Answering()  # bound: 0.5 s + ANSWER_GRACE
+    for _ in range(4):  # four statements of 1 s each, with 5 s between them: 24 s in all, none unanswered for long
+        answer = asyncio.ensure_future(_answer_after(conn, clock, 1.0))
+        assert await conn.fetch("SELECT 1") == [(1,)]
+        await answer
+        await clock(5.0)  # the timer (armed once, at the first statement) fires between statements and stops
+    conn.end()
+
+
+async def test_a_statement_unanswered_past_its_bound_raises(clock: Callable[[float], Awaitable[None]]) -> None:
+    conn = _Answering()
+    await _first_then(conn, clock, ANSWER_GRACE + 0.6)
+    conn.end()
+
+
+async def _first_then(conn: _Answering, clock: Callable[[float], Awaitable[None]], late: float) -> None:
+    answer = asyncio.ensure_future(_answer_after(conn, clock, 0.2))
+    await conn.fetch("SELECT 1")  # answered in time: the timer stays armed for the call
+    await answer
+    waiting = asyncio.ensure_future(conn.fetch("SELECT 2"))
+    await conn.next_statement()
+    await clock(late)  # the timer fires at the first statement's due time, re-arms at the second's, then fires
+    await clock(0.0)
+    with pytest.raises(NoAnswerError):
+        await waiting
+    assert not asyncio.current_task().cancelling()  # type: ignore[union-attr] - the deadline took its cancel back
+
+
+async def test_a_cancelled_caller_stays_cancelled(clock: Callable[[float], Awaitable[None]]) -> None:
+    conn = _Answering()
+    waiting = asyncio.ensure_future(conn.fetch("SELECT 1"))
+    await conn.next_statement()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    conn.end()

@@ -480,6 +480,8 @@ def _open_transport(config: SQLConfig) -> Transport[Any]:
         schema=settings.schema_,
         statement_timeout=settings.statement_timeout,
         make=lambda: create_engine(config),
+        recycle=settings.pool_recycle,
+        pre_ping=settings.pool_pre_ping,
     )
 
 
