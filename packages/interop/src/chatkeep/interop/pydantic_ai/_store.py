@@ -18,6 +18,7 @@ record write lost a race (they are appended before the record is checked) are pa
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import hashlib
 import uuid
@@ -188,7 +189,7 @@ class ChatkeepConversationStore(ConversationStore):
             MessageFormatError: the session of that id holds a document this adapter did not write.
         """
         stored = await self._load(conversation_id)
-        return None if stored is None else stored.record
+        return None if stored is None else copy.deepcopy(stored.record)  # the caller's to change; the cache's stays
 
     async def read_records(self, *, scope: str | None = None, limit: int | None = None) -> Sequence[ConversationRecord]:
         """The conversations of the tenant (or of ``scope`` in it), newest ``updated_at`` first, at most ``limit``.
@@ -201,7 +202,9 @@ class ChatkeepConversationStore(ConversationStore):
         while limit is None or len(records) < limit:
             page = await self.store.list_sessions(self.tenant, tag=tag, limit=100, cursor=cursor)
             found = await asyncio.gather(*(self._load(info.session_id) for info in page.items))
-            records += [s.record for s in found if s is not None and (scope is None or s.record.scope == scope)]
+            records += [
+                copy.deepcopy(s.record) for s in found if s is not None and (scope is None or s.record.scope == scope)
+            ]
             if page.next_cursor is None:
                 break
             cursor = page.next_cursor
@@ -274,7 +277,7 @@ class ChatkeepConversationStore(ConversationStore):
             source = await self._load(record.forked_from)
         if not forking or source is None:
             raise ConversationConflict(conversation_id)  # it continues a history that isn't stored
-        await self._fork_line(source.layout, anchor, conversation_id)
+        await self._fork_line(source.layout, anchor, conversation_id, conversation_id)
         return _Layout(line=conversation_id, branches={})
 
     async def _continue(
@@ -291,22 +294,26 @@ class ChatkeepConversationStore(ConversationStore):
             else:
                 made = line = f"pydantic-ai-line-{uuid.uuid4().hex}"
                 if anchor is not None:
-                    await self._fork_line(stored.layout, anchor, made)
+                    await self._fork_line(stored.layout, anchor, made, record.conversation_id)
                     await self.store.update_info(self._key(made), tags=set())  # a line is not a conversation
         kept = {tip: branch for tip, branch in branches.items() if tip in record.branches and tip != record.head_id}
         return _Layout(line=line, branches=kept), made
 
-    async def _fork_line(self, layout: _Layout, entry_id: str, target: str) -> None:
-        """Make session ``target`` hold the history up to ``entry_id``, from whichever line of ``layout`` has it."""
+    async def _fork_line(self, layout: _Layout, entry_id: str, target: str, conversation_id: str) -> None:
+        """Make session ``target`` hold the history up to ``entry_id``, from whichever line of ``layout`` has it.
+
+        Raises:
+            ConversationConflict: (naming ``conversation_id``) ``target`` exists, or no line holds ``entry_id``.
+        """
         for line in layout.lines():
             try:
                 await self.store.fork(self._key(line), self._key(target), through=entry_id)
             except InvalidArgumentError:
                 continue  # not in this line
             except ConcurrencyConflictError as exc:
-                raise ConversationConflict(target) from exc
+                raise ConversationConflict(conversation_id) from exc
             return
-        raise ConversationConflict(target)
+        raise ConversationConflict(conversation_id)
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         """Delete the conversation's record and lines, if its revision is ``expected_revision``.
