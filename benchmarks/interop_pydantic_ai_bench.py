@@ -112,19 +112,26 @@ def _report(results: list[Result]) -> str:
     lines = [
         speedup_table(
             f"{TITLE}, beside {BASELINE}",
-            [r for r in rows],
+            list(rows),
             [(BASELINE, lambda row: find("memory", BASELINE, row.size))],
         ),
         "",
-        "(backend of each ChatkeepConversationStore row, in order: " + ", ".join(
-            f"{r.backend}" for r in rows if r.size == SIZES[0] and r.name != BASELINE  # type: ignore[attr-defined]
-        ) + ")",
+        "(backend of each ChatkeepConversationStore row, in order: "
+        + ", ".join(
+            f"{r.backend}"
+            for r in rows
+            if r.size == SIZES[0] and r.name != BASELINE  # type: ignore[attr-defined]
+        )
+        + ")",
         "",
         f"### Targets (ChatkeepConversationStore on memory://, limit={WINDOW})",
         "",
     ]
     for size, which in ((SIZES[-1], "largest"), (SIZES[0], "smallest")):
-        ours, theirs = find("memory", f"ChatkeepConversationStore, limit={WINDOW}", size), find("memory", BASELINE, size)
+        ours, theirs = (
+            find("memory", f"ChatkeepConversationStore, limit={WINDOW}", size),
+            find("memory", BASELINE, size),
+        )
         lines.append(target_line(f"memory, against {BASELINE},", size, speedup(ours, theirs), which))
     return "\n".join(lines)
 
@@ -135,7 +142,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisy numbers)")
     parser.add_argument("--sqlite", default="sqlite:///{tmp}/pydantic-ai-bench.db")
     parser.add_argument(
-        "--postgres", default=os.environ.get("CHATKEEP_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+        "--postgres",
+        default=os.environ.get("CHATKEEP_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"),
     )
     parser.add_argument("--redis", default=os.environ.get("CHATKEEP_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
     args = parser.parse_args(argv)

@@ -90,7 +90,8 @@ async def test_a_conversation_carried_whole_through_runs(
     assert loaded is not None
     again = await agent.run("And tomorrow?", conversation=loaded)
     new = await store.save(again)
-    assert again.output == "Rain tomorrow." and len(new) == 2
+    assert again.output == "Rain tomorrow."
+    assert len(new) == 2
     _turn_1_once(openai_server.requests[-1])
 
 
@@ -141,4 +142,5 @@ async def test_history_survives_a_new_process(
     assert stdout.decode().strip() == "Rain tomorrow."
     _turn_1_once(openai_server.requests[-1])
     stored = await make_store().load("c1")
-    assert stored is not None and len(stored.messages) == 6
+    assert stored is not None
+    assert len(stored.messages) == 6

@@ -8,6 +8,7 @@ message per entry, concurrent writers across instances) follow on the adapter al
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -81,7 +82,7 @@ async def test_a_save_appends_only_the_new_messages_and_a_load_returns_them(make
         again = await store.save(conversation)  # nothing new
         entries = await store.load_entries("c1")
         assert entries is not None
-        chained = all(e.parent_id == p.id for p, e in zip(entries, entries[1:]))
+        chained = all(e.parent_id == p.id for p, e in itertools.pairwise(entries))
         loaded = await store.load("c1", limit=3)
         assert loaded is not None
         return len(first), len(second), len(again), chained, texts(loaded.messages), await store.load("nope")
@@ -94,7 +95,8 @@ async def test_usage_deferred_state_and_revision_travel_with_the_record(make_sto
     async def scenario(store: ConversationStore) -> Any:
         loaded = await saved(store, "c1", 0, 1, 2)
         record = await store.read_record("c1")
-        assert record is not None and loaded.revision == record.revision
+        assert record is not None
+        assert loaded.revision == record.revision
         return loaded.usage, record.head_id == (await store.load_entries("c1") or [None])[-1].id  # type: ignore[union-attr]
 
     usage, head_is_last = await agree(make_store, scenario)
@@ -106,7 +108,8 @@ async def test_stale_or_duplicate_saves_conflict(make_store: StoreFactory) -> No
     async def scenario(store: ConversationStore) -> Any:
         await saved(store, "c1", 0)
         a, b = await store.load("c1"), await store.load("c1")
-        assert a is not None and b is not None
+        assert a is not None
+        assert b is not None
         a.messages += TURNS[1]
         b.messages += TURNS[2]
         outcomes = [await conflicts(store.save(a)), await conflicts(store.save(b))]
@@ -129,14 +132,16 @@ async def test_a_branch_keeps_the_history_it_leaves_and_can_return_to_it(make_st
         await store.save(branched)
         on_branch = await store.load("c1")
         record = await store.read_record("c1")
-        assert on_branch is not None and record is not None
+        assert on_branch is not None
+        assert record is not None
         back = await store.branch("c1", from_entry=record.branches[0], expected_revision=on_branch.revision)
         back_texts = texts(back.messages)
         back.messages += TURNS[4]
         await store.save(back)
         final = await store.load("c1")
         final_record = await store.read_record("c1")
-        assert final is not None and final_record is not None
+        assert final is not None
+        assert final_record is not None
         stale_branch = await conflicts(store.branch("c1", at=0, expected_revision=stale))
         return texts(on_branch.messages), back_texts, texts(final.messages), len(final_record.branches), stale_branch
 
@@ -144,7 +149,8 @@ async def test_a_branch_keeps_the_history_it_leaves_and_can_return_to_it(make_st
     assert on_branch == ["question 0", "answer 0", "question 3", "answer 3"]
     assert back == texts(TURNS[0] + TURNS[1] + TURNS[2])
     assert final == texts(TURNS[0] + TURNS[1] + TURNS[2] + TURNS[4])
-    assert branches == 1 and stale_branch
+    assert branches == 1
+    assert stale_branch
 
 
 async def test_a_rewritten_history_branches_off_the_last_shared_message(make_store: StoreFactory) -> None:
@@ -155,13 +161,15 @@ async def test_a_rewritten_history_branches_off_the_last_shared_message(make_sto
         new = await store.save(rebuilt)
         stored = await store.load("c1")
         record = await store.read_record("c1")
-        assert stored is not None and record is not None
+        assert stored is not None
+        assert record is not None
         left = await store.branch("c1", from_entry=record.branches[0], expected_revision=stored.revision)
         return len(new), texts(stored.messages), texts(left.messages)
 
     new, stored, left = await agree(make_store, scenario)
     assert new == 2
-    assert stored == texts(TURNS[0] + TURNS[2]) and left == texts(TURNS[0] + TURNS[1])
+    assert stored == texts(TURNS[0] + TURNS[2])
+    assert left == texts(TURNS[0] + TURNS[1])
 
 
 async def test_branching_to_nothing_and_back(make_store: StoreFactory) -> None:
@@ -189,18 +197,24 @@ async def test_a_fork_starts_a_conversation_from_a_point_and_the_original_carrie
         again = await conflicts(store.fork("c1", new_conversation_id="f1"))
         original, forked = await store.load("c1"), await store.load("f1")
         record = await store.read_record("f1")
-        assert original is not None and forked is not None and record is not None
+        assert original is not None
+        assert forked is not None
+        assert record is not None
         return texts(original.messages), texts(forked.messages), record.forked_from, whole.usage, again
 
     original, forked, forked_from, whole_usage, again = await agree(make_store, scenario)
-    assert forked == texts(TURNS[0] + TURNS[1] + TURNS[3]) and original == texts(TURNS[0] + TURNS[1] + TURNS[2])
-    assert forked_from == "c1" and whole_usage.requests == 3 and again
+    assert forked == texts(TURNS[0] + TURNS[1] + TURNS[3])
+    assert original == texts(TURNS[0] + TURNS[1] + TURNS[2])
+    assert forked_from == "c1"
+    assert whole_usage.requests == 3
+    assert again
 
     # On chatkeep, a fork is chatkeep's own: a session referring to its source, nothing copied.
     store = make_store()
     infos = {i.session_id: i for i in (await store.store.list_sessions(tenant)).items}
     forked_info = infos["f1"].forked_from
-    assert forked_info is not None and forked_info.session_id == "c1"
+    assert forked_info is not None
+    assert forked_info.session_id == "c1"
 
 
 async def test_forks_outlive_their_source_and_a_deleted_conversation_can_start_again(
@@ -214,10 +228,17 @@ async def test_forks_outlive_their_source_and_a_deleted_conversation_can_start_a
         fork = await store.load("f1")
         assert fork is not None
         again = await saved(store, "c1", 2)
-        return gone, texts(fork.messages), texts(again.messages), [r.conversation_id for r in await store.list_conversations()]
+        return (
+            gone,
+            texts(fork.messages),
+            texts(again.messages),
+            [r.conversation_id for r in await store.list_conversations()],
+        )
 
     gone, fork, again, listed = await agree(make_store, scenario)
-    assert gone is None and fork == texts(TURNS[0]) and again == texts(TURNS[2])
+    assert gone is None
+    assert fork == texts(TURNS[0])
+    assert again == texts(TURNS[2])
     assert listed == ["c1", "f1"]
 
 
@@ -238,7 +259,11 @@ async def test_scopes_keep_conversations_to_their_owner(make_store: StoreFactory
         return hidden, shown is not None, wrong_scope, listed, kept, await store.load("c1")
 
     hidden, shown, wrong_scope, listed, kept, deleted = await agree(make_store, scenario)
-    assert hidden is None and shown and wrong_scope and kept and deleted is None
+    assert hidden is None
+    assert shown
+    assert wrong_scope
+    assert kept
+    assert deleted is None
     assert listed == {"alice": ["c1"], "bob": ["c2"]}
 
 
@@ -274,7 +299,8 @@ async def test_messages_come_back_exactly_as_pydantic_ai_wrote_them(make_store: 
     # Any) as their base64 text.
     assert loaded.messages == ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(messages))
     tool_return = loaded.messages[2].parts[0]
-    assert isinstance(tool_return, ToolReturnPart) and tool_return.content["bytes"] == "AAE="
+    assert isinstance(tool_return, ToolReturnPart)
+    assert tool_return.content["bytes"] == "AAE="
 
 
 async def test_each_entry_is_one_readable_chatkeep_message(make_store: StoreFactory, tenant: str) -> None:
@@ -301,12 +327,14 @@ async def test_concurrent_writers_on_other_instances_lose_nothing_and_duplicate_
         writers = [make_store() for _ in range(4)]
         loaded = [await w.load("c1") for w in writers]
 
-        async def write(store: ChatkeepConversationStore, conversation: Conversation | None, n: int) -> bool:
+        async def write(
+            store: ChatkeepConversationStore, conversation: Conversation | None, n: int, round_: int = round_
+        ) -> bool:
             assert conversation is not None
             conversation.messages += [ModelRequest(parts=[UserPromptPart(content=f"round {round_} writer {n}")])]
             return not await conflicts(store.save(conversation))
 
-        won = await asyncio.gather(*(write(w, c, n) for n, (w, c) in enumerate(zip(writers, loaded))))
+        won = await asyncio.gather(*(write(w, c, n) for n, (w, c) in enumerate(zip(writers, loaded, strict=True))))
         assert sum(won) == 1
     final = await make_store().load("c1")
     assert final is not None

@@ -21,9 +21,7 @@ __all__ = ["ENVELOPE_KEY", "unwrap", "wrap"]
 ENVELOPE_KEY = "chatkeep.interop"
 
 
-def wrap(
-    item: Mapping[str, Any], *, format: str, role: Role, text: str = "", message_id: str | None = None
-) -> Message:
+def wrap(item: Mapping[str, Any], *, format: str, role: Role, text: str = "", message_id: str | None = None) -> Message:
     """A message that keeps ``item`` (JSON-safe) exactly, with ``role`` and ``text`` as its readable rendering.
 
     Its ``message_id`` is a new chatkeep id unless ``message_id`` is given: most frameworks' own ids are not

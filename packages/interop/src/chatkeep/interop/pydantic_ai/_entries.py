@@ -1,4 +1,4 @@
-"""Pydantic AI's conversation entries and records as chatkeep messages and documents, exactly as Pydantic AI writes them.
+"""Pydantic AI's conversation entries and records as chatkeep messages and documents, exactly as it writes them.
 
 An entry's message is kept as ``ModelMessagesTypeAdapter`` writes it to JSON (field for field, bytes as base64),
 in the chatkeep message's envelope beside the entry's id and parent; the chatkeep ``message_id`` is the entry's
@@ -17,7 +17,6 @@ from pydantic_ai.conversation_store import ConversationEntry, ConversationRecord
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
-    ModelRequest,
     ModelResponse,
     SystemPromptPart,
     ToolReturnPart,

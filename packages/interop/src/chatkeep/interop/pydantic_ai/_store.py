@@ -375,7 +375,10 @@ class ChatkeepConversationStore(ConversationStore):
             LookupError: no line this store has read holds the entry.
         """
         lines = dict.fromkeys(
-            [*self._lines_of.get(entry_id, ()), *(ln for s in reversed(self._stored.values()) for ln in s.layout.lines())]
+            [
+                *self._lines_of.get(entry_id, ()),
+                *(ln for s in reversed(self._stored.values()) for ln in s.layout.lines()),
+            ]
         )
         for line in lines:
             async for message in self.store.iter_messages(self._key(line)):
