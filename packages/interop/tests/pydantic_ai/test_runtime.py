@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
-import textwrap
-from collections.abc import Callable
-from pathlib import Path
-from subprocess import PIPE
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,6 +16,7 @@ from chatkeep.interop.pydantic_ai import ChatkeepConversationStore
 from chatkeep.testing.openai_server import FakeOpenAIServer
 
 StoreFactory = Callable[[], ChatkeepConversationStore]
+NewProcess = Callable[..., Awaitable[str]]
 
 QUESTION = "What is the weather in Paris?"
 TOOL_SAYS = "tool says: sunny, 21 degrees in Paris"
@@ -124,22 +120,14 @@ asyncio.run(main(*sys.argv[1:]))
 
 
 async def test_history_survives_a_new_process(
-    make_store: StoreFactory, openai_server: FakeOpenAIServer, store_url: str, tenant: str, tmp_path: Path
+    make_store: StoreFactory, openai_server: FakeOpenAIServer, store_url: str, tenant: str, new_process: NewProcess
 ) -> None:
     if store_url.startswith("memory"):
         pytest.skip("the memory store lives in one process: a new process starts with no history by design")
     _script_turn_1(openai_server)
     await _turn(make_store(), _agent(openai_server.base_url), QUESTION)
     openai_server.reply_text("Rain tomorrow.")
-    script = tmp_path / "turn_2.py"
-    script.write_text(textwrap.dedent(TURN_2), encoding="utf-8")
-    # A process of its own (asyncio's subprocess: the server in this process must keep answering meanwhile).
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(script), openai_server.base_url, store_url, tenant, stdout=PIPE, stderr=PIPE
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode == 0, stderr.decode()
-    assert stdout.decode().strip() == "Rain tomorrow."
+    assert await new_process(TURN_2, openai_server.base_url, store_url, tenant) == "Rain tomorrow."
     _turn_1_once(openai_server.requests[-1])
     stored = await make_store().load("c1")
     assert stored is not None
