@@ -20,7 +20,6 @@ import gc
 import os
 import time
 import uuid
-from typing import Any
 
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import ConversationStore, InMemoryConversationStore
@@ -49,8 +48,8 @@ def _messages(start: int, count: int) -> list[ModelMessage]:
 
 
 class _Path:
-    def __init__(self, name: str, backend: str, store: ConversationStore, limit: int | None) -> None:
-        self.name, self.backend, self.store, self.limit = name, backend, store, limit
+    def __init__(self, name: str, store: ConversationStore, limit: int | None) -> None:
+        self.name, self.store, self.limit = name, store, limit
 
     async def seed(self, cid: str, size: int) -> None:
         await self.store.save(Conversation(conversation_id=cid, messages=_messages(0, size)))
@@ -63,18 +62,18 @@ class _Path:
 
 
 def _paths(urls: dict[str, str], tenant: str) -> list[_Path]:
-    paths = [_Path(BASELINE, "memory", InMemoryConversationStore(), None)]
+    paths = [_Path(BASELINE, InMemoryConversationStore(), None)]
     for backend, url in urls.items():
         store = ChatkeepConversationStore(url, tenant=tenant)
-        paths.append(_Path("ChatkeepConversationStore", backend, store, None))
-        paths.append(_Path(f"ChatkeepConversationStore, limit={WINDOW}", backend, store, WINDOW))
+        paths.append(_Path(f"ChatkeepConversationStore on {backend}", store, None))
+        paths.append(_Path(f"ChatkeepConversationStore on {backend}, limit={WINDOW}", store, WINDOW))
     return paths
 
 
 async def _run(urls: dict[str, str], rounds: int, iterations: dict[int, int]) -> list[Result]:
     tenant = f"ckbench-pai-{uuid.uuid4().hex[:8]}"
     paths = _paths(urls, tenant)
-    samples: dict[tuple[str, str, int], list[float]] = {}
+    samples: dict[tuple[str, int], list[float]] = {}
     counter = 0
     try:
         for size in SIZES:
@@ -90,49 +89,29 @@ async def _run(urls: dict[str, str], rounds: int, iterations: dict[int, int]) ->
                         elapsed = time.perf_counter() - start
                         await path.store.delete(cid)
                         if i >= 2:
-                            samples.setdefault((path.backend, path.name, size), []).append(elapsed)
+                            samples.setdefault((path.name, size), []).append(elapsed)
     finally:
         for path in paths:
             if isinstance(path.store, ChatkeepConversationStore) and not path.store.store.closed:
                 await path.store.store.delete_tenant(tenant)
                 await path.store.close()
-    out = []
-    for (backend, name, size), timed in samples.items():
-        result = Result(name, size, timed)
-        result.backend = backend  # type: ignore[attr-defined]
-        out.append(result)
-    return out
+    return [Result(name, size, timed) for (name, size), timed in samples.items()]
 
 
 def _report(results: list[Result]) -> str:
-    def find(backend: str, name: str, size: int) -> Result:
-        return next(r for r in results if r.backend == backend and r.name == name and r.size == size)  # type: ignore[attr-defined]
+    def find(name: str, size: int) -> Result:
+        return next(r for r in results if r.name == name and r.size == size)
 
-    rows = sorted(results, key=lambda r: (r.size, r.backend != "memory", r.backend))  # type: ignore[attr-defined]
+    ours = f"ChatkeepConversationStore on memory, limit={WINDOW}"
     lines = [
-        speedup_table(
-            f"{TITLE}, beside {BASELINE}",
-            list(rows),
-            [(BASELINE, lambda row: find("memory", BASELINE, row.size))],
-        ),
+        speedup_table(f"{TITLE}, beside {BASELINE}", results, [(BASELINE, lambda row: find(BASELINE, row.size))]),
         "",
-        "(backend of each ChatkeepConversationStore row, in order: "
-        + ", ".join(
-            f"{r.backend}"
-            for r in rows
-            if r.size == SIZES[0] and r.name != BASELINE  # type: ignore[attr-defined]
-        )
-        + ")",
-        "",
-        f"### Targets (ChatkeepConversationStore on memory://, limit={WINDOW})",
+        f"### Targets ({ours})",
         "",
     ]
     for size, which in ((SIZES[-1], "largest"), (SIZES[0], "smallest")):
-        ours, theirs = (
-            find("memory", f"ChatkeepConversationStore, limit={WINDOW}", size),
-            find("memory", BASELINE, size),
-        )
-        lines.append(target_line(f"memory, against {BASELINE},", size, speedup(ours, theirs), which))
+        speed = speedup(find(ours, size), find(BASELINE, size))
+        lines.append(target_line(f"memory, against {BASELINE},", size, speed, which))
     return "\n".join(lines)
 
 
@@ -158,7 +137,7 @@ def main(argv: list[str]) -> int:
             "PostgreSQL": args.postgres,
             "Redis": args.redis,
         }
-        results: list[Any] = asyncio.run(_run(urls, rounds, iterations))
+        results = asyncio.run(_run(urls, rounds, iterations))
     print(_report(results))
     print()
     return 0

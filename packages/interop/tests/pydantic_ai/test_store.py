@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 from pydantic_ai.conversation import Conversation
-from pydantic_ai.conversation_store import ConversationConflict, ConversationStore, InMemoryConversationStore
+from pydantic_ai.conversation_store import (
+    ConversationConflict,
+    ConversationRecord,
+    ConversationStore,
+    InMemoryConversationStore,
+)
 from pydantic_ai.messages import (
     BinaryContent,
     ModelMessage,
@@ -70,6 +75,14 @@ async def saved(store: ConversationStore, conversation_id: str, *turns: int, **o
     loaded = await store.load(conversation_id, scope=options.get("scope"))
     assert loaded is not None
     return loaded
+
+
+async def with_record(store: ConversationStore, conversation_id: str) -> tuple[Conversation, ConversationRecord]:
+    """The stored conversation and its record."""
+    conversation, record = await store.load(conversation_id), await store.read_record(conversation_id)
+    assert conversation is not None
+    assert record is not None
+    return conversation, record
 
 
 async def test_a_save_appends_only_the_new_messages_and_a_load_returns_them(make_store: StoreFactory) -> None:
@@ -130,18 +143,12 @@ async def test_a_branch_keeps_the_history_it_leaves_and_can_return_to_it(make_st
         branched = await store.branch("c1", at=2, expected_revision=loaded.revision)
         branched.messages += TURNS[3]
         await store.save(branched)
-        on_branch = await store.load("c1")
-        record = await store.read_record("c1")
-        assert on_branch is not None
-        assert record is not None
+        on_branch, record = await with_record(store, "c1")
         back = await store.branch("c1", from_entry=record.branches[0], expected_revision=on_branch.revision)
         back_texts = texts(back.messages)
         back.messages += TURNS[4]
         await store.save(back)
-        final = await store.load("c1")
-        final_record = await store.read_record("c1")
-        assert final is not None
-        assert final_record is not None
+        final, final_record = await with_record(store, "c1")
         stale_branch = await conflicts(store.branch("c1", at=0, expected_revision=stale))
         return texts(on_branch.messages), back_texts, texts(final.messages), len(final_record.branches), stale_branch
 
@@ -159,10 +166,7 @@ async def test_a_rewritten_history_branches_off_the_last_shared_message(make_sto
         # Serialized and rebuilt (no new_message_index): the save compares it with the stored history.
         rebuilt = Conversation(conversation_id="c1", messages=TURNS[0] + TURNS[2], revision=loaded.revision)
         new = await store.save(rebuilt)
-        stored = await store.load("c1")
-        record = await store.read_record("c1")
-        assert stored is not None
-        assert record is not None
+        stored, record = await with_record(store, "c1")
         left = await store.branch("c1", from_entry=record.branches[0], expected_revision=stored.revision)
         return len(new), texts(stored.messages), texts(left.messages)
 
@@ -195,11 +199,9 @@ async def test_a_fork_starts_a_conversation_from_a_point_and_the_original_carrie
         await store.save(fork)
         whole = await store.fork("c1", new_conversation_id="f2")
         again = await conflicts(store.fork("c1", new_conversation_id="f1"))
-        original, forked = await store.load("c1"), await store.load("f1")
-        record = await store.read_record("f1")
+        original = await store.load("c1")
         assert original is not None
-        assert forked is not None
-        assert record is not None
+        forked, record = await with_record(store, "f1")
         return texts(original.messages), texts(forked.messages), record.forked_from, whole.usage, again
 
     original, forked, forked_from, whole_usage, again = await agree(make_store, scenario)
