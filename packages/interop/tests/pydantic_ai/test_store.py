@@ -33,7 +33,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RunUsage
 
-from chatkeep.core import SessionKey
+from chatkeep.core import AgentSession, MessageFormatError, SessionKey
 from chatkeep.interop.pydantic_ai import ChatkeepConversationStore
 
 StoreFactory = Callable[[], ChatkeepConversationStore]
@@ -343,3 +343,14 @@ async def test_concurrent_writers_on_other_instances_lose_nothing_and_duplicate_
     rounds = [t for t in texts(final.messages) if t.startswith("round")]
     assert [t.split(" writer")[0] for t in rounds] == ["round 0", "round 1", "round 2"]
     assert texts(final.messages)[:2] == texts(TURNS[0])
+    # The losers' entries stay in the session, between the winners': a window of the newest is read past them.
+    window = await make_store().load("c1", limit=2)
+    assert window is not None
+    assert texts(window.messages) == texts(final.messages)[-2:]
+
+
+async def test_a_session_another_writer_keeps_is_named_not_read(make_store: StoreFactory, tenant: str) -> None:
+    store = make_store()
+    await store.store.save_session(SessionKey(tenant, "c1"), AgentSession(session_id="c1", tenant=tenant))
+    with pytest.raises(MessageFormatError, match="did not write"):
+        await store.load("c1")
