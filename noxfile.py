@@ -112,6 +112,9 @@ INTEROP: dict[str, list[str]] = {
         "agent-framework-openai==1.17.0",
         "agent-framework-redis==1.0.0b261022",
     ],
+    # [openai]: the OpenAIChatModel the tests drive against the local server. Pydantic AI ships no stores of its own
+    # beyond InMemoryConversationStore, which the tests and the benchmark run beside the adapter.
+    "pydantic-ai": ["pydantic-ai-slim[openai]==2.68.0"],
 }
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
+import textwrap
 import threading
 import uuid
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -72,6 +74,30 @@ def openai_server() -> Iterator[FakeOpenAIServer]:
     """The project's local OpenAI-protocol server (Chat Completions and Responses, JSON and streaming)."""
     with FakeOpenAIServer() as server:
         yield server
+
+
+NewProcess = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+def new_process(tmp_path: Path) -> NewProcess:
+    """``await new_process(script, *args)``: run a Python script in a process of its own; its output, stripped.
+
+    asyncio's subprocess, so the local server in the test's process keeps answering meanwhile. The script must
+    end with exit code 0 (else the test fails with its stderr).
+    """
+
+    async def run(script: str, *args: str) -> str:
+        path = tmp_path / f"process_{uuid.uuid4().hex[:8]}.py"
+        path.write_text(textwrap.dedent(script), encoding="utf-8")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, str(path), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
+        assert process.returncode == 0, stderr.decode()
+        return stdout.decode().strip()
+
+    return run
 
 
 class GatedStore(MemoryHistoryStore):

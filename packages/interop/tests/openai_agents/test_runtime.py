@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-import textwrap
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-from subprocess import PIPE
 from typing import Any, cast
 
 import pytest
@@ -134,7 +130,7 @@ async def test_history_survives_a_new_process(
     openai_server: FakeOpenAIServer,
     store_url: str,
     tenant: str,
-    tmp_path: Path,
+    new_process: Callable[..., Awaitable[str]],
 ) -> None:
     if store_url.startswith("memory"):
         pytest.skip("the memory store lives in one process: a new process starts with no history by design")
@@ -142,15 +138,7 @@ async def test_history_survives_a_new_process(
     await Runner.run(_agent(responses_model), QUESTION, session=await make_session())
 
     openai_server.reply_text("Rain tomorrow.")
-    script = tmp_path / "turn_2.py"
-    script.write_text(textwrap.dedent(TURN_2), encoding="utf-8")
-    # A process of its own (asyncio's subprocess: the server in this process must keep answering meanwhile).
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(script), openai_server.base_url, store_url, tenant, stdout=PIPE, stderr=PIPE
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode == 0, stderr.decode()
-    assert stdout.decode().strip() == "Rain tomorrow."
+    assert await new_process(TURN_2, openai_server.base_url, store_url, tenant) == "Rain tomorrow."
     _assert_turn_1_exactly_once(openai_server.requests[-1])
     assert _kinds(await (await make_session()).get_items())[-2:] == ["message", "message"]
 

@@ -21,17 +21,20 @@ __all__ = ["ENVELOPE_KEY", "unwrap", "wrap"]
 ENVELOPE_KEY = "chatkeep.interop"
 
 
-def wrap(item: Mapping[str, Any], *, format: str, role: Role, text: str = "") -> Message:
+def wrap(item: Mapping[str, Any], *, format: str, role: Role, text: str = "", message_id: str | None = None) -> Message:
     """A message that keeps ``item`` (JSON-safe) exactly, with ``role`` and ``text`` as its readable rendering.
 
-    Its ``message_id`` is always a new chatkeep id: frameworks' own ids are not unique enough to deduplicate
-    appends by (the Agents SDK gives every Chat Completions item the same placeholder id).
+    Its ``message_id`` is a new chatkeep id unless ``message_id`` is given: most frameworks' own ids are not
+    unique enough to deduplicate appends by (the Agents SDK gives every Chat Completions item the same
+    placeholder id); pass one only where the framework mints a unique id per item (Pydantic AI's entries).
 
     Raises:
         MessageFormatError: the item holds a value that is not JSON (a datetime, bytes, an object); the error
             names where.
     """
     contents: dict[str, Any] = {"text": text} if text else {}
+    if message_id is not None:
+        contents["message_id"] = message_id
     try:
         return Message(
             role=role, **contents, additional_properties={ENVELOPE_KEY: {"format": format, "item": dict(item)}}
