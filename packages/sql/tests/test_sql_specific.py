@@ -725,3 +725,54 @@ async def test_appends_on_this_server_use_the_upsert_its_version_takes(sql_targe
         await store.delete(key)
     finally:
         await store.close()
+
+
+async def test_postgresql_reads_a_fork_chains_window_in_one_statement(
+    sql_target: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if sql_target.family != "postgresql":
+        pytest.skip(
+            "one statement for a chain's window is PostgreSQL's (SQLite runs in-process; MySQL reads by stretch)"
+        )
+    from chatkeep.sql._transport import Connection
+
+    statements: list[str] = []
+    fetch = Connection.fetch
+
+    async def counted(self: Connection, statement: str, params: Any = ()) -> Any:
+        statements.append(statement)
+        return await fetch(self, statement, params)
+
+    tenant = f"chain-{random.getrandbits(48):x}"
+    store = SQLHistoryStore(sql_target.url)
+    try:
+        keys = [SessionKey(tenant, f"s{n}") for n in range(4)]
+        await store.append(keys[0], [Message(role="user", text=f"root-{n}") for n in range(30)])
+        for n in range(1, 4):  # a fork of a fork of a fork, each through its source's one but last message
+            await store.fork(keys[n - 1], keys[n], through=(await store.load(keys[n - 1], last=2))[0].message_id)
+            await store.append(keys[n], [Message(role="user", text=f"own{n}-{i}") for i in range(3)])
+        whole = [m.text for m in await store.load(keys[3])]  # four stretches, in four rows
+        assert whole == [f"root-{n}" for n in range(29)] + ["own1-0", "own1-1", "own2-0", "own2-1"] + [
+            f"own3-{i}" for i in range(3)
+        ]
+        monkeypatch.setattr(Connection, "fetch", counted)
+        for depth in (1, 3):
+            for last in (None, 2, 20):
+                statements.clear()
+                before = store.messages_read
+                window = [m.text for m in await store.load(keys[depth], last=last)]
+                # The plain read (a fork has none of its own rows there), then the whole chain in one statement.
+                assert len(statements) == 2, statements
+                assert statements[1] in (store._sql.chain_all, store._sql.chain_last)
+                assert store.messages_read - before == len(window)
+            if depth == 3:
+                assert window == whole[-20:]
+        statements.clear()
+        paged = [m.text async for m in store.iter_messages(keys[3], batch=10)]
+        assert paged == whole
+        assert statements.count(store._sql.chain_page) == 4  # one statement per page of 10 (36 messages)
+        assert len(statements) == 5  # and the plain first page
+    finally:
+        monkeypatch.undo()
+        await store.delete_tenant(tenant)
+        await store.close()
