@@ -355,3 +355,24 @@ async def test_keep_last_on_a_fork_trims_what_it_inherited_and_never_its_source(
         assert await store.count(fork) == 5
         assert [m.text for m in await store.load(source)] == [f"src-{n}" for n in range(5)]
         assert await store.usage(fork) == chatkeep.core.backend.usage_of(kept)
+
+
+async def test_a_log_shared_before_logs_counted_their_holders_is_never_freed(redis_url: str, raw_redis: Any) -> None:
+    # Forks made by the first release of forks left no count beside the logs they share: nobody knows who
+    # holds such a log, so deleting its sessions keeps it, and the forks keep reading it.
+    async with open_store(redis_url) as store:
+        source, old, new = SessionKey("t", "counted-not"), SessionKey("t", "old-fork"), SessionKey("t", "new-fork")
+        await store.append(source, _msgs(3))
+        await store.fork(source, old)
+        counts = [k for k in await _session_keys_left(raw_redis, store.prefix) if ":r:" in k]
+        assert len(counts) == 1
+        await raw_redis.delete(counts[0])  # as that release stored it
+        await store.fork(source, new)
+        await store.fork(old, SessionKey("t", "old-fork-fork"))
+        await store.delete(source)
+        await store.delete(old)
+        for key in (new, SessionKey("t", "old-fork-fork")):
+            assert [m.text for m in await store.load(key)] == ["m-0", "m-1", "m-2"]
+            await store.delete(key)
+        assert [k for k in await _session_keys_left(raw_redis, store.prefix) if ":r:" in k] == []
+        assert [k for k in await _session_keys_left(raw_redis, store.prefix) if ":m:" in k] != []  # kept

@@ -110,10 +110,13 @@ end
 local function refs_of(records)
   return (string.gsub(records, ':m:([^:]*)$', ':r:%1'))
 end
--- Drop one hold on a log of this slot: the last hold frees it.
+-- Drop one hold on a log of this slot: the last hold frees it. A log without a count was shared before logs
+-- counted their holders: nobody knows who holds it, so it stays.
 local function release_local(records, ids, usage)
   local refs = refs_of(records)
-  if redis.call('DECR', refs) <= 0 then redis.call('DEL', refs, records, ids, usage) end
+  if redis.call('EXISTS', refs) == 1 and redis.call('DECR', refs) <= 0 then
+    redis.call('DEL', refs, records, ids, usage)
+  end
 end
 -- Drop the session's hold on each of ``segs``: a log of this slot at once; the records key of a log in another
 -- slot is added to ``foreign``, for the store to release there.
@@ -489,6 +492,7 @@ else
 end
 local total = stored_usage()
 local taken = {}
+local was_shared = SHARED
 if cut then
   if not through then through = redis.call('ZRANGEBYSCORE', I, cut, cut)[1] end
   if not NAME then
@@ -522,12 +526,13 @@ else
   summed(total, after, -1)
   summed(total, usages_in(U, head, next - 1), -1)
 end
--- The target's holds on the logs of this slot it takes (the current log's first share counts the source's too).
+-- The target's holds on the logs of this slot it takes (the current log's first share counts the source's too;
+-- a log shared before logs counted their holders has no count, and is never freed).
 for _, seg in ipairs(taken) do
   if local_key(seg[1]) then
     local refs = refs_of(seg[1])
-    if seg[1] == M and redis.call('EXISTS', refs) == 0 then redis.call('SET', refs, 1) end
-    redis.call('INCR', refs)
+    if seg[1] == M and not was_shared and redis.call('EXISTS', refs) == 0 then redis.call('SET', refs, 1) end
+    if redis.call('EXISTS', refs) == 1 then redis.call('INCR', refs) end
   end
 end
 local ttl = tonumber(ARGV[2])
@@ -627,11 +632,12 @@ return 1
 """,
 )
 
-# KEYS: as for ACQUIRE   Drops one hold on the log; the last frees it (returns 1 then, else 0).
+# KEYS: as for ACQUIRE   Drops one hold on the log; the last frees it (returns 1 then, else 0). A log without a
+# count (shared before logs counted their holders) is never freed.
 RELEASE = Script(
     "release",
     """
-if redis.call('DECR', KEYS[1]) > 0 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('DECR', KEYS[1]) > 0 then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return 1
 """,
