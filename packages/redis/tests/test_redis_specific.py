@@ -276,6 +276,70 @@ async def test_provider_from_url_owns_its_store(redis_url: str) -> None:
     assert provider.store.closed
 
 
+async def _session_keys_left(raw_redis: Any, prefix: str) -> list[str]:
+    """The keys under ``prefix`` in a session's slot (``{T.S}``): messages, logs, hold counts, hashes."""
+    found = [key.decode() async for key in raw_redis.scan_iter(match=f"{prefix}:*", count=1000)]
+    # Pop receipts (``:p:``) outlive their session by design, for a minute.
+    return sorted(key for key in found if re.search(r"\{[^}]*\.[^}]*\}", key) and ":p:" not in key)
+
+
+async def test_the_last_session_holding_a_shared_log_frees_it_and_none_before(redis_url: str, raw_redis: Any) -> None:
+    # Forks of a source and a fork of a fork, in as many slots: each log goes with the last session holding it.
+    async with open_store(redis_url) as store:
+        source, a, b, c = (SessionKey("t", name) for name in ("holds-src", "holds-a", "holds-b", "holds-c"))
+        await store.append(source, _msgs(6, "src"))
+        assert await store.fork(source, a) == 6
+        await store.append(a, _msgs(2, "a"))
+        assert await store.fork(source, b, through=(await store.load(source))[2].message_id) == 3
+        assert await store.fork(a, c) == 8  # c holds the source's log (a's segment) and a's own log
+        await store.append(c, _msgs(1, "c"))
+        seen = {key: [m.text for m in await store.load(key)] for key in (a, b, c)}
+        shared = [k for k in await _session_keys_left(raw_redis, store.prefix) if ":r:" in k]
+        assert len(shared) == 2, shared  # the source's log and a's, each with its hold count
+
+        await store.delete(source)
+        await store.delete(a)
+        for key in (b, c):  # their holds keep both logs
+            assert [m.text for m in await store.load(key)] == seen[key]
+            assert [m.text async for m in store.iter_messages(key, batch=2)] == seen[key]
+        for _ in range(3):  # b pops every message it inherited: its segment, and its hold, go
+            await store.pop(b)
+        assert await store.count(b) == 0
+        assert [m.text for m in await store.load(c)] == seen[c]
+        assert await store.trim(c, 1) == 8  # c lets go of both logs, which nobody holds any more
+        assert [m.text for m in await store.load(c)] == ["c-0"]
+        left = await _session_keys_left(raw_redis, store.prefix)
+        assert not [k for k in left if ":r:" in k or ":m:" in k], left
+        await store.delete(b)
+        await store.delete(c)
+        assert await _session_keys_left(raw_redis, store.prefix) == []
+
+
+async def test_deleting_a_tenant_of_forks_frees_their_logs(redis_url: str, raw_redis: Any) -> None:
+    async with open_store(redis_url) as store:
+        source = SessionKey("gone", "root")
+        await store.append(source, _msgs(4))
+        for n in range(3):
+            await store.fork(source, SessionKey("gone", f"fork-{n}"))
+            await store.fork(SessionKey("gone", f"fork-{n}"), SessionKey("gone", f"fork-{n}-{n}"))
+        assert await store.delete_tenant("gone") == 7
+        assert await _session_keys_left(raw_redis, store.prefix) == []
+
+
+async def test_a_fork_onto_an_existing_target_gives_its_holds_back(redis_url: str, raw_redis: Any) -> None:
+    async with open_store(redis_url) as store:
+        source, fork, taken = SessionKey("t", "giver"), SessionKey("t", "giver-fork"), SessionKey("t", "taken")
+        await store.append(source, _msgs(3))
+        await store.fork(source, fork)
+        await store.append(taken, _msgs(1))
+        for origin in (source, fork):  # a log of the source's slot, and one of another slot
+            with pytest.raises(chatkeep.core.ConcurrencyConflictError):
+                await store.fork(origin, taken)
+        for key in (source, fork, taken):
+            await store.delete(key)
+        assert await _session_keys_left(raw_redis, store.prefix) == []
+
+
 async def test_keep_last_on_a_fork_trims_what_it_inherited_and_never_its_source(redis_url: str, raw_redis: Any) -> None:
     # The append's own cut cannot reach a log the fork shares (another slot): the store trims after it.
     source, fork = SessionKey("t", "kept"), SessionKey("t", "kept-fork")
@@ -291,3 +355,24 @@ async def test_keep_last_on_a_fork_trims_what_it_inherited_and_never_its_source(
         assert await store.count(fork) == 5
         assert [m.text for m in await store.load(source)] == [f"src-{n}" for n in range(5)]
         assert await store.usage(fork) == chatkeep.core.backend.usage_of(kept)
+
+
+async def test_a_log_shared_before_logs_counted_their_holders_is_never_freed(redis_url: str, raw_redis: Any) -> None:
+    # Forks made by the first release of forks left no count beside the logs they share: nobody knows who
+    # holds such a log, so deleting its sessions keeps it, and the forks keep reading it.
+    async with open_store(redis_url) as store:
+        source, old, new = SessionKey("t", "counted-not"), SessionKey("t", "old-fork"), SessionKey("t", "new-fork")
+        await store.append(source, _msgs(3))
+        await store.fork(source, old)
+        counts = [k for k in await _session_keys_left(raw_redis, store.prefix) if ":r:" in k]
+        assert len(counts) == 1
+        await raw_redis.delete(counts[0])  # as that release stored it
+        await store.fork(source, new)
+        await store.fork(old, SessionKey("t", "old-fork-fork"))
+        await store.delete(source)
+        await store.delete(old)
+        for key in (new, SessionKey("t", "old-fork-fork")):
+            assert [m.text for m in await store.load(key)] == ["m-0", "m-1", "m-2"]
+            await store.delete(key)
+        assert [k for k in await _session_keys_left(raw_redis, store.prefix) if ":r:" in k] == []
+        assert [k for k in await _session_keys_left(raw_redis, store.prefix) if ":m:" in k] != []  # kept

@@ -103,6 +103,28 @@ async def test_without_replicas_a_waiting_append_is_stored_and_says_it_was_not_c
         await store.delete(KEY)
 
 
+async def test_without_replicas_a_waiting_fork_and_update_info_are_stored_and_say_so(redis_url: str) -> None:
+    source, fork = SessionKey("tenant", "fork-source"), SessionKey("tenant", "fork-target")
+    async with open_store(redis_url) as plain:
+        await plain.append(source, messages(3))
+    async with open_store(redis_url, wait_replicas=1, wait_timeout_ms=50) as store:
+        with pytest.raises(ReplicationTimeoutError) as forked:
+            await store.fork(source, fork)
+        assert "only 0 of 1 replicas" in str(forked.value)
+        assert "Do not retry the fork" in str(forked.value)
+        assert await store.count(fork) == 3  # stored all the same
+        with pytest.raises(ConcurrencyConflictError):
+            await store.fork(source, fork)  # what the message warns of
+
+        with pytest.raises(ReplicationTimeoutError) as tagged:
+            await store.update_info(fork, title="kept", tags={"t"})
+        assert "update_info" in str(tagged.value)
+        page = await store.list_sessions(fork.tenant, tag="t")
+        assert [(info.session_id, info.title) for info in page.items] == [(fork.session_id, "kept")]
+        # A session that does not exist writes nothing, so there is nothing to wait for.
+        assert await store.update_info(SessionKey("tenant", "nobody"), title="x") is False
+
+
 async def test_a_refused_save_is_not_reported_as_unreplicated(redis_url: str) -> None:
     async with open_store(redis_url, wait_replicas=1, wait_timeout_ms=50) as store:
         with pytest.raises(ConcurrencyConflictError):
@@ -187,6 +209,24 @@ async def test_a_waiting_append_is_on_the_replica_when_it_returns(pair: Pair, co
         await replica.aclose()
         if handed is not None:
             await handed.aclose()
+
+
+@pytest.mark.reliability
+async def test_a_waiting_fork_and_update_info_are_on_the_replica_when_they_return(pair: Pair) -> None:
+    source, fork, again = KEY, SessionKey(KEY.tenant, "fork"), SessionKey(KEY.tenant, "fork-of-fork")
+    replica = await pair.replica_client()
+    try:
+        async with open_store(pair.master.url, wait_replicas=1, wait_timeout_ms=2000) as store:
+            await store.append(source, messages(3))
+            for origin, target in ((source, fork), (fork, again)):  # the second holds a log of another slot
+                assert await store.fork(origin, target) == 3
+                # No sleep, no polling: WAIT returned only once the replica had the target.
+                assert await replica.hget(session_keys("chatkeep", target.tenant, target.session_id)[0], "segs")
+            assert await store.update_info(again, title="on the replica") is True
+            stored = await replica.hget(session_keys("chatkeep", again.tenant, again.session_id)[0], "title")
+            assert stored == b"on the replica"
+    finally:
+        await replica.aclose()
 
 
 @pytest.mark.reliability

@@ -76,6 +76,12 @@ class TestSQLConformance(HistoryStoreConformance):
         return url + ("&" if "?" in url else "?") + f"transport={transport}"
 
     @pytest.fixture
+    def shared_backing(self, sql_target: Any, transport: str, apsw_file: str) -> str:
+        """The run's schema, database or file, dropped at its end (the driver's and SQLAlchemy's transports share it):
+        the kit fills its 100,000-message fork source there once, not once per transport."""
+        return apsw_file if transport == "apsw" else str(sql_target.url)
+
+    @pytest.fixture
     def make_store(self, store_url: str, transport: str) -> StoreFactory:
         def make(**options: Any) -> HistoryStore:
             store = SQLHistoryStore(store_url, **options)

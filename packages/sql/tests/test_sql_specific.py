@@ -725,3 +725,140 @@ async def test_appends_on_this_server_use_the_upsert_its_version_takes(sql_targe
         await store.delete(key)
     finally:
         await store.close()
+
+
+async def test_postgresql_reads_a_fork_chains_window_in_one_statement(
+    sql_target: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if sql_target.family != "postgresql":
+        pytest.skip(
+            "one statement for a chain's window is PostgreSQL's (SQLite runs in-process; MySQL reads by stretch)"
+        )
+    from chatkeep.sql._transport import Connection
+
+    statements: list[str] = []
+    fetch = Connection.fetch
+
+    async def counted(self: Connection, statement: str, params: Any = ()) -> Any:
+        statements.append(statement)
+        return await fetch(self, statement, params)
+
+    tenant = f"chain-{random.getrandbits(48):x}"
+    store = SQLHistoryStore(sql_target.url)
+    try:
+        keys = [SessionKey(tenant, f"s{n}") for n in range(4)]
+        await store.append(keys[0], [Message(role="user", text=f"root-{n}") for n in range(30)])
+        for n in range(1, 4):  # a fork of a fork of a fork, each through its source's one but last message
+            await store.fork(keys[n - 1], keys[n], through=(await store.load(keys[n - 1], last=2))[0].message_id)
+            await store.append(keys[n], [Message(role="user", text=f"own{n}-{i}") for i in range(3)])
+        whole = [m.text for m in await store.load(keys[3])]  # four stretches, in four rows
+        assert whole == [f"root-{n}" for n in range(29)] + ["own1-0", "own1-1", "own2-0", "own2-1"] + [
+            f"own3-{i}" for i in range(3)
+        ]
+        monkeypatch.setattr(Connection, "fetch", counted)
+        for depth in (1, 3):
+            for last in (None, 2, 20):
+                statements.clear()
+                before = store.messages_read
+                window = [m.text for m in await store.load(keys[depth], last=last)]
+                # The plain read (a fork has none of its own rows there), then the whole chain in one statement.
+                assert len(statements) == 2, statements
+                assert statements[1] in (store._sql.chain_all, store._sql.chain_last)
+                assert store.messages_read - before == len(window)
+            if depth == 3:
+                assert window == whole[-20:]
+        statements.clear()
+        paged = [m.text async for m in store.iter_messages(keys[3], batch=10)]
+        assert paged == whole
+        assert statements.count(store._sql.chain_page) == 4  # one statement per page of 10 (36 messages)
+        assert len(statements) == 5  # and the plain first page
+    finally:
+        monkeypatch.undo()
+        await store.delete_tenant(tenant)
+        await store.close()
+
+
+def _plan(backing: Any, family: str, statement: str, params: tuple[object, ...]) -> list[str]:
+    """How the database runs ``statement`` (``?`` placeholders): one line per step, naming its table and index."""
+    if family == "sqlite":
+        return [str(row[-1]) for row in backing.execute((f"EXPLAIN QUERY PLAN {statement}", params))]
+    if family == "postgresql":
+        [(plan,)] = backing.execute((f"EXPLAIN (FORMAT JSON) {statement}", params))
+        steps: list[str] = []
+        nodes = [plan[0]["Plan"]]
+        while nodes:
+            node = nodes.pop()
+            steps.append(" ".join(str(node.get(k, "")) for k in ("Node Type", "Relation Name", "Index Name")))
+            nodes += node.get("Plans", [])
+        return steps
+    rows = backing.execute((f"EXPLAIN {statement}", params))
+    shift = 0 if rows and rows[0][3] in _ACCESS_TYPES else 1  # MySQL 8 has a partitions column, MariaDB none
+    return [f"{row[2]} {row[3 + shift]} {row[5 + shift]}" for row in rows]  # table, access type, index
+
+
+#: MySQL's and MariaDB's ``EXPLAIN`` access types (``ALL``: every row; ``index``: every entry of an index).
+_ACCESS_TYPES = {"system", "const", "eq_ref", "ref", "fulltext", "ref_or_null", "index_merge", "unique_subquery"}
+_ACCESS_TYPES |= {"index_subquery", "range", "index", "ALL", None}
+
+
+async def test_a_tag_filter_reads_through_the_tag_index_never_the_tenant(fresh_backing: Any) -> None:
+    """``list_sessions(tag=...)``: the database finds the tagged sessions through the tag index (EXPLAIN says so).
+
+    50,000 sessions in one tenant, all with one tag and 50 with another, statistics gathered: no plan scans the
+    sessions or the tags (or walks an index of all of them) to find the 50.
+    """
+    from chatkeep.sql._schema import tag_hash, tenant_hash
+
+    family = fresh_backing.target.family
+    store = SQLHistoryStore(fresh_backing.url)
+    try:
+        await store.migrate()
+    finally:
+        await store.close()
+    sessions = 50_000
+    digits = "(SELECT 0 AS d UNION ALL " + " UNION ALL ".join(f"SELECT {d}" for d in range(1, 10)) + ")"
+    numbers = (
+        f"(SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d + 1 AS i FROM {digits} a, {digits} b, "
+        f"{digits} c, {digits} e, {digits} f) n WHERE n.i <= ?"
+    )
+    key = {
+        "sqlite": "randomblob(32)",
+        "postgresql": "decode(md5('k' || i) || md5('x' || i), 'hex')",
+        "mysql": "UNHEX(SHA2(CONCAT('k', i), 256))",
+    }[family]
+    session_id = {
+        "sqlite": "CAST(i AS BLOB)",
+        "postgresql": "convert_to(i::text, 'UTF8')",
+        "mysql": "CAST(i AS BINARY)",
+    }
+    insert = (
+        "INSERT INTO chatkeep_sessions (key_hash, tenant_hash, tenant, session_id, created_at, updated_at, next_seq, "
+        f"message_count) SELECT {key}, ?, ?, {session_id[family]}, i, i, 0, 0 FROM {numbers}"
+    )
+    tag, common = tag_hash("big", "rare"), tag_hash("big", "every")
+    # One session in 1,000 (ids are 1 to 50,000, as updated_at), spread over the tenant's history.
+    every = "id DIV 1000 * 1000 = id" if family == "mysql" else "id / 1000 * 1000 = id"
+    analyze = {"sqlite": "ANALYZE", "postgresql": "ANALYZE", "mysql": "ANALYZE TABLE chatkeep_sessions, chatkeep_tags"}
+    fresh_backing.execute(
+        (insert, (tenant_hash("big"), b"big", sessions)),
+        (
+            f"INSERT INTO chatkeep_tags (session_ref, tag_hash) SELECT id, ? FROM chatkeep_sessions WHERE {every}",
+            (tag,),
+        ),
+        ("INSERT INTO chatkeep_tags (session_ref, tag_hash) SELECT id, ? FROM chatkeep_sessions", (common,)),
+        (analyze[family], ()),
+    )
+    statements = _sql.Statements(family, "qmark")
+    for statement, params in (
+        (statements.tagged_first, (tag, 21)),
+        (statements.tagged_after, (tag, 31_000, 31_000, 31_000, 21)),  # page 2
+    ):
+        steps = _plan(fresh_backing, family, statement, params)
+        assert any("ix_chatkeep_tags_tag" in step for step in steps), steps
+        scans = [
+            s
+            for s in steps
+            if re.search(r"\bSCAN chatkeep_(sessions|tags)\b|Seq Scan|chatkeep_(sessions|tags) (ALL|index)\b", s)
+        ]
+        assert scans == [], steps
+        assert not any("ix_chatkeep_sessions_updated" in step for step in steps), steps

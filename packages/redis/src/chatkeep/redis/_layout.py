@@ -8,6 +8,10 @@ Layout (``P`` is the prefix, ``T`` and ``S`` the base64url of the tenant and ses
     P:{T.S}:p:N     string: the record pop N removed, kept a minute so a retried pop returns it again
     P:{T.S}:u       sorted set: the usage of each stored message that has some, ``seq:json``, scored by sequence
                     number (what a pop or trim takes off the session's usage, kept in the hash as ``usage``)
+    P:{T.S}:m:N     a log forks share, renamed from ``m``, ``i`` and ``u`` (the hash's ``log`` names the current
+    P:{T.S}:i:N     one, its ``segs`` the earlier logs it still holds messages of, in its slot or other sessions')
+    P:{T.S}:u:N
+    P:{T.S}:r:N     string: how many sessions hold log N (as current log or segment); the last to let go frees it
     P:{T}:sessions  sorted set: the tenant's session ids, scored by last update (microseconds)
     P:{T}:tags      hash: session id -> its tags (a JSON array), for the sessions that have tags
     P:{T}:tags:G    sorted set: the tenant's session ids tagged G (the tag's UTF-8), scored by last update
@@ -35,6 +39,7 @@ from typing import Any
 
 __all__ = [
     "INDEX_GRACE_US",
+    "log_keys",
     "pairs",
     "pop_receipt",
     "session_keys",
@@ -69,6 +74,15 @@ def pop_receipt(hash_key: str, token: str) -> str:
 def usage_key(hash_key: str) -> str:
     """The per-message usage of the session whose hash is ``hash_key`` (same slot)."""
     return f"{hash_key[:-2]}:u"
+
+
+def log_keys(records: str) -> tuple[str, str, str, str]:
+    """The keys of the shared log whose records are at ``records`` (``P:{T.S}:m:N``): hold count, records, ids, usage.
+
+    All in one slot, the ``ACQUIRE`` and ``RELEASE`` scripts' keys.
+    """
+    base, name = records.rsplit(":m:", 1)
+    return f"{base}:r:{name}", records, f"{base}:i:{name}", f"{base}:u:{name}"
 
 
 def tenant_index(prefix: str, tenant: str) -> str:

@@ -11,6 +11,14 @@ A session's keys share one hash tag, so a script touching them runs on one clust
   stored message that carries some, as ``seq:json`` scored by sequence number; the hash's ``usage`` is their sum,
   kept by every script that adds or removes messages, so ``usage()`` reads one field.
 
+A log that forks share (renamed ``m:NAME``, ``i:NAME``, ``u:NAME``) has a hold count beside it, ``r:NAME``: how
+many sessions hold it, as their current log or as a segment. A session that stops holding it (a delete, a prune,
+a trim or pop past it) drops its hold, and the last hold frees the log. A script frees the logs of its own slot
+itself; it returns the records keys of logs in other slots (a fork's inherited segments), and the store runs
+``RELEASE`` there. A fork takes its holds before the target exists (``ACQUIRE`` in other slots first, then
+``FORK_SOURCE`` in the source's), so no log is freed while a session still reads it; a write cut short between
+two of these steps leaves a hold too many (the log stays), never one too few.
+
 The tenant's tags (``P:{T}:tags``, and one index per tag named after it) are in the tenant's slot: scripts given
 the tenant's keys (standalone) update the tag indexes with the tenant's index.
 
@@ -25,6 +33,7 @@ import hashlib
 from dataclasses import dataclass
 
 __all__ = [
+    "ACQUIRE",
     "APPEND",
     "DELETE",
     "DROP_INDEX_ENTRY",
@@ -33,6 +42,7 @@ __all__ = [
     "PAGE",
     "POP",
     "PRUNE",
+    "RELEASE",
     "SAVE_SESSION",
     "SET_TAGS",
     "TOUCH_TENANT",
@@ -96,6 +106,26 @@ local function local_key(key)
   local own = string.sub(KEYS[1], 1, #KEYS[1] - 1)
   return string.sub(key, 1, #own) == own
 end
+-- The hold count of the log whose records are at ``records`` (P:{T.S}:m:NAME gives P:{T.S}:r:NAME).
+local function refs_of(records)
+  return (string.gsub(records, ':m:([^:]*)$', ':r:%1'))
+end
+-- Drop one hold on a log of this slot: the last hold frees it. A log without a count was shared before logs
+-- counted their holders: nobody knows who holds it, so it stays.
+local function release_local(records, ids, usage)
+  local refs = refs_of(records)
+  if redis.call('EXISTS', refs) == 1 and redis.call('DECR', refs) <= 0 then
+    redis.call('DEL', refs, records, ids, usage)
+  end
+end
+-- Drop the session's hold on each of ``segs``: a log of this slot at once; the records key of a log in another
+-- slot is added to ``foreign``, for the store to release there.
+local function release(segs, foreign)
+  for _, seg in ipairs(segs) do
+    if local_key(seg[1]) then release_local(seg[1], seg[2], seg[3]) else foreign[#foreign + 1] = seg[1] end
+  end
+  return foreign
+end
 """
 
 # Shared by every write: restart the TTL of the session's keys, stamp the session, update the indexes.
@@ -110,6 +140,7 @@ local function expire(ttl)
       redis.call('PEXPIRE', M, ttl, 'GT')
       redis.call('PEXPIRE', I, ttl, 'GT')
       redis.call('PEXPIRE', U, ttl, 'GT')
+      redis.call('PEXPIRE', refs_of(M), ttl, 'GT')
     else
       redis.call('PEXPIRE', M, ttl)
       redis.call('PEXPIRE', I, ttl)
@@ -181,13 +212,17 @@ local function drop_usage(first, last)
   add_usage(parts, -1)
   redis.call('ZREMRANGEBYSCORE', U, first, last)
 end
--- The current log is shared with forks, so it must not shrink: it becomes the session's newest segment, and
--- the session goes on in a new, empty log of its own (its messages stay the same).
+-- The current log is shared with forks, so it must not shrink: it becomes the session's newest segment (its
+-- hold goes with it), and the session goes on in a new, empty log of its own (its messages stay the same).
 local function leave_shared_log()
   local length = redis.call('LLEN', M)
   local segs = segments()
   local next = tonumber(redis.call('HGET', KEYS[1], 'next') or '0')
-  if length > 0 then segs[#segs + 1] = {M, I, U, next - length, next - length, next - 1} end
+  if length > 0 then
+    segs[#segs + 1] = {M, I, U, next - length, next - length, next - 1}
+  else
+    release_local(M, I, U)
+  end
   store_segments(segs)
   local name = redis.call('HGET', KEYS[1], 'created') .. '.' .. redis.call('HINCRBY', KEYS[1], 'logs', 1)
   redis.call('HSET', KEYS[1], 'log', name)
@@ -276,7 +311,8 @@ return added
 # ARGV: keep_last, ttl_ms, now_us, tenant, session_id, checked (segments), over (what the store planned to
 #       remove), usage_1..usage_k (of the messages it removes from segments of other sessions' logs)
 # Removes the oldest messages beyond keep_last: whole segments or their heads first (a segment's log is
-# shared: only the session's bounds move), then the head of its own log. Returns how many, or {'need',
+# shared: only the session's bounds move, and a segment it no longer holds any of drops its hold), then the head
+# of its own log. Returns {how many, records key of each log of another slot to release...}, or {'need',
 # segments, over} when it removes messages of another session's log, whose usage the store reads first.
 # A trim that removes some is a write (stamp, indexes, TTL, as a pop); one that removes none changes nothing.
 TRIM = Script(
@@ -287,13 +323,13 @@ locate()
 local length = redis.call('LLEN', M)
 local segs, segs_text = segments()
 local over = length + held(segs) - tonumber(ARGV[1])
-if over <= 0 then return 0 end
+if over <= 0 then return {0} end
 if SHARED then
   leave_shared_log()
   length = 0
   segs, segs_text = segments()
 end
-local left, kept, parts, foreign = over, {}, {}, false
+local left, kept, dropped, parts, foreign = over, {}, {}, {}, false
 for _, seg in ipairs(segs) do
   local take = math.min(left, seg[6] - seg[5] + 1)
   if take > 0 then
@@ -305,12 +341,13 @@ for _, seg in ipairs(segs) do
     seg[5] = seg[5] + take
     left = left - take
   end
-  if seg[5] <= seg[6] then kept[#kept + 1] = seg end
+  if seg[5] <= seg[6] then kept[#kept + 1] = seg else dropped[#dropped + 1] = seg end
 end
 if foreign then
   if segs_text ~= ARGV[6] or tostring(over) ~= ARGV[7] then return {'need', segs_text, over} end
   for k = 8, #ARGV do parts[#parts + 1] = ARGV[k] end
 end
+local released = release(dropped, {over})
 store_segments(kept)
 add_usage(parts, -1)
 if left > 0 then
@@ -322,7 +359,7 @@ end
 reindex(5, ARGV[3], ARGV[4], ARGV[5])
 touch(ARGV[3])
 expire(tonumber(ARGV[2]))
-return over
+return released
 """,
 )
 
@@ -331,8 +368,9 @@ return over
 #       a segment of another session's log, as the store read it; '' when it has not)
 # Removes the newest message and returns its record, or false when there is none. From the session's own
 # log: the record and its id (the id of the highest sequence number); from a segment (a fork's inherited
-# messages, or a shared log): only the session's bound moves. Returns {'need', records key, usage key, seq,
-# head} when that message is in another session's log (the store reads it and runs it again). The record
+# messages, or a shared log): only the session's bound moves, and a segment left empty drops its hold (returned
+# as {'release', record, records key} when its log is in another slot). Returns {'need', records key, usage key,
+# seq, head} when that message is in another session's log (the store reads it and runs it again). The record
 # stays in the receipt key for receipt_ms: the client retries a command whose connection dropped, and a retry
 # of a pop that did run must return its record, not pop another.
 POP = Script(
@@ -345,7 +383,7 @@ locate()
 if SHARED and redis.call('LLEN', M) > 0 then leave_shared_log() end
 local record = redis.call('RPOP', M)
 local parts = {}
-local seq
+local seq, foreign
 if record then
   redis.call('ZREMRANGEBYRANK', I, -1, -1)
   seq = redis.call('HINCRBY', KEYS[1], 'next', -1)
@@ -365,7 +403,10 @@ else
     return {'need', seg[1], seg[3], seq, seg[4]}
   end
   seg[6] = seq - 1
-  if seg[6] < seg[5] then segs[#segs] = nil end
+  if seg[6] < seg[5] then
+    segs[#segs] = nil
+    foreign = release({seg}, {})[1]
+  end
   store_segments(segs)
   redis.call('HINCRBY', KEYS[1], 'next', -1)
   add_usage(parts, -1)
@@ -374,6 +415,7 @@ redis.call('SET', KEYS[5], record, 'PX', ARGV[3])
 reindex(6, ARGV[1], ARGV[4], ARGV[5])
 touch(ARGV[1])
 expire(tonumber(ARGV[2]))
+if foreign then return {'release', record, foreign} end
 return record
 """,
 )
@@ -416,12 +458,15 @@ return with_records({segs_text, length}, records)
 )
 
 # KEYS: h, m, i, u (the source)   ARGV: through ('': the newest message), ttl_ms (of the forking store; 0: none),
+#       acquired (the segments for whose logs in other slots the store holds a hold for the target: ACQUIRE),
 #       checked (segments), through_seq (where the store found ``through`` in them), usage_1..usage_k (of the
 #       messages after through_seq in segments of other sessions' logs)
 # The source's half of a fork: finds the cut, shares the log it is in (renamed once, so that the session can go
-# on in another log when it is deleted, popped or trimmed), and returns what the target takes:
-# {'ok', segments, cut, usage, title, metadata, through}; {'empty'}; {'missing'}; or {'find', segments} when
-# the cut is in a segment (the store finds ``through`` and the usage after it there, and runs it again).
+# on in another log when it is deleted, popped or trimmed), takes the target's hold on each log of this slot it
+# takes, and returns what the target takes: {'ok', segments, cut, usage, title, metadata, through}; {'empty'};
+# {'missing'}; {'acquire', segments} when the source holds logs of other slots and the store has not taken the
+# target's holds on them for these segments; or {'find', segments} when the cut is in a segment (the store finds
+# ``through`` and the usage after it there, and runs it again).
 FORK_SOURCE = Script(
     "fork_source",
     _EXPIRE
@@ -430,6 +475,11 @@ locate()
 local length = redis.call('LLEN', M)
 local segs, segs_text = segments()
 if length + held(segs) == 0 then return {'empty'} end
+if segs_text ~= ARGV[3] then
+  for _, seg in ipairs(segs) do
+    if not local_key(seg[1]) then return {'acquire', segs_text} end
+  end
+end
 local next = tonumber(redis.call('HGET', KEYS[1], 'next') or '0')
 local head = next - length
 local cut, through
@@ -442,6 +492,7 @@ else
 end
 local total = stored_usage()
 local taken = {}
+local was_shared = SHARED
 if cut then
   if not through then through = redis.call('ZRANGEBYSCORE', I, cut, cut)[1] end
   if not NAME then
@@ -459,8 +510,8 @@ if cut then
   summed(total, usages_in(U, cut + 1, next - 1), -1)
 else
   if #segs == 0 then return {'missing'} end
-  if segs_text ~= ARGV[3] or ARGV[4] == '' then return {'find', segs_text} end
-  cut = tonumber(ARGV[4])
+  if segs_text ~= ARGV[4] or ARGV[5] == '' then return {'find', segs_text} end
+  cut = tonumber(ARGV[5])
   for _, seg in ipairs(segs) do
     if seg[5] <= cut then
       local part = {seg[1], seg[2], seg[3], seg[4], seg[5], math.min(seg[6], cut)}
@@ -471,14 +522,22 @@ else
     end
   end
   local after = {}
-  for k = 5, #ARGV do after[#after + 1] = ARGV[k] end
+  for k = 6, #ARGV do after[#after + 1] = ARGV[k] end
   summed(total, after, -1)
   summed(total, usages_in(U, head, next - 1), -1)
 end
+-- The target's holds on the logs of this slot it takes (the current log's first share counts the source's too;
+-- a log shared before logs counted their holders has no count, and is never freed).
+for _, seg in ipairs(taken) do
+  if local_key(seg[1]) then
+    local refs = refs_of(seg[1])
+    if seg[1] == M and not was_shared and redis.call('EXISTS', refs) == 0 then redis.call('SET', refs, 1) end
+    if redis.call('EXISTS', refs) == 1 then redis.call('INCR', refs) end
+  end
+end
 local ttl = tonumber(ARGV[2])
 if SHARED then
-  for n = 1, 3 do
-    local key = ({M, I, U})[n]
+  for _, key in ipairs({M, I, U, refs_of(M)}) do
     if ttl == 0 then redis.call('PERSIST', key) else redis.call('PEXPIRE', key, ttl, 'GT') end
   end
 end
@@ -524,23 +583,26 @@ return 'ok'
 """,
 )
 
-# KEYS: h, m, i, u   Returns the session's last update (microseconds) when it existed, else false.
-# A log forks share stays (they hold its messages); the session's own unshared log goes.
+# KEYS: h, m, i, u   Returns {the session's last update (microseconds), records key of each log of another slot
+# to release...} when it existed, else false. The session's own unshared log goes; it drops its hold on a log
+# forks share and on each segment (the last hold frees a log).
 DELETE = Script(
     "delete",
     _LOG
     + """
 locate()
 local updated = redis.call('HGET', KEYS[1], 'updated')
-if NAME and not SHARED then redis.call('DEL', M, I, U) end
+if NAME and not SHARED then redis.call('DEL', M, I, U) elseif NAME then release_local(M, I, U) end
+local released = release((segments()), {updated or '0'})
 local removed = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 if removed == 0 then return false end
-return updated or '0'
+return released
 """,
 )
 
-# KEYS: h, m, i, u   ARGV: cutoff_us   Deletes the session when it was last updated before the cut-off.
-# Returns 1 (deleted), 0 (updated since: kept) or -1 (already gone).
+# KEYS: h, m, i, u   ARGV: cutoff_us   Deletes the session when it was last updated before the cut-off, as DELETE.
+# Returns {1, records key of each log of another slot to release...} (deleted), 0 (updated since: kept) or -1
+# (already gone).
 PRUNE = Script(
     "prune",
     _LOG
@@ -552,7 +614,30 @@ if not updated then
   return -1
 end
 if tonumber(updated) >= tonumber(ARGV[1]) then return 0 end
-if NAME and not SHARED then redis.call('DEL', M, I, U) end
+if NAME and not SHARED then redis.call('DEL', M, I, U) elseif NAME then release_local(M, I, U) end
+local released = release((segments()), {1})
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+return released
+""",
+)
+
+# KEYS: the hold count, records, ids and usage of one log (``_layout.log_keys``)   Returns 1 when it took the hold,
+# 0 when the log is gone (its last holder dropped it: the fork reads its source's segments again).
+ACQUIRE = Script(
+    "acquire",
+    """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('INCR', KEYS[1])
+return 1
+""",
+)
+
+# KEYS: as for ACQUIRE   Drops one hold on the log; the last frees it (returns 1 then, else 0). A log without a
+# count (shared before logs counted their holders) is never freed.
+RELEASE = Script(
+    "release",
+    """
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('DECR', KEYS[1]) > 0 then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return 1
 """,

@@ -77,6 +77,11 @@ _RETRY_SAVE = (
     "The new version is stored: load the session (load_session) before saving it again, since a retry with the "
     "same expected_version raises ConcurrencyConflictError."
 )
+_RETRY_FORK = (
+    "Do not retry the fork: the target exists now, so a retry raises ConcurrencyConflictError; load the target "
+    "to use it."
+)
+_RETRY_INFO = "Retrying the same update_info is safe: it sets the same title, tags and metadata again."
 
 
 class RedisHistoryStore(HistoryStore):
@@ -99,7 +104,8 @@ class RedisHistoryStore(HistoryStore):
             prefixes never meet), ``ttl`` (seconds or a ``timedelta`` an idle session lives; each write restarts
             it), ``keep_last`` (keep at most this many newest messages per session, trimmed in the append
             itself), ``max_message_bytes``, ``socket_timeout`` and ``connect_timeout`` (seconds),
-            ``wait_replicas`` (replicas that must have each ``append`` and ``save_session`` before it returns,
+            ``wait_replicas`` (replicas that must have each write of ``append``, ``pop``, ``save_session``,
+            ``fork`` and ``update_info`` before it returns,
             by Redis ``WAIT`` on the write's connection; default 0) and ``wait_timeout_ms`` (how long they may
             take, default 1000; then ``ReplicationTimeoutError``), ``transport`` (``resp`` or ``redis-py``;
             default the fastest that serves the URL).
@@ -137,7 +143,7 @@ class RedisHistoryStore(HistoryStore):
             self._link = RedisPyTransport(config, client)
             self._cluster = self._link.cluster
         self._tenants_key = f"{self.prefix}:tenants"
-        # With wait_replicas, every write of append and save_session is followed by this on its connection.
+        # With wait_replicas, every write of append, pop, save_session, fork and update_info is followed by this.
         self._wait = ("WAIT", settings.wait_replicas, settings.wait_timeout_ms) if settings.wait_replicas else None
         self._messages_read = 0
         self.bytes_read = 0
@@ -419,7 +425,7 @@ class RedisHistoryStore(HistoryStore):
         """Make the logs a fork refers to live at least as long as the fork (a write of it restarts its TTL)."""
         if not segments:
             return
-        keys = [k for s in segments for k in (s.records, s.ids, s.usage)]
+        keys = [k for segment in segments for k in _layout.log_keys(segment.records)]
         if self._ttl_ms:
             await self._pipeline([("PEXPIRE", k, self._ttl_ms, "GT") for k in keys])
         else:
@@ -501,11 +507,17 @@ class RedisHistoryStore(HistoryStore):
     async def _delete(self, key: SessionKey) -> bool:
         """Delete the session's messages, ids, usage, document and info; ``True`` if anything was there."""
         own, _ = self._keys(key)
-        updated = await self._script(_scripts.DELETE, own, ())
-        if updated is None:
+        deleted = await self._script(_scripts.DELETE, own, ())
+        if deleted is None:
             return False
-        await self._script(_scripts.DROP_INDEX_ENTRY, self._tenant_keys(key.tenant), (key.session_id, int(updated)))
+        await self._release(deleted[1:])
+        await self._script(_scripts.DROP_INDEX_ENTRY, self._tenant_keys(key.tenant), (key.session_id, int(deleted[0])))
         return True
+
+    async def _release(self, logs: Sequence[bytes]) -> None:
+        """Drop a session's holds on logs in other slots (its scripts drop those in its own): the last frees a log."""
+        if logs:
+            await self._scripts(_scripts.RELEASE, [(_layout.log_keys(log.decode()), ()) for log in logs])
 
     def _tenant_keys(self, tenant: str) -> tuple[str, str]:
         """The tenant's index and its tags (what ``DROP_INDEX_ENTRY`` takes to drop a session and its tags)."""
@@ -522,12 +534,13 @@ class RedisHistoryStore(HistoryStore):
         now = write_stamp()
         args = (keep_last, self._ttl_ms, now, key.tenant, key.session_id)
         planned: list[Any] = ["", ""]
-        while isinstance(removed := await self._script(_scripts.TRIM, (*own, *indexes), (*args, *planned)), list):
+        while (reply := await self._script(_scripts.TRIM, (*own, *indexes), (*args, *planned)))[0] == b"need":
             # It removes messages a fork holds from another session's log: their usage is read there.
-            segments, over = _segments(removed[1]), int(removed[2])
+            segments, over = _segments(reply[1]), int(reply[2])
             spans = [span for span in _oldest(segments, over) if not _same_slot(span[0].usage, own[0])]
-            planned = [removed[1], over, *await self._usages(spans)]
-        removed = int(removed)
+            planned = [reply[1], over, *await self._usages(spans)]
+        removed = int(reply[0])
+        await self._release(reply[1:])
         if removed and self._cluster:
             index = _layout.tenant_index(self.prefix, key.tenant)
             await self._touch_indexes(key.tenant, key.session_id, index, now)
@@ -547,6 +560,9 @@ class RedisHistoryStore(HistoryStore):
         inherited: tuple[Any, ...] = ("", "", "", "")
         while True:
             record, acknowledged = await self._write_script(_scripts.POP, keys, (*args, *inherited), earlier=earlier)
+            if isinstance(record, list) and record[0] == b"release":  # it emptied a segment of another slot's log
+                await self._release(record[2:])
+                record = record[1]
             if not isinstance(record, list):
                 break
             # The newest message is a fork's, in another session's log: read it (and its usage) there.
@@ -574,56 +590,112 @@ class RedisHistoryStore(HistoryStore):
     async def _fork(self, source: SessionKey, target: SessionKey, through: str | None) -> int:
         """Share the source's log up to the cut (``FORK_SOURCE``), then create the target on it (``FORK_TARGET``).
 
-        Nothing is copied: the target's hash lists the segments of logs it holds. When the cut is in a segment
-        of the source (a fork of a fork, through an inherited message), the store finds the message and the
-        usage after it in those logs, whose ranges never change, and runs the source's script again.
+        Nothing is copied: the target's hash lists the segments of logs it holds, and each of those logs counts
+        the target among its holders before the target exists (see ``_scripts``); a target that exists already
+        gives its holds back. With ``wait_replicas``, every write of the fork waits for the replicas.
         """
-        source_keys, _ = self._keys(source)
-        found: list[Any] = ["", ""]
-        wanted = through or ""
-        while True:
-            reply = await self._script(_scripts.FORK_SOURCE, source_keys, (wanted, self._ttl_ms, *found))
-            outcome = reply[0]
-            if outcome == b"ok":
-                break
-            if outcome == b"empty" or outcome == b"missing":
-                raise fork_source_error(source, through)
-            segments = _segments(reply[1])
-            if through is None:  # the newest message, in the last segment
-                last = segments[-1]
-                ids = await self._call("ZRANGEBYSCORE", last.ids, last.high, last.high)
-                if not ids:
-                    raise fork_source_error(source, through)
-                wanted, seq = ids[0].decode(), last.high
-            else:
-                scores = await self._pipeline([("ZSCORE", segment.ids, through) for segment in segments])
-                held = [float(score) for segment, score in zip(segments, scores, strict=True) if segment.holds(score)]
-                if not held:
-                    raise fork_source_error(source, through)
-                seq = int(held[0])
-            after = [
-                (segment, max(segment.low, seq + 1), segment.high)
-                for segment in segments
-                if segment.high > seq and not _same_slot(segment.usage, source_keys[0])
-            ]
-            found = [reply[1], seq, *await self._usages(after)]
+        reply, acknowledged = await self._share(source, through)
         _, taken, cut, usage, title, metadata, through_id = reply
         segments = _segments(taken)
-        await self._keep_alive(segments)
-        tags = await self._call("HGET", _layout.tags_map(self.prefix, source.tenant), source.session_id)
-        own, indexes = self._keys(target)
-        now = write_stamp()
-        args = (
-            now, self._ttl_ms, target.tenant, target.session_id, taken, int(cut) + 1, usage, title, metadata,
-            source.session_id, through_id,
-        )  # fmt: skip
-        if not int(await self._script(_scripts.FORK_TARGET, (*own, *indexes), args)):
+        try:
+            await self._keep_alive(segments)
+            tags = await self._call("HGET", _layout.tags_map(self.prefix, source.tenant), source.session_id)
+            own, indexes = self._keys(target)
+            now = write_stamp()
+            args = (
+                now, self._ttl_ms, target.tenant, target.session_id, taken, int(cut) + 1, usage, title, metadata,
+                source.session_id, through_id,
+            )  # fmt: skip
+            created, ack = await self._write_script(_scripts.FORK_TARGET, (*own, *indexes), args)
+        except Exception:
+            await self._release([segment.records.encode() for segment in segments])
+            raise
+        acknowledged.extend(() if ack is None else (ack,))
+        if not int(created):
+            await self._release([segment.records.encode() for segment in segments])
             raise fork_target_exists_error(target)
         if self._cluster or tags is not None:  # a fork is a write of the target; it starts with the source's tags
             index = _layout.tenant_index(self.prefix, target.tenant)
             tag_set = None if tags is None else frozenset(json.loads(tags))
-            await self._touch_indexes(target.tenant, target.session_id, index, now, tag_set)
+            acknowledged += await self._touch_indexes(target.tenant, target.session_id, index, now, tag_set)
+        self._check_replicas(min(acknowledged, default=None), what="fork", retry=_RETRY_FORK)
         return sum(segment.size for segment in segments)
+
+    async def _share(self, source: SessionKey, through: str | None) -> tuple[list[Any], list[int]]:
+        """Run ``FORK_SOURCE`` until it shares the cut: its ``ok`` reply, and the replicas' counts of its writes.
+
+        When the source holds logs of other slots, the target's holds on them are taken first (``ACQUIRE``), for
+        the segments the script saw; when those changed meanwhile, they are given back and taken anew. When the
+        cut is in a segment of the source (a fork of a fork, through an inherited message), the store finds the
+        message and the usage after it in those logs, whose ranges never change, and runs the script again.
+        """
+        source_keys, _ = self._keys(source)
+        found: list[Any] = ["", ""]
+        wanted = through or ""
+        holds: list[bytes] = []  # logs of other slots the target holds (records keys)
+        held_for: Any = ""  # the segments they were taken for
+        acknowledged: list[int] = []
+        try:
+            while True:
+                reply, ack = await self._write_script(
+                    _scripts.FORK_SOURCE, source_keys, (wanted, self._ttl_ms, held_for, *found)
+                )
+                outcome = reply[0]
+                if outcome == b"ok":
+                    acknowledged.extend(() if ack is None else (ack,))
+                    break
+                if outcome == b"empty" or outcome == b"missing":
+                    raise fork_source_error(source, through)
+                segments = _segments(reply[1])
+                if outcome == b"acquire":
+                    await self._release(holds)
+                    foreign = [s.records.encode() for s in segments if not _same_slot(s.records, source_keys[0])]
+                    # A log that cannot be held is gone with all its keys: there is nothing left to keep.
+                    holds, acks = await self._acquire(foreign)
+                    held_for = reply[1]
+                    acknowledged.extend(acks)
+                    continue
+                if through is None:  # the newest message, in the last segment
+                    last = segments[-1]
+                    ids = await self._call("ZRANGEBYSCORE", last.ids, last.high, last.high)
+                    if not ids:
+                        raise fork_source_error(source, through)
+                    wanted, seq = ids[0].decode(), last.high
+                else:
+                    scores = await self._pipeline([("ZSCORE", segment.ids, through) for segment in segments])
+                    held = [
+                        float(score) for segment, score in zip(segments, scores, strict=True) if segment.holds(score)
+                    ]
+                    if not held:
+                        raise fork_source_error(source, through)
+                    seq = int(held[0])
+                after = [
+                    (segment, max(segment.low, seq + 1), segment.high)
+                    for segment in segments
+                    if segment.high > seq and not _same_slot(segment.usage, source_keys[0])
+                ]
+                found = [reply[1], seq, *await self._usages(after)]
+        except Exception:
+            await self._release(holds)
+            raise
+        # Holds taken for segments after the cut: the target does not take those logs.
+        taken = {segment.records.encode() for segment in _segments(reply[1])}
+        await self._release([log for log in holds if log not in taken])
+        return reply, acknowledged
+
+    async def _acquire(self, logs: Sequence[bytes]) -> tuple[list[bytes], list[int]]:
+        """Take a hold on each log (``ACQUIRE``, in its slot): the logs held, and the replicas' counts.
+
+        A log that is gone (its last holder let go since its segments were read) is not held.
+        """
+        held: list[bytes] = []
+        acknowledged: list[int] = []
+        for log in logs:
+            taken, ack = await self._write_script(_scripts.ACQUIRE, _layout.log_keys(log.decode()), ())
+            acknowledged.extend(() if ack is None else (ack,))
+            if int(taken):
+                held.append(log)
+        return held, acknowledged
 
     async def _usage(self, key: SessionKey) -> SessionUsage:
         """The usage the scripts keep in the session's hash (one field: the messages are not read)."""
@@ -638,7 +710,7 @@ class RedisHistoryStore(HistoryStore):
         """Set title and metadata in the session's hash, then its tags beside the tenant's index (see the layout).
 
         Only a session that exists changes (the script checks), so, as for ``trim``, its index entry is there
-        already and the indexes are updated after it.
+        already and the indexes are updated after it. With ``wait_replicas``, each write waits for the replicas.
         """
         own, _ = self._keys(key)
         now = write_stamp()
@@ -650,10 +722,13 @@ class RedisHistoryStore(HistoryStore):
             "0" if metadata is None else "1",
             json.dumps(metadata, ensure_ascii=False) if metadata else "",
         )
-        if not int(await self._script(_scripts.UPDATE_INFO, own, args)):
+        updated, acknowledged = await self._write_script(_scripts.UPDATE_INFO, own, args)
+        if not int(updated):
             return False
         index = _layout.tenant_index(self.prefix, key.tenant)
-        await self._touch_indexes(key.tenant, key.session_id, index, now, tags)
+        earlier = await self._touch_indexes(key.tenant, key.session_id, index, now, tags)
+        if acknowledged is not None:
+            self._check_replicas(min([acknowledged, *earlier]), what="update_info", retry=_RETRY_INFO)
         return True
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
@@ -805,13 +880,14 @@ class RedisHistoryStore(HistoryStore):
             entries = _layout.pairs(rows)
             keys = [self._keys(SessionKey(tenant, member.decode()))[0] for member, _ in entries]
             outcomes = await self._scripts(_scripts.PRUNE, [(k, (cutoff,)) for k in keys])
+            await self._release([log for out in outcomes if isinstance(out, list) for log in out[1:]])
             tenant_keys = self._tenant_keys(tenant)
             drops = [
                 (tenant_keys, (member, score))
                 for (member, score), out in zip(entries, outcomes, strict=True)
                 if out != 0
             ]
-            removed += sum(1 for out in outcomes if out == 1)
+            removed += sum(1 for out in outcomes if isinstance(out, list))
             dropped = await self._scripts(_scripts.DROP_INDEX_ENTRY, drops)
             offset += len(entries) - sum(int(d) for d in dropped)
 
@@ -852,6 +928,7 @@ class RedisHistoryStore(HistoryStore):
             keys = [self._keys(SessionKey(tenant, member.decode()))[0] for member, _ in entries]
             outcomes = await self._scripts(_scripts.DELETE, [(k, ()) for k in keys])
             removed += sum(1 for out in outcomes if out is not None)
+            await self._release([log for out in outcomes if out is not None for log in out[1:]])
             tenant_keys = self._tenant_keys(tenant)
             dropped = await self._scripts(_scripts.DROP_INDEX_ENTRY, [(tenant_keys, entry) for entry in entries])
             offset += len(entries) - sum(int(d) for d in dropped)

@@ -5,7 +5,9 @@ messages below the cut, then its own rows (all numbered from the cut on). A row 
 never loses a message: a pop or a trim of its session first moves the session onto a new row on top of it
 (:func:`move`), and deleting it only hides it (:func:`drop`) until no row refers to it. ``first_seq`` is the
 first sequence number a session shows (a trim of a fork raises it). Reading a fork walks its chain, newest
-stretch first for ``load(last=k)``, so it reads only the rows it returns.
+stretch first for ``load(last=k)``, so it reads only the rows it returns. On PostgreSQL the walk and the read
+are one statement (:func:`read_window`, :func:`read_page`); elsewhere a statement walks the chain and one reads each
+stretch.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from chatkeep.sql._sql import Statements
+from chatkeep.sql._sql import CHAIN_END, Statements
 from chatkeep.sql._transport import Connection
 
 __all__ = [
@@ -31,12 +33,13 @@ __all__ = [
     "page",
     "read_all",
     "read_last",
+    "read_page",
+    "read_window",
     "usages_through",
 ]
 
 #: The tenant hash of a hidden row: the messages of a deleted or moved session that a fork still refers to.
 HIDDEN_TENANT = bytes(32)
-_END = 2**62
 
 #: (row id, first sequence number, end sequence number): one stretch of a history, held by one row.
 Segment = tuple[int, int, int]
@@ -56,7 +59,7 @@ async def chain(
         rows = await conn.fetch(sql.chain_by_id, (ref,))
     if not rows:
         return []
-    first, end, found = int(rows[0][3]), _END, []
+    first, end, found = int(rows[0][3]), CHAIN_END, []
     for row_id, base_ref, base_cut, _ in rows:
         low = max(first, 0 if base_ref is None else int(base_cut))
         if end > low:
@@ -65,6 +68,25 @@ async def chain(
             break
         end = min(end, int(base_cut))
     return found
+
+
+async def read_window(conn: Connection, sql: Statements, key: bytes, last: int | None) -> list[str]:
+    """The records of the history of the session ``key`` names (all, or the ``last`` newest), oldest first."""
+    if sql.chain_all:  # PostgreSQL: one statement, one snapshot
+        if last is None:
+            return [row[0] for row in await conn.fetch(sql.chain_all, (key,))]
+        return [row[0] for row in reversed(await conn.fetch(sql.chain_last, (key, last, last)))]
+    segments = await chain(conn, sql, key=key)
+    if last is None:
+        return await read_all(conn, sql, segments)
+    return await read_last(conn, sql, segments, last)
+
+
+async def read_page(conn: Connection, sql: Statements, key: bytes, after_seq: int, batch: int) -> list[tuple[int, str]]:
+    """Up to ``batch`` (sequence number, record) of the history of the session ``key`` names after ``after_seq``."""
+    if sql.chain_page:  # PostgreSQL: one statement, one snapshot
+        return [(int(seq), record) for seq, record in await conn.fetch(sql.chain_page, (key, after_seq, batch, batch))]
+    return await page(conn, sql, await chain(conn, sql, key=key), after_seq, batch)
 
 
 async def read_all(conn: Connection, sql: Statements, segments: Sequence[Segment]) -> list[str]:

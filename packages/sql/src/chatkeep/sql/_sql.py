@@ -47,7 +47,15 @@ from __future__ import annotations
 
 from chatkeep.sql._schema import MESSAGES, SESSIONS, TAGS
 
-__all__ = ["MYSQL_ROW_ALIAS", "PG_APPEND_CHECKED", "Statements", "mysql_upsert", "pg_append_ctes", "pg_usage_sum"]
+__all__ = [
+    "CHAIN_END",
+    "MYSQL_ROW_ALIAS",
+    "PG_APPEND_CHECKED",
+    "Statements",
+    "mysql_upsert",
+    "pg_append_ctes",
+    "pg_usage_sum",
+]
 
 #: The first MySQL release that takes a row alias in ``INSERT`` (8.0.20 deprecates ``VALUES()`` for it).
 MYSQL_ROW_ALIAS = (8, 0, 19)
@@ -116,6 +124,9 @@ def pg_usage_sum(texts: str) -> str:
         f"FROM (SELECT u::jsonb AS j FROM ({texts}) AS tu WHERE u IS NOT NULL) AS used)"
     )
 
+
+#: The end of the newest stretch of a history (``_chain``): above any sequence number.
+CHAIN_END = 2**62
 
 #: The totals of a stored usage (``SessionUsage.to_dict``), beside its per-model counts.
 _USAGE_TOTALS = ("input_tokens", "output_tokens", "total_tokens", "calls")
@@ -292,6 +303,32 @@ class Statements:
         self.seg_usages = c(f"SELECT token_usage {stretch} AND token_usage IS NOT NULL")
         self.seg_offset = c(f"SELECT seq {stretch} ORDER BY seq DESC LIMIT 1 OFFSET ?")
         self._stretch = stretch
+        # PostgreSQL reads a fork's window in ONE statement: the walk of the chain, each row's stretch
+        # (``_chain.chain``'s rule, in SQL) and, per stretch, at most the rows the window needs (a LATERAL index scan),
+        # newest stretch first: one round trip, one snapshot, however long the chain. ``""`` elsewhere.
+        self.chain_all = self.chain_last = self.chain_page = ""
+        if family == "postgresql":
+            stretches = (
+                "WITH RECURSIVE chain (id, base_ref, base_cut, first_seq, hi) AS ("
+                f"SELECT id, base_ref, base_cut, first_seq, {CHAIN_END}::bigint FROM {SESSIONS} WHERE key_hash = ? "
+                "UNION ALL SELECT s.id, s.base_ref, s.base_cut, chain.first_seq, LEAST(chain.hi, chain.base_cut) "
+                f"FROM {SESSIONS} s JOIN chain ON s.id = chain.base_ref), "
+                "seg AS (SELECT id, GREATEST(first_seq, CASE WHEN base_ref IS NULL THEN 0 ELSE base_cut END) AS lo, "
+                "hi FROM chain) "
+            )
+            held = f"FROM {MESSAGES} m WHERE m.session_ref = seg.id AND m.seq >= seg.lo AND m.seq < seg.hi"
+            self.chain_all = c(
+                stretches + f"SELECT m.record FROM seg JOIN {MESSAGES} m ON m.session_ref = seg.id "
+                "AND m.seq >= seg.lo AND m.seq < seg.hi ORDER BY m.seq"
+            )
+            self.chain_last = c(
+                stretches + "SELECT w.record FROM seg CROSS JOIN LATERAL "
+                f"(SELECT m.seq, m.record {held} ORDER BY m.seq DESC LIMIT ?) w ORDER BY w.seq DESC LIMIT ?"
+            )
+            self.chain_page = c(
+                stretches + "SELECT w.seq, w.record FROM seg CROSS JOIN LATERAL "
+                f"(SELECT m.seq, m.record {held} AND m.seq > ? ORDER BY m.seq LIMIT ?) w ORDER BY w.seq LIMIT ?"
+            )
         self.head_for_update = c(
             f"SELECT id, base_ref, forks, message_count, next_seq FROM {SESSIONS} WHERE key_hash = ?{lock}"
         )

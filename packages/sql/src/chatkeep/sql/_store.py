@@ -41,7 +41,6 @@ from chatkeep.core.backend import (
 from chatkeep.sql import _chain, _ops
 from chatkeep.sql._config import SQLConfig, SQLURLError, parse_url
 from chatkeep.sql._schema import key_hash, message_hash, tag_hash, tenant_hash
-from chatkeep.sql._sql import Statements
 from chatkeep.sql._transport import Connection, Transport
 
 if TYPE_CHECKING:
@@ -228,7 +227,7 @@ class SQLHistoryStore(HistoryStore):
             rows = await self._fetch(self._sql.load_last, (digest, last))
             records = [row[0] for row in reversed(rows)]
         if not records:  # none, or a fork: its history is a chain of rows (``_chain``)
-            records = await self._run(lambda conn: _load_chain(conn, self._sql, digest, last))
+            records = await self._run(lambda conn: _chain.read_window(conn, self._sql, digest, last))
         return self._decode(records)
 
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
@@ -252,7 +251,9 @@ class SQLHistoryStore(HistoryStore):
         """Iterate over a fork's history, stretch by stretch of its chain (read again for each page)."""
         seq = -1
         while True:
-            rows = await self._run(functools.partial(_page_chain, sql=self._sql, digest=digest, seq=seq, batch=batch))
+            rows = await self._run(
+                functools.partial(_chain.read_page, sql=self._sql, key=digest, after_seq=seq, batch=batch)
+            )
             if not rows:
                 return
             for message in self._decode([record for _, record in rows]):
@@ -401,21 +402,6 @@ class SQLHistoryStore(HistoryStore):
         return await self._run(
             lambda conn: _ops.delete_sessions(conn, sql, sql.tenant_sessions, (tenant_hash(tenant),), None)
         )
-
-
-async def _load_chain(conn: Connection, sql: Statements, digest: bytes, last: int | None) -> list[str]:
-    """The records of a fork's history (all, or the ``last`` newest, reading only those), oldest first."""
-    segments = await _chain.chain(conn, sql, key=digest)
-    if last is None:
-        return await _chain.read_all(conn, sql, segments)
-    return await _chain.read_last(conn, sql, segments, last)
-
-
-async def _page_chain(
-    conn: Connection, *, sql: Statements, digest: bytes, seq: int, batch: int
-) -> list[tuple[int, str]]:
-    """Up to ``batch`` (sequence number, record) of a fork's history after ``seq``."""
-    return await _chain.page(conn, sql, await _chain.chain(conn, sql, key=digest), seq, batch)
 
 
 def _usage(stored: str | None) -> SessionUsage:

@@ -51,6 +51,13 @@ from chatkeep.core.backend._keys import hashed_key, length_prefixed
 from chatkeep.core.backend._lazy import lazy_exports
 from chatkeep.core.backend._loops import PerLoop
 from chatkeep.core.backend._paging import decode_cursor, encode_cursor
+from chatkeep.core.backend._refusals import (
+    conflict_error,
+    feature_unsupported_error,
+    fork_source_error,
+    fork_target_exists_error,
+    owner_error,
+)
 from chatkeep.core.backend._search import (
     KEYWORD_WEIGHT,
     RRF_K,
@@ -69,25 +76,18 @@ from chatkeep.core.backend._search import (
     keyword_terms,
     searchable,
 )
-from chatkeep.core.backend._settings import DriverOptions, StoreSettings, TTLStoreSettings
-from chatkeep.core.backend._spec import BackendSpec, hookimpl
-from chatkeep.core.backend._stamps import stamp_time, time_stamp, write_stamp
-from chatkeep.core.backend._store import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    HistoryStore,
+from chatkeep.core.backend._sessions import (
     SessionInfo,
     SessionKey,
     SessionPage,
     StoredSession,
-    checked,
-    conflict_error,
     decode_session_document,
-    feature_unsupported_error,
-    fork_source_error,
-    fork_target_exists_error,
-    owner_error,
     session_document,
 )
+from chatkeep.core.backend._settings import DriverOptions, StoreSettings, TTLStoreSettings
+from chatkeep.core.backend._spec import BackendSpec, hookimpl
+from chatkeep.core.backend._stamps import stamp_time, time_stamp, write_stamp
+from chatkeep.core.backend._store import DEFAULT_MAX_MESSAGE_BYTES, HistoryStore, checked
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",

@@ -1,21 +1,23 @@
 """What a store raises for data it stored and can no longer read: a damaged session document, metadata or record.
 
 Every such error names the session (tenant and id) and says what to do: the operator finds it, deletes or
-restores that one session, and the rest of the store stays usable. One text, so every backend says the same.
+restores that one session, and the rest of the store stays usable. One text, so every backend says the same;
+:func:`naming_damage` gives a record a hook failed to decode the name of its session.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from chatkeep.core._errors import DamagedListingError, MessageFormatError, SessionFormatError
 
 if TYPE_CHECKING:
-    from chatkeep.core.backend._store import SessionKey, SessionPage
+    from chatkeep.core.backend._sessions import SessionKey, SessionPage
 
-__all__ = ["damaged_listing_error", "damaged_record_error", "damaged_session_error"]
+__all__ = ["damaged_listing_error", "damaged_record_error", "damaged_session_error", "naming_damage"]
 
 
 def _way_out(key: SessionKey) -> str:
@@ -61,3 +63,15 @@ def damaged_record_error(key: SessionKey, cause: MessageFormatError) -> MessageF
         f"session {key.session_id!r} in tenant {key.tenant!r} holds a damaged message record: {cause}. "
         f"Its other sessions are unaffected; {_way_out(key)}"
     )
+
+
+@contextlib.contextmanager
+def naming_damage(key: SessionKey) -> Iterator[None]:
+    """A stored record that does not decode is reported with its session named (see :func:`damaged_record_error`)."""
+    try:
+        yield
+    except MessageFormatError as exc:
+        named = damaged_record_error(key, exc)
+        if named is exc:
+            raise
+        raise named from exc

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from chatkeep.core.backend._store import SessionInfo, SessionKey
+from chatkeep.core.backend._sessions import SessionInfo, SessionKey
 
 if TYPE_CHECKING:
-    from chatkeep.core.backend._store import HistoryStore
+    from chatkeep.core.backend._hooks import StoreHooks
 
 __all__ = ["delete_listed_sessions", "prune_listed_sessions"]
 
@@ -23,7 +23,7 @@ __all__ = ["delete_listed_sessions", "prune_listed_sessions"]
 PAGE = 500
 
 
-async def _listed(store: HistoryStore, tenant: str) -> AsyncIterator[SessionInfo]:
+async def _listed(store: StoreHooks, tenant: str) -> AsyncIterator[SessionInfo]:
     cursor: str | None = None
     while True:
         page = await store._list_sessions(tenant, PAGE, cursor)
@@ -34,12 +34,12 @@ async def _listed(store: HistoryStore, tenant: str) -> AsyncIterator[SessionInfo
         cursor = page.next_cursor
 
 
-async def prune_listed_sessions(store: HistoryStore, cutoff: datetime, tenant: str | None) -> int:
+async def prune_listed_sessions(store: StoreHooks, cutoff: datetime, tenant: str | None) -> int:
     """Delete, with ``_prune_session``, each listed session of ``tenant`` (or of every tenant) idle since ``cutoff``.
 
     A session written after the listing was read moves to the front of the listing and is not seen again; one
     written between its listing and its deletion is spared only if ``_prune_session`` checks its updated time in
-    the same step as it deletes (see :meth:`HistoryStore._prune_session`).
+    the same step as it deletes (see ``HistoryStore._prune_session``).
     """
     tenants = [tenant] if tenant is not None else await store._list_tenants()
     removed = 0
@@ -50,7 +50,7 @@ async def prune_listed_sessions(store: HistoryStore, cutoff: datetime, tenant: s
     return removed
 
 
-async def delete_listed_sessions(store: HistoryStore, tenant: str) -> int:
+async def delete_listed_sessions(store: StoreHooks, tenant: str) -> int:
     """Delete, with ``_delete``, every listed session of ``tenant``; a session created meanwhile may stay."""
     removed = 0
     async for info in _listed(store, tenant):

@@ -17,7 +17,7 @@ from chatkeep.core._errors import EncryptedSessionError
 from chatkeep.core._messages import DataContent, Message
 
 if TYPE_CHECKING:
-    from chatkeep.core.backend._store import SessionKey
+    from chatkeep.core.backend._sessions import SessionKey
 
 __all__ = [
     "KEYS_TENANT",

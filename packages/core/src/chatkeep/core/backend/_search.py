@@ -27,7 +27,9 @@ from chatkeep.core._messages import Message
 from chatkeep.core._session import DEFAULT_TENANT, validate_id
 from chatkeep.core._telemetry import operation
 from chatkeep.core._terms import keyword_terms
-from chatkeep.core.backend._store import HistoryStore, SessionKey, search_unsupported_error
+from chatkeep.core.backend._refusals import search_unsupported_error
+from chatkeep.core.backend._sessions import SessionKey
+from chatkeep.core.backend._store import HistoryStore
 
 if TYPE_CHECKING:
     from chatkeep.core.backend._sync import SyncSearchableStore

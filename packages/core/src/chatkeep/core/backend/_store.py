@@ -3,19 +3,16 @@
 Each public method checks what every backend shares once (the store is open and on its own event loop,
 the key and tenant, argument ranges, the message size limit, the session's tenant and owner), then calls
 the protected hook a backend writes (``_append``, ``_load``, ...). A backend implements only storage.
-Each public method is also an OpenTelemetry span and duration sample (``_telemetry.operation``).
+Each public method is also an OpenTelemetry span and duration sample (``_telemetry.operation``). The hooks and
+their defaults are :class:`~._hooks.StoreHooks`; the argument checks, :mod:`._checks`.
 """
 
 from __future__ import annotations
 
-import abc
 import asyncio
-import contextlib
 import functools
-import json
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, TypeVar
 
@@ -23,202 +20,33 @@ from typing_extensions import ParamSpec, Self
 
 from chatkeep.core._errors import (
     ChatkeepError,
-    ConcurrencyConflictError,
     InvalidArgumentError,
-    InvalidArgumentTypeError,
-    InvalidSessionKeyError,
-    MessageFormatError,
-    SearchUnsupportedError,
     SessionOwnershipError,
     StoreClosedError,
     StoreLoopError,
-    UnsupportedOperationError,
 )
 from chatkeep.core._messages import Message, encode_records
 from chatkeep.core._session import DEFAULT_TENANT, AgentSession, validate_id
-from chatkeep.core._telemetry import TelemetryTarget, note_records, operation, operation_stream
-from chatkeep.core.backend._damage import damaged_record_error, damaged_session_error
-from chatkeep.core.backend._info import ForkInfo, SessionUsage, check_metadata, check_tag, check_tags, check_title
+from chatkeep.core._telemetry import note_records, operation, operation_stream
+from chatkeep.core.backend._checks import check_count, check_key, check_messages, check_tenant, prune_cutoff
+from chatkeep.core.backend._damage import naming_damage
+from chatkeep.core.backend._hooks import StoreHooks
+from chatkeep.core.backend._info import SessionUsage, check_metadata, check_tag, check_tags, check_title
+from chatkeep.core.backend._refusals import owner_error
 from chatkeep.core.backend._sealed import SealedSessions, is_sealed
+from chatkeep.core.backend._sessions import SessionKey, SessionPage, StoredSession
 
 if TYPE_CHECKING:
     from chatkeep.core.backend._search import Embeddings
     from chatkeep.core.backend._sync import SyncHistoryStore
 
-__all__ = [
-    "DEFAULT_MAX_MESSAGE_BYTES",
-    "HistoryStore",
-    "SessionInfo",
-    "SessionKey",
-    "SessionPage",
-    "StoredSession",
-    "checked",
-    "conflict_error",
-    "decode_session_document",
-    "feature_unsupported_error",
-    "fork_source_error",
-    "fork_target_exists_error",
-    "owner_error",
-    "prune_cutoff",
-    "search_unsupported_error",
-    "session_document",
-]
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "HistoryStore", "checked"]
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
-
-@dataclass(frozen=True, slots=True)
-class SessionKey:
-    """Addresses one conversation in a store: a tenant and a session id, both compared exactly.
-
-    Raises:
-        InvalidSessionKeyError: an id is empty, longer than 1,024 characters or not valid unicode.
-    """
-
-    tenant: str = DEFAULT_TENANT
-    session_id: str = field(default="")
-
-    def __post_init__(self) -> None:
-        validate_id(self.tenant, "tenant")
-        validate_id(self.session_id, "session_id")
-
-    @classmethod
-    def of(cls, session: AgentSession) -> SessionKey:
-        """The key of ``session`` (its tenant and session id)."""
-        return cls(session.tenant, session.session_id)
-
-
-@dataclass(frozen=True, slots=True)
-class SessionInfo:
-    """What ``list_sessions`` tells about one stored session.
-
-    The fields after ``updated_at`` have defaults, so a backend written before they existed still builds one.
-
-    Attributes:
-        forked_from: the session this one was forked from and the last message it took (``None``: not a fork).
-        usage: the tokens its messages used (``None``: the backend does not count usage).
-        title: its title (``None``: none set).
-        tags: its tags.
-        metadata: the JSON-safe dict set with ``update_info``.
-    """
-
-    session_id: str
-    tenant: str
-    message_count: int
-    created_at: datetime
-    updated_at: datetime
-    forked_from: ForkInfo | None = None
-    usage: SessionUsage | None = None
-    title: str | None = None
-    tags: frozenset[str] = frozenset()
-    metadata: dict[str, Any] = field(default_factory=dict, hash=False)  # hash=False: a SessionInfo stays hashable
-
-
-@dataclass(frozen=True, slots=True)
-class SessionPage:
-    """One page of ``list_sessions``, newest first; pass ``next_cursor`` back for the next (``None`` at the end)."""
-
-    items: list[SessionInfo]
-    next_cursor: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StoredSession:
-    """A session document read by ``load_session``, its opaque version (pass it to ``save_session``) and owner.
-
-    ``owner`` is the user the document is bound to within its tenant (``None``: not bound); it takes no part in
-    comparisons, so a stored session equals ``StoredSession(session, version)``. It unpacks as
-    ``session, version = await store.load_session(key)``.
-    """
-
-    session: AgentSession
-    version: str
-    owner: str | None = field(default=None, compare=False)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.session, self.version))
-
-
-def session_document(session: AgentSession) -> str:
-    """The JSON text a backend stores for a session document (what ``load_session`` hands back to the base)."""
-    return json.dumps(session.to_dict(), ensure_ascii=False)
-
-
-def decode_session_document(key: SessionKey, document: str | bytes, version: str, owner: str | None) -> StoredSession:
-    """What ``_load_session`` returns for the text :func:`session_document` stored under ``key``.
-
-    Raises:
-        SessionFormatError: the stored text is damaged (not JSON, or not a serialized session); the message
-            names the session and says how to recover.
-    """
-    try:
-        session = AgentSession.from_dict(json.loads(document), tenant=key.tenant)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError and SessionFormatError too
-        raise damaged_session_error(key, "document", exc) from exc
-    return StoredSession(session, version, owner)
-
-
-def search_unsupported_error(store: object) -> SearchUnsupportedError:
-    """The error for asking a store without the search capability to index or search messages."""
-    return SearchUnsupportedError(
-        f"{type(store).__name__} cannot index or search messages (it lacks the search capability); keep the "
-        "history you want to search in a store that has it: memory://, PostgreSQL with pgvector, or SQLite with "
-        '?transport=apsw (pip install "chatkeep-sql[recall]")'
-    )
-
-
-def feature_unsupported_error(store: object, call: str, hook: str) -> UnsupportedOperationError:
-    """The error for a call whose hook the store's backend does not implement (its plugin predates the call)."""
-    return UnsupportedOperationError(
-        f"{type(store).__name__} does not support {call}: its backend was written before "
-        f"HistoryStore.{call.split('(')[0]} existed; upgrade the plugin that provides it, or ask its author to "
-        f"implement HistoryStore.{hook} (see 'Writing a plugin' in the docs)"
-    )
-
-
-def fork_target_exists_error(target: SessionKey) -> ConcurrencyConflictError:
-    """The error for a fork onto a session that exists (raise it from ``_fork``)."""
-    return ConcurrencyConflictError(
-        f"cannot fork onto session {target.session_id!r}: it already exists; pass a new session id as the target "
-        "(or delete that session first)"
-    )
-
-
-def fork_source_error(source: SessionKey, through: str | None) -> InvalidArgumentError:
-    """The error for a fork whose ``through`` is not a message of the source, or whose source is empty."""
-    if through is None:
-        return InvalidArgumentError(
-            f"session {source.session_id!r} holds no messages, so there is nothing to fork; "
-            "fork a session that has some"
-        )
-    return InvalidArgumentError(
-        f"message {through!r} is not in session {source.session_id!r}; pass the id of one of its messages as through= "
-        "(chatkeep show lists them)"
-    )
-
-
-def owner_error() -> SessionOwnershipError:
-    """The error for a session document bound to another owner (raise it from ``_save_session``)."""
-    return SessionOwnershipError("this session belongs to another owner; refuse the request")
-
-
-def conflict_error(session_id: str, expected_version: str, *, exists: bool | None = None) -> ConcurrencyConflictError:
-    """The error for a stale ``save_session``: raise it from ``_save_session`` when the version does not match.
-
-    Args:
-        session_id: the session's id.
-        expected_version: the version the caller expected.
-        exists: whether the key has a document now (``None``: unknown).
-    """
-    now = {None: "", True: " (it has a newer version)", False: " (it has no document now)"}[exists]
-    return ConcurrencyConflictError(
-        f"session {session_id!r} changed since version {expected_version!r} was read{now}; "
-        "load it again, reapply your change and save with the new version"
-    )
-
-
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
+_S = TypeVar("_S", bound="HistoryStore")
 
 
 def checked(
@@ -238,88 +66,7 @@ def checked(
     return call
 
 
-def _check_key(key: object) -> SessionKey:
-    if not isinstance(key, SessionKey):
-        raise InvalidSessionKeyError(
-            f"a store call takes a SessionKey, got {type(key).__name__}; write SessionKey(tenant, session_id)"
-        )
-    return key
-
-
-def _check_count(value: object, name: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidArgumentError(f"{name} must be a whole number of {minimum} or more, got {value!r}")
-    return value
-
-
-def _check_tenant(tenant: object) -> str:
-    # Exactly the rule a SessionKey applies (InvalidSessionKeyError).
-    return validate_id(tenant, "tenant")
-
-
-def prune_cutoff(older_than: timedelta | datetime) -> datetime:
-    """The cut-off time (UTC) ``prune(older_than=...)`` means: now minus an age, or an aware datetime as given.
-
-    Raises:
-        InvalidArgumentError: a naive datetime, a negative age, an age reaching before the year 1, or another type.
-    """
-    if isinstance(older_than, timedelta):
-        if older_than < timedelta(0):  # a cut-off in the future: every session would count as idle
-            raise InvalidArgumentError(
-                f"older_than={older_than!r} is a negative age, which would prune every session; give how long a "
-                "session must have been idle, for example timedelta(days=30)"
-            )
-        try:
-            return datetime.now(timezone.utc) - older_than
-        except OverflowError:
-            raise InvalidArgumentError(
-                f"older_than={older_than!r} reaches before the year 1; give an age of at most a few thousand years "
-                "(for example timedelta(days=365 * 100))"
-            ) from None
-    if not isinstance(older_than, datetime):
-        raise InvalidArgumentTypeError(
-            f"older_than must be a timedelta or an aware datetime, got {type(older_than).__name__}"
-        )
-    if older_than.tzinfo is None:
-        raise InvalidArgumentError(
-            "older_than must be timezone-aware (for example datetime.now(timezone.utc) - timedelta(days=30))"
-        )
-    return older_than.astimezone(timezone.utc)
-
-
-def _check_messages(messages: object) -> list[Message]:
-    # A str or a lone Message iterates too (into characters, into fields): refuse them by name, not deep inside.
-    if isinstance(messages, (str, bytes, Message)) or not isinstance(messages, Iterable):
-        raise InvalidArgumentTypeError(
-            f"append takes a list of Message, got {type(messages).__name__}; "
-            'write append(key, [Message(role="user", text="...")])'
-        )
-    listed = list(messages)
-    for n, message in enumerate(listed):
-        if not isinstance(message, Message):
-            raise InvalidArgumentTypeError(
-                f"append takes a list of Message, but item {n} is a {type(message).__name__}; "
-                'wrap each text in a Message(role="user", text="...")'
-            )
-    return listed
-
-
-@contextlib.contextmanager
-def _naming_damage(key: SessionKey) -> Iterator[None]:
-    """A stored record that does not decode is reported with its session named (see ``damaged_record_error``)."""
-    try:
-        yield
-    except MessageFormatError as exc:
-        named = damaged_record_error(key, exc)
-        if named is exc:
-            raise
-        raise named from exc
-
-
-_S = TypeVar("_S", bound="HistoryStore")
-
-
-class HistoryStore(abc.ABC):
+class HistoryStore(StoreHooks):
     """Base class of a storage backend: subclass it, implement the protected hooks, and pass the conformance kit.
 
     The public methods are the contract users call. Each checks its arguments and the store's state once,
@@ -408,13 +155,6 @@ class HistoryStore(abc.ABC):
                 "asyncio.run), or use store.sync() from plain threads"
             )
 
-    def _one_loop_reason(self) -> str:
-        """Why this store serves one event loop at a time (for :class:`StoreLoopError`'s message)."""
-        return "its backend serves one event loop at a time"
-
-    def _on_loop_change(self) -> None:  # noqa: B027 - optional hook
-        """Drop connections bound to a closed event loop (override when the backend keeps any)."""
-
     async def close(self) -> None:
         """Release connections; safe to call more than once."""
         if self._closed:
@@ -431,9 +171,6 @@ class HistoryStore(abc.ABC):
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
-
-    async def _aclose(self) -> None:  # noqa: B027 - optional hook
-        """Release the backend's resources (called once by :meth:`close`)."""
 
     async def __aenter__(self) -> Self:
         if self._closed:
@@ -483,25 +220,14 @@ class HistoryStore(abc.ABC):
         messages, records = self._appendable(key, messages)
         if not records:
             return 0
-        with _naming_damage(key):  # a backend may read stored records to check ids
+        with naming_damage(key):  # a backend may read stored records to check ids
             return await self._append(key, messages, records)
-
-    async def _append_embedded(self, key: SessionKey, messages: Sequence[Message], embeddings: Embeddings) -> int:
-        """``append`` with embeddings: a store with the search capability (``SearchableStore``) overrides it."""
-        raise self._search_refusal()
-
-    def _search_refusal(self) -> SearchUnsupportedError:
-        """The error for indexing or searching this store, which lacks the search capability.
-
-        Override it to say why this store has none and what to do (``EncryptedStore`` does).
-        """
-        return search_unsupported_error(self)
 
     def _appendable(self, key: SessionKey, messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
         """What ``append`` checks before storing: the messages to store (first of each id) and their records."""
         self._check_usable()
-        _check_key(key)
-        messages = _check_messages(messages)
+        check_key(key)
+        messages = check_messages(messages)
         records = encode_records(messages, max_bytes=self.max_message_bytes)
         if not records:
             return [], []
@@ -519,10 +245,10 @@ class HistoryStore(abc.ABC):
     async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
         """Return the history in append order; with ``last=k``, only the k newest (reading only those)."""
         self._check_usable()
-        _check_key(key)
-        if last is not None and _check_count(last, "last", minimum=0) == 0:
+        check_key(key)
+        if last is not None and check_count(last, "last", minimum=0) == 0:
             return []
-        with _naming_damage(key):
+        with naming_damage(key):
             messages = await self._load(key, last)
         if not self.sealed_passthrough:
             self._sealed.check(key, messages)
@@ -532,9 +258,9 @@ class HistoryStore(abc.ABC):
     async def iter_messages(self, key: SessionKey, *, batch: int = 1000) -> AsyncIterator[Message]:
         """Iterate over the whole history in append order, ``batch`` messages per read."""
         self._check_usable()
-        _check_key(key)
-        _check_count(batch, "batch", minimum=1)
-        with _naming_damage(key):
+        check_key(key)
+        check_count(batch, "batch", minimum=1)
+        with naming_damage(key):
             async for message in self._iter_messages(key, batch):
                 if message.additional_properties and not self.sealed_passthrough:
                     self._sealed.check(key, (message,))
@@ -545,24 +271,24 @@ class HistoryStore(abc.ABC):
     async def count(self, key: SessionKey) -> int:
         """How many messages the session holds."""
         self._check_usable()
-        with _naming_damage(_check_key(key)):
+        with naming_damage(check_key(key)):
             return await self._count(key)
 
     @operation("delete")
     async def delete(self, key: SessionKey) -> bool:
         """Delete the session's messages and document; ``True`` if anything was there."""
         self._check_usable()
-        self._sealed.forget(_check_key(key))
+        self._sealed.forget(check_key(key))
         return await self._delete(key)
 
     @operation("trim", lambda deleted: {"chatkeep.messages.deleted": deleted})
     async def trim(self, key: SessionKey, keep_last: int) -> int:
         """Delete all but the ``keep_last`` newest messages; returns how many were deleted."""
         self._check_usable()
-        _check_key(key)
-        keep_last = _check_count(keep_last, "keep_last", minimum=0)
+        check_key(key)
+        keep_last = check_count(keep_last, "keep_last", minimum=0)
         self._sealed.forget(key)
-        with _naming_damage(key):
+        with naming_damage(key):
             return await self._trim(key, keep_last)
 
     @operation("pop", lambda message: {"db.response.returned_rows": int(message is not None)})
@@ -575,7 +301,7 @@ class HistoryStore(abc.ABC):
             UnsupportedOperationError: the backend's plugin predates ``pop`` (upgrade the plugin).
         """
         self._check_usable()
-        with _naming_damage(_check_key(key)):
+        with naming_damage(check_key(key)):
             popped = await self._pop(key)
         self._sealed.forget(key)
         if popped is not None and not self.sealed_passthrough and is_sealed(popped):
@@ -597,8 +323,8 @@ class HistoryStore(abc.ABC):
             UnsupportedOperationError: ``tag`` is given and the backend's plugin predates tags.
         """
         self._check_usable()
-        _check_tenant(tenant)
-        _check_count(limit, "limit", minimum=1)
+        check_tenant(tenant)
+        check_count(limit, "limit", minimum=1)
         if tag is not None:
             check_tag(tag)
         if cursor is not None and (not isinstance(cursor, str) or not cursor):
@@ -642,8 +368,8 @@ class HistoryStore(abc.ABC):
             UnsupportedOperationError: the backend's plugin predates forks.
         """
         self._check_usable()
-        _check_key(source)
-        _check_key(target)
+        check_key(source)
+        check_key(target)
         if source.tenant != target.tenant:
             raise SessionOwnershipError(
                 f"a fork stays in its tenant: source is in tenant {source.tenant!r}, target in {target.tenant!r}; "
@@ -655,7 +381,7 @@ class HistoryStore(abc.ABC):
             )
         if through is not None and (not isinstance(through, str) or not through):
             raise InvalidArgumentError(f"through must be a message id (a non-empty string) or None, got {through!r}")
-        with _naming_damage(source):
+        with naming_damage(source):
             if not self.sealed_passthrough:
                 self._sealed.refuse_append(target)
                 # A session EncryptedStore wrote is sealed to its own id: a fork of it could never be opened. Its
@@ -674,7 +400,7 @@ class HistoryStore(abc.ABC):
             UnsupportedOperationError: the backend's plugin predates usage.
         """
         self._check_usable()
-        return await self._usage(_check_key(key))
+        return await self._usage(check_key(key))
 
     @operation("update_info")
     async def update_info(
@@ -703,7 +429,7 @@ class HistoryStore(abc.ABC):
             UnsupportedOperationError: the backend's plugin predates titles and tags.
         """
         self._check_usable()
-        _check_key(key)
+        check_key(key)
         checked_title = None if title is None else check_title(title)
         checked_tags = None if tags is None else check_tags(tags)
         checked_metadata = None if metadata is None else check_metadata(metadata)
@@ -734,7 +460,7 @@ class HistoryStore(abc.ABC):
             SessionOwnershipError: the document belongs to another owner, or ``session`` to another tenant.
         """
         self._check_usable()
-        _check_key(key)
+        check_key(key)
         if not isinstance(session, AgentSession):
             raise InvalidArgumentError(f"save_session takes an AgentSession, got {type(session).__name__}")
         if session.tenant != key.tenant:
@@ -758,7 +484,7 @@ class HistoryStore(abc.ABC):
             SessionOwnershipError: ``owner`` is given and the document is bound to another owner.
         """
         self._check_usable()
-        _check_key(key)
+        check_key(key)
         if owner is not None:
             validate_id(owner, "owner")
         found = await self._load_session(key)
@@ -776,7 +502,7 @@ class HistoryStore(abc.ABC):
         self._check_usable()
         cutoff = prune_cutoff(older_than)
         if tenant is not None:
-            _check_tenant(tenant)
+            check_tenant(tenant)
         self._sealed.forget()
         return await self._prune(cutoff, tenant)
 
@@ -799,156 +525,7 @@ class HistoryStore(abc.ABC):
         """Delete every session of a tenant; returns how many sessions were deleted."""
         self._check_usable()
         self._sealed.forget()
-        return await self._delete_tenant(_check_tenant(tenant))
-
-    # -- what a backend implements ---------------------------------------------------------------
-
-    @abc.abstractmethod
-    async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
-        """Store ``records`` (the encoded ``messages``, distinct ids, within the size limit) atomically.
-
-        Skip messages whose id the session still holds; return how many were new. Never called empty. In the same
-        write, add :func:`~chatkeep.core.backend.usage_of` the new messages to the session's usage (``_usage``).
-        """
-
-    @abc.abstractmethod
-    async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
-        """The history in append order; ``last`` (1 or more) reads only the newest ``last``."""
-
-    @abc.abstractmethod
-    def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
-        """Iterate over the history, reading ``batch`` (1 or more) records at a time; stop if it is deleted."""
-
-    @abc.abstractmethod
-    async def _count(self, key: SessionKey) -> int:
-        """How many messages the session holds."""
-
-    @abc.abstractmethod
-    async def _delete(self, key: SessionKey) -> bool:
-        """Delete the session's messages and document; ``True`` if anything was there."""
-
-    @abc.abstractmethod
-    async def _trim(self, key: SessionKey, keep_last: int) -> int:
-        """Delete all but the newest ``keep_last`` (0 or more); return how many were deleted.
-
-        When it deletes any, count the trim as a write (TTL, ``updated_at``), touching the session as ``_pop``
-        does. When it deletes none, change nothing.
-        """
-
-    async def _pop(self, key: SessionKey) -> Message | None:
-        """Remove the newest message and return it (``None``: no messages), in one atomic step.
-
-        Concurrent pops must return distinct messages. Forget the popped id (an append may store it again),
-        keep the session document, and count the pop as a write (TTL, ``updated_at``). Not abstract, so that
-        backends written before ``pop`` existed still load: by default it refuses, rather than emulate a pop
-        with a read and a delete that two callers could race.
-        """
-        raise UnsupportedOperationError(
-            f"{type(self).__name__} does not support pop(): its backend was written before HistoryStore.pop "
-            "existed; upgrade the plugin that provides it, or ask its author to implement HistoryStore._pop"
-        )
-
-    @abc.abstractmethod
-    async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
-        """One page of ``tenant``'s sessions, newest first; raise ``ValueError`` for a cursor it cannot read."""
-
-    async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
-        """One page of ``tenant``'s sessions carrying ``tag``, newest first, found through an index of tags.
-
-        Read only the tagged sessions (never scan the tenant). Raise ``ValueError`` for a cursor it cannot read.
-        Optional: without it, ``list_sessions(tag=...)`` raises :class:`UnsupportedOperationError`.
-        """
-        raise feature_unsupported_error(self, "list_sessions(tag=...)", "_list_tagged_sessions")
-
-    async def _fork(self, source: SessionKey, target: SessionKey, through: str | None) -> int:
-        """Make ``target`` refer to ``source``'s history up to ``through`` (its newest when ``None``), atomically.
-
-        Never copy the history: keep a parent reference and a sequence cut (see 'Writing a plugin', Forks). Raise
-        :func:`fork_target_exists_error` when ``target`` exists (messages, document or info), and
-        :func:`fork_source_error` when ``source`` holds no messages or ``through`` is not one of them. Copy
-        ``source``'s title, tags and metadata, set ``forked_from`` and ``target``'s usage (that of the messages it
-        takes), and count the fork as a write of ``target``. Return how many messages ``target`` holds.
-        Optional: without it, ``fork`` raises :class:`UnsupportedOperationError`.
-        """
-        raise feature_unsupported_error(self, "fork()", "_fork")
-
-    async def _usage(self, key: SessionKey) -> SessionUsage:
-        """The session's usage as kept by ``_append``, ``_pop``, ``_trim`` and ``_fork`` (never by reading messages).
-
-        Optional: without it, ``usage`` raises :class:`UnsupportedOperationError`.
-        """
-        raise feature_unsupported_error(self, "usage()", "_usage")
-
-    async def _update_info(
-        self, key: SessionKey, title: str | None, tags: frozenset[str] | None, metadata: dict[str, Any] | None
-    ) -> bool:
-        """Set the given fields (checked; ``None``: leave it) if the session exists, as a write; ``True`` if it does.
-
-        Keep ``tags`` in an index ``_list_tagged_sessions`` reads. Optional: without it, ``update_info`` raises
-        :class:`UnsupportedOperationError`.
-        """
-        raise feature_unsupported_error(self, "update_info()", "_update_info")
-
-    @abc.abstractmethod
-    async def _save_session(
-        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
-    ) -> str:
-        """Store :func:`session_document` of ``session`` atomically; return a version never used before for ``key``.
-
-        Raise :func:`conflict_error` when ``expected_version`` is given and not the stored one, and
-        :func:`owner_error` when ``owner`` is given and the stored document is bound to another owner;
-        bind the document to ``owner`` when given.
-        """
-
-    @abc.abstractmethod
-    async def _load_session(self, key: SessionKey) -> StoredSession | None:
-        """The stored document with its version and owner (``None`` when there is none); the base checks the owner.
-
-        Decode the stored text with :func:`decode_session_document`.
-        """
-
-    async def _prune(self, cutoff: datetime, tenant: str | None) -> int:
-        """Delete sessions (of ``tenant``, or of every tenant) last updated before ``cutoff`` (UTC); return how many.
-
-        By default, pages through ``_list_sessions`` (of each tenant ``_list_tenants`` names, when ``tenant`` is
-        ``None``) and calls ``_prune_session`` for each session listed as idle since ``cutoff``, one call per
-        session, page by page. Override it where the engine deletes by time in one statement.
-        """
-        from chatkeep.core.backend._retention import prune_listed_sessions
-
-        return await prune_listed_sessions(self, cutoff, tenant)
-
-    async def _prune_session(self, key: SessionKey, cutoff: datetime) -> bool:
-        """Delete the session only if it was last updated before ``cutoff``, in one atomic step; ``True`` if deleted.
-
-        The default ``_prune`` calls it for each session it listed as idle since ``cutoff``. This default deletes
-        unconditionally, so a write landing between that listing and the delete is lost with the session (the
-        conformance kit's ``test_prune_spares_a_session_written_after_it_was_listed`` shows it). Override it
-        with a conditional delete (under the session's lock, in a transaction, a script, or on an ETag).
-        """
-        return await self._delete(key)
-
-    async def _list_tenants(self) -> list[str]:
-        """Every tenant with at least one live session, in any order (the base sorts them and drops repeats).
-
-        ``list_tenants()`` calls it, and so does the default ``_prune`` for ``prune()`` without a tenant.
-        Optional: without it, ``list_tenants()`` and that ``prune`` raise :class:`UnsupportedOperationError`.
-        """
-        raise UnsupportedOperationError(
-            f"{type(self).__name__} cannot list its tenants: name them instead (prune(older_than=..., "
-            "tenant=...) or chatkeep copy --tenant T for each of yours); the backend's author can add "
-            "HistoryStore._list_tenants"
-        )
-
-    async def _delete_tenant(self, tenant: str) -> int:
-        """Delete every session of ``tenant``; return how many there were.
-
-        By default, pages through ``_list_sessions`` and calls ``_delete`` for each session listed; a session
-        the tenant gains while it runs may stay. Override it where the engine removes a tenant at once.
-        """
-        from chatkeep.core.backend._retention import delete_listed_sessions
-
-        return await delete_listed_sessions(self, tenant)
+        return await self._delete_tenant(check_tenant(tenant))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}{' closed' if self._closed else ''}>"
@@ -956,12 +533,3 @@ class HistoryStore(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """What this store is, for logs and the CLI (no secrets)."""
         return {"type": type(self).__name__}
-
-    def _telemetry_target(self) -> TelemetryTarget:
-        """The database this store's spans and metrics name (asked once per store); override to add the server.
-
-        By default the system is the backend's package name (``chatkeep.memory`` gives ``memory``), without a
-        server. A backend that knows better returns, for example, ``TelemetryTarget("postgresql", host, port)``.
-        """
-        package = type(self).__module__.split(".")
-        return TelemetryTarget(package[1] if package[0] == "chatkeep" and len(package) > 1 else package[0])

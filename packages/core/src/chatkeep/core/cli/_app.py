@@ -265,7 +265,7 @@ def duration(text: str) -> timedelta:
             f"{text!r} is not an age; write a whole number and a unit: 30d, 12h, 90m, 45s or 2w"
         )
     from chatkeep.core._errors import InvalidArgumentError
-    from chatkeep.core.backend._store import prune_cutoff
+    from chatkeep.core.backend._checks import prune_cutoff
 
     try:
         age = timedelta(seconds=int(number) * _UNITS[unit])

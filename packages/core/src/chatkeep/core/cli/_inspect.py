@@ -44,8 +44,8 @@ from chatkeep.core.backend import (
     SupportsMigrate,
     SupportsSchemaRevision,
 )
+from chatkeep.core.backend._checks import prune_cutoff
 from chatkeep.core.backend._sealed import KEYS_TENANT
-from chatkeep.core.backend._store import prune_cutoff
 from chatkeep.core.cli._app import store_url
 from chatkeep.core.cli._damaged import DAMAGE, DamagedSessions
 from chatkeep.core.cli._info import info_columns, info_fields

@@ -36,6 +36,8 @@ __all__ = [
 WINDOW_SLACK = 10
 
 _KIT_PACKAGE = "chatkeep.testing.conformance"
+#: The large sessions filled on backing data that outlives a test, by (backing, size, batch): key and last batch.
+_FILLED: dict[tuple[str, int, int], tuple[SessionKey, list[Message]]] = {}
 _T = TypeVar("_T")
 _C = TypeVar("_C", bound="type[ConformanceBase]")
 
@@ -156,10 +158,12 @@ class StoreKit:
     runs on a shared server; at the end those tenants are deleted and every store opened here is closed.
     """
 
-    def __init__(self, factory: StoreFactory, clock: Clock | None = None) -> None:
+    def __init__(self, factory: StoreFactory, clock: Clock | None = None, shared_backing: str | None = None) -> None:
         self.factory = factory
         #: The time the TTL tests run on (the ``ttl_clock`` fixture): real, or a :class:`FakeClock`.
         self.clock = clock or Clock()
+        #: The backing data's name when it outlives the test (the ``shared_backing`` fixture), else ``None``.
+        self.shared_backing = shared_backing
         self._stores: list[HistoryStore] = []
         self._tenants: list[str] = []
         self._run = uuid.uuid4().hex[:10]
@@ -179,6 +183,27 @@ class StoreKit:
     def key(self, session_id: str | None = None, *, tenant: str | None = None) -> SessionKey:
         """A key in a fresh tenant (or in ``tenant``), with a random session id unless given."""
         return SessionKey(tenant or self.tenant(), session_id or f"s-{uuid.uuid4().hex[:12]}")
+
+    async def large_session(self, writer: HistoryStore, size: int, batch: int) -> tuple[SessionKey, list[Message]]:
+        """A session of ``size`` messages with texts ``#0``, ``#1``..., appended ``batch`` at a time; its last batch.
+
+        On backing data that outlives the test (:attr:`shared_backing`), it is filled once per backing and reused
+        by later tests while it still holds ``size`` messages (a ``prune`` of every tenant may take it): a test may
+        read and fork it, never change it. Otherwise it is filled for the test, in a tenant of its own.
+        """
+        shared = None if self.shared_backing is None else (self.shared_backing, size, batch)
+        if shared is not None and shared in _FILLED:
+            filled = _FILLED[shared]
+            if await writer.count(filled[0]) == size:
+                return filled
+        key = self.key() if shared is None else SessionKey(f"ck-large-{uuid.uuid4().hex[:10]}", "large")
+        last: list[Message] = []
+        for start in range(0, size, batch):
+            last = [Message(role="user", text=f"#{n}") for n in range(start, min(start + batch, size))]
+            await writer.append(key, last)
+        if shared is not None:
+            _FILLED[shared] = key, last
+        return key, last
 
     def remember_tenant(self, tenant: str) -> None:
         """Have the kit delete ``tenant`` at the end (for tenants built by the test itself)."""
@@ -372,6 +397,17 @@ class ConformanceBase:
         )
 
     @pytest.fixture
+    def shared_backing(self) -> str | None:
+        """The name of the backing data when it outlives the test; ``None`` (the default) when it does not.
+
+        Override it when every test of a run opens the same backing data (a schema, database or file the run
+        drops at its end), naming it so that parametrizations opening the same data (transports) give the same
+        name: the kit then fills its 100,000-message sessions once per backing, not once per test
+        (:meth:`StoreKit.large_session`), and leaves them there.
+        """
+        return None
+
+    @pytest.fixture
     def ttl_clock(self) -> Clock:
         """The time the TTL tests run on: real time, which a server's expiry needs.
 
@@ -381,9 +417,11 @@ class ConformanceBase:
         return Clock()
 
     @pytest_asyncio.fixture(loop_scope="function")
-    async def kit(self, make_store: StoreFactory, ttl_clock: Clock) -> AsyncIterator[StoreKit]:
+    async def kit(
+        self, make_store: StoreFactory, ttl_clock: Clock, shared_backing: str | None
+    ) -> AsyncIterator[StoreKit]:
         """A :class:`StoreKit` over ``make_store`` that cleans up when the test ends."""
-        kit = StoreKit(make_store, ttl_clock)
+        kit = StoreKit(make_store, ttl_clock, shared_backing)
         try:
             yield kit
         finally:

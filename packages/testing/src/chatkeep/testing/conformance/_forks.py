@@ -305,18 +305,16 @@ class ForkConformance(ConformanceBase):
         assert await fresh.count(target) == held + FORK_WRITERS * FORK_APPENDS * FORK_BATCH
 
     async def test_fork_costs_no_reads_and_a_fork_reads_only_its_window(self, kit: StoreKit) -> None:
-        source = kit.key()
+        writer = await kit.open()
+        # Filled once per backing where the backing outlives the test (shared_backing): this test never changes it.
+        source, last = await kit.large_session(writer, LARGE_SOURCE, LARGE_BATCH)
         chain = [kit.key(tenant=source.tenant) for _ in range(3)]
         small, small_fork = kit.key(tenant=source.tenant), kit.key(tenant=source.tenant)
-        writer, reader = await kit.open(), await kit.open()
+        reader = await kit.open()
         await writer.append(small, make_messages(10))
         before = await self.messages_read(reader)
         assert await reader.fork(small, small_fork) == 10
         small_cost = await self.messages_read(reader) - before
-        last: list[Message] = []
-        for start in range(0, LARGE_SOURCE, LARGE_BATCH):
-            last = [Message(role="user", text=f"#{n}") for n in range(start, start + LARGE_BATCH)]
-            await writer.append(source, last)
         before = await self.messages_read(reader)
         assert await reader.fork(source, chain[0], through=last[-10].message_id) == LARGE_SOURCE - 9
         assert await self.messages_read(reader) - before <= small_cost + WINDOW_SLACK, "a fork read the history"

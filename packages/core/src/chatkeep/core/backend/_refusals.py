@@ -1,0 +1,88 @@
+"""The errors a store raises for a call it refuses: a feature its backend lacks, a fork it cannot make, a session
+document another owner holds or another writer changed.
+
+One text per refusal, so every backend says the same; a backend raises them from its hooks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from chatkeep.core._errors import (
+    ConcurrencyConflictError,
+    InvalidArgumentError,
+    SearchUnsupportedError,
+    SessionOwnershipError,
+    UnsupportedOperationError,
+)
+
+if TYPE_CHECKING:
+    from chatkeep.core.backend._sessions import SessionKey
+
+__all__ = [
+    "conflict_error",
+    "feature_unsupported_error",
+    "fork_source_error",
+    "fork_target_exists_error",
+    "owner_error",
+    "search_unsupported_error",
+]
+
+
+def search_unsupported_error(store: object) -> SearchUnsupportedError:
+    """The error for asking a store without the search capability to index or search messages."""
+    return SearchUnsupportedError(
+        f"{type(store).__name__} cannot index or search messages (it lacks the search capability); keep the "
+        "history you want to search in a store that has it: memory://, PostgreSQL with pgvector, or SQLite with "
+        '?transport=apsw (pip install "chatkeep-sql[recall]")'
+    )
+
+
+def feature_unsupported_error(store: object, call: str, hook: str) -> UnsupportedOperationError:
+    """The error for a call whose hook the store's backend does not implement (its plugin predates the call)."""
+    return UnsupportedOperationError(
+        f"{type(store).__name__} does not support {call}: its backend was written before "
+        f"HistoryStore.{call.split('(')[0]} existed; upgrade the plugin that provides it, or ask its author to "
+        f"implement HistoryStore.{hook} (see 'Writing a plugin' in the docs)"
+    )
+
+
+def fork_target_exists_error(target: SessionKey) -> ConcurrencyConflictError:
+    """The error for a fork onto a session that exists (raise it from ``_fork``)."""
+    return ConcurrencyConflictError(
+        f"cannot fork onto session {target.session_id!r}: it already exists; pass a new session id as the target "
+        "(or delete that session first)"
+    )
+
+
+def fork_source_error(source: SessionKey, through: str | None) -> InvalidArgumentError:
+    """The error for a fork whose ``through`` is not a message of the source, or whose source is empty."""
+    if through is None:
+        return InvalidArgumentError(
+            f"session {source.session_id!r} holds no messages, so there is nothing to fork; "
+            "fork a session that has some"
+        )
+    return InvalidArgumentError(
+        f"message {through!r} is not in session {source.session_id!r}; pass the id of one of its messages as through= "
+        "(chatkeep show lists them)"
+    )
+
+
+def owner_error() -> SessionOwnershipError:
+    """The error for a session document bound to another owner (raise it from ``_save_session``)."""
+    return SessionOwnershipError("this session belongs to another owner; refuse the request")
+
+
+def conflict_error(session_id: str, expected_version: str, *, exists: bool | None = None) -> ConcurrencyConflictError:
+    """The error for a stale ``save_session``: raise it from ``_save_session`` when the version does not match.
+
+    Args:
+        session_id: the session's id.
+        expected_version: the version the caller expected.
+        exists: whether the key has a document now (``None``: unknown).
+    """
+    now = {None: "", True: " (it has a newer version)", False: " (it has no document now)"}[exists]
+    return ConcurrencyConflictError(
+        f"session {session_id!r} changed since version {expected_version!r} was read{now}; "
+        "load it again, reapply your change and save with the new version"
+    )
