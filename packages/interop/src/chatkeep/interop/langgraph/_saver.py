@@ -59,7 +59,7 @@ __all__ = ["ChatkeepSaver"]
 
 T = TypeVar("T")
 
-_LATEST_WINDOW = 2  # a thread's newest records read first for get_tuple: a checkpoint, or one and its writes
+_LATEST_WINDOW = 4  # a thread's newest records read first by get_tuple: two checkpoints and their writes
 _LIST_WINDOW = 64  # ... for list without a limit (with one: about two records per checkpoint asked for)
 _PAGE = 500  # sessions per list_sessions page in the calls that walk a tenant
 _STRATEGIES = ("keep_latest", "delete")
@@ -80,8 +80,9 @@ class ChatkeepSaver(BaseCheckpointSaver[int]):
     The checkpoint, its metadata and each write are kept as LangGraph's serializer wrote them, byte for byte.
 
     Costs: ``put`` and ``put_writes`` are one atomic append each, whatever the thread's length. ``get_tuple`` reads
-    the thread's newest records back to the checkpoint asked for (two records for the latest one, in one read);
-    ``list(limit=k)`` reads about the records its k checkpoints span. ``copy_thread`` is a chatkeep fork: the
+    the thread's newest records back to the namespace's checkpoint before the one asked for (whose writes may
+    have been stored before it): for the latest, one read of four records; ``list(limit=k)`` reads about the
+    records its k + 1 checkpoints span. ``copy_thread`` is a chatkeep fork: the
     target refers to the source's records, in the same time at 10 checkpoints as at 100,000. ``prune`` and
     ``delete_for_runs`` rewrite the threads they change (append the kept records, then trim the old ones): run
     them while those threads are idle, since a checkpoint put in between would be trimmed. ``list(None)`` and
@@ -304,9 +305,15 @@ class ChatkeepSaver(BaseCheckpointSaver[int]):
         filter: Mapping[str, Any] | None,
         window: int,
     ) -> AsyncGenerator[CheckpointTuple, None]:
-        """A thread's checkpoints, newest first, with their pending writes (each read before its checkpoint)."""
+        """A thread's checkpoints, newest first, each with its pending writes.
+
+        LangGraph stores a checkpoint in the background while the next step's tasks run, so a task's writes may
+        reach the store before the checkpoint they belong to: a checkpoint is given once the walk has passed the
+        namespace's previous checkpoint (or the log's start), with the writes found on either side of it.
+        """
         writes: defaultdict[tuple[str, str], list[Record]] = defaultdict(list)
         seen: set[tuple[str, str]] = set()
+        waiting: dict[str, tuple[Record, CheckpointMetadata]] = {}  # namespace -> a checkpoint awaiting older writes
         async with aclosing(newest_first(self._store, self._key(thread_id), window)) as records:
             async for record in records:
                 if ns is not None and record.ns != ns:
@@ -315,6 +322,9 @@ class ChatkeepSaver(BaseCheckpointSaver[int]):
                 if record.kind == "writes":
                     writes[slot].append(record)
                     continue
+                if record.ns in waiting:
+                    found, metadata = waiting.pop(record.ns)
+                    yield self._tuple(thread_id, found, metadata, writes.pop((found.ns, found.checkpoint_id), []))
                 if slot in seen:  # an older copy of a checkpoint stored again
                     continue
                 seen.add(slot)
@@ -322,10 +332,12 @@ class ChatkeepSaver(BaseCheckpointSaver[int]):
                     continue
                 if before_id is not None and record.checkpoint_id >= before_id:
                     continue
-                metadata: CheckpointMetadata = self.serde.loads_typed(untyped(record.item["metadata"]))
+                metadata = self.serde.loads_typed(untyped(record.item["metadata"]))
                 if filter and any(metadata.get(name) != value for name, value in filter.items()):
                     continue
-                yield self._tuple(thread_id, record, metadata, writes.pop(slot, []))
+                waiting[record.ns] = (record, metadata)
+        for found, metadata in waiting.values():
+            yield self._tuple(thread_id, found, metadata, writes.pop((found.ns, found.checkpoint_id), []))
 
     def _tuple(
         self, thread_id: str, record: Record, metadata: CheckpointMetadata, writes: list[Record]

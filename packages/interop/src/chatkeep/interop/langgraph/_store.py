@@ -258,10 +258,11 @@ class ChatkeepStore(BaseStore):
             "index": index,
         }
         message = wrap(record, format=ITEM_FORMAT, role="user", text=_text(value, index))
-        if self.embedder is not None and message.text and isinstance(self._store, SupportsSearch):
-            await self._store.append(session, [message], embeddings=await embed_messages(self.embedder, [message]))
+        store = self._store
+        if self.embedder is not None and message.text and isinstance(store, SupportsSearch):
+            await store.append(session, [message], embeddings=await embed_messages(self.embedder, [message]))
         else:
-            await self._store.append(session, [message])
+            await store.append(session, [message])
         if old is None:
             await self._store.update_info(session, tags=_tags(namespace))
         else:
@@ -284,9 +285,10 @@ class ChatkeepStore(BaseStore):
     async def _search(self, op: SearchOp) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
         wanted = op.offset + op.limit
-        if op.query and self.embedder is not None and isinstance(self._store, SupportsSearch):
+        store = self._store
+        if op.query and self.embedder is not None and isinstance(store, SupportsSearch):
             vector = (await self.embedder.embed([op.query]))[0]
-            hits = await self._store.search(TenantScope(self.tenant), vector, op.query, max(wanted * _CANDIDATES, 50))
+            hits = await store.search(TenantScope(self.tenant), vector, op.query, max(wanted * _CANDIDATES, 50))
             ranked = [(hit.session_id, hit.score) for hit in hits]
         else:
             ranked = [(session_id, None) for session_id in await self._prefix_sessions(prefix)]
