@@ -128,8 +128,9 @@ class ChatkeepStore(BaseStore):
     ``put`` writes the item (its time of creation kept across updates), ``get`` reads its one record, ``delete``
     removes its session; ``search`` with ``query`` ranks by chatkeep's semantic recall (by meaning and by words)
     where the store has the search capability and an ``embedder`` is given, and otherwise, as LangGraph's stores
-    without an index do, lists the prefix's items (most recently updated first) filtered by ``filter``. An item's ``ttl`` (minutes; ``ttl={"default_ttl": ...}`` for all) hides it once it has expired
-    (it is deleted when next read) and, with ``refresh_on_read`` (the default), a read restarts it.
+    without an index do, lists the prefix's items (most recently updated first) filtered by ``filter``. An item's
+    ``ttl`` (minutes; ``ttl={"default_ttl": ...}`` for all) hides it once it has expired (it is deleted when next
+    read) and, with ``refresh_on_read`` (the default), a read restarts it.
 
     Args:
         store: a store's sync view, ``open_store(url).sync()`` (yours to close), or a store URL or backend name,
