@@ -110,10 +110,11 @@ INTEROP: dict[str, list[str]] = {
     # (langgraph-checkpoint-redis is left out: its RedisSaver needs the RedisJSON and RediSearch modules).
     "langgraph": [
         "langgraph==1.2.22",
+        "langgraph-checkpoint==4.3.2",
         "langgraph-checkpoint-conformance==0.0.2",
         "langchain-openai==1.7.4",
-        "langgraph-checkpoint-sqlite==LGSQLITE",
-        "langgraph-checkpoint-postgres==LGPG",
+        "langgraph-checkpoint-sqlite==3.1.2",
+        "langgraph-checkpoint-postgres==3.2.0",
     ],
     # agent-framework-openai: the OpenAIChatClient the tests drive; -redis: its RedisHistoryProvider, for the benchmark
     # (it caps redis-py below 7.2.1, so this session runs chatkeep-redis on redis-py 7.1).

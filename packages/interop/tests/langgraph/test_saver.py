@@ -100,7 +100,7 @@ def test_checkpoints_and_writes_keep_the_serializers_bytes(saver: SaverFactory, 
         "messages": [HumanMessage("héllo 🌍 \x00", id="h1"), AIMessage("", tool_calls=[], id="a1")],
         "when": datetime.datetime(2026, 12, 3, 18, 30, tzinfo=datetime.timezone.utc),
         "raw": b"\x00\xff bytes",
-        "nested": {"set": {1, 2}, "tuple": (1, "two")},
+        "nested": {"set": {1, 2}, "list": [1, "two", None]},
     }
     checkpoint = generate_checkpoint(channel_values=values, channel_versions=dict.fromkeys(values, 1))
     stored = lg.put(generate_config("exact"), checkpoint, generate_metadata(score=0.5), dict.fromkeys(values, 1))

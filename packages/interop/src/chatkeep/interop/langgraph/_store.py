@@ -39,6 +39,8 @@ from chatkeep.core import (
     Embedder,
     HistoryStore,
     InvalidArgumentError,
+    Message,
+    SearchUnsupportedError,
     SessionKey,
     SupportsSearch,
     SyncHistoryStore,
@@ -164,6 +166,7 @@ class ChatkeepStore(BaseStore):
         self.tenant = tenant
         self.embedder = embedder
         self.ttl_config = ttl
+        self._indexing = embedder is not None  # until the store says it cannot search (a PostgreSQL without pgvector)
 
     def __repr__(self) -> str:
         return f"<ChatkeepStore tenant={self.tenant!r} on {self._binding.view!r}>"
@@ -259,16 +262,23 @@ class ChatkeepStore(BaseStore):
             "index": index,
         }
         message = wrap(record, format=ITEM_FORMAT, role="user", text=_text(value, index))
-        store = self._store
-        if self.embedder is not None and message.text and isinstance(store, SupportsSearch):
-            await store.append(session, [message], embeddings=await embed_messages(self.embedder, [message]))
-        else:
-            await store.append(session, [message])
+        await self._append(session, message)
         if old is None:
             await self._store.update_info(session, tags=_tags(namespace))
         else:
             await self._store.trim(session, 1)
         return record
+
+    async def _append(self, session: SessionKey, message: Message) -> None:
+        """Append an item's record, indexed where the store can search and an embedder is given."""
+        store = self._store
+        if self._indexing and self.embedder is not None and message.text and isinstance(store, SupportsSearch):
+            try:
+                await store.append(session, [message], embeddings=await embed_messages(self.embedder, [message]))
+                return
+            except SearchUnsupportedError:  # the store's class can search, its server cannot: list instead
+                self._indexing = False
+        await store.append(session, [message])
 
     # -- search and listing -----------------------------------------------------------------------------------------
 
@@ -287,7 +297,7 @@ class ChatkeepStore(BaseStore):
         prefix = tuple(op.namespace_prefix)
         wanted = op.offset + op.limit
         store = self._store
-        if op.query and self.embedder is not None and isinstance(store, SupportsSearch):
+        if op.query and self._indexing and self.embedder is not None and isinstance(store, SupportsSearch):
             vector = (await self.embedder.embed([op.query]))[0]
             hits = await store.search(TenantScope(self.tenant), vector, op.query, max(wanted * _CANDIDATES, 50))
             ranked = [(hit.session_id, hit.score) for hit in hits]
