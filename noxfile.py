@@ -105,9 +105,9 @@ INTEROP: dict[str, list[str]] = {
         "llama-index-storage-chat-store-redis==0.8.0",
         "openai==2.54.0",
     ],
-    # langgraph-checkpoint-conformance: LangGraph's checkpointer suite, which tests/langgraph runs against ChatkeepSaver;
-    # langchain-openai drives the runtime test's model; -sqlite and -postgres are the benchmark's checkpointers
-    # (langgraph-checkpoint-redis is left out: its RedisSaver needs the RedisJSON and RediSearch modules).
+    # langgraph-checkpoint-conformance: LangGraph's checkpointer suite, which tests/langgraph runs against
+    # ChatkeepSaver; langchain-openai drives the runtime test's model; -sqlite and -postgres are the benchmark's
+    # checkpointers (langgraph-checkpoint-redis is left out: its RedisSaver needs the RedisJSON and RediSearch modules).
     "langgraph": [
         "langgraph==1.2.22",
         "langgraph-checkpoint==4.3.2",

@@ -64,6 +64,9 @@ _LIST_WINDOW = 64  # ... for list without a limit (with one: about two records p
 _PAGE = 500  # sessions per list_sessions page in the calls that walk a tenant
 _STRATEGIES = ("keep_latest", "delete")
 _END = object()
+# (``list`` inside the class body is the saver's method)
+Records = list[Record]
+ThreadIds = list[str]
 
 
 class ChatkeepSaver(BaseCheckpointSaver[int]):
@@ -278,7 +281,7 @@ class ChatkeepSaver(BaseCheckpointSaver[int]):
         before_id = get_checkpoint_id(before) if before else None
         window = _LIST_WINDOW if limit is None else 2 * limit + 2
         if config is None:
-            threads = await self._threads()
+            threads: ThreadIds = await self._threads()
             ns: str | None = None
             checkpoint_id: str | None = None
         else:
@@ -339,9 +342,7 @@ class ChatkeepSaver(BaseCheckpointSaver[int]):
         for found, metadata in waiting.values():
             yield self._tuple(thread_id, found, metadata, writes.pop((found.ns, found.checkpoint_id), []))
 
-    def _tuple(
-        self, thread_id: str, record: Record, metadata: CheckpointMetadata, writes: list[Record]
-    ) -> CheckpointTuple:
+    def _tuple(self, thread_id: str, record: Record, metadata: CheckpointMetadata, writes: Records) -> CheckpointTuple:
         parent = record.item.get("parent")
         return CheckpointTuple(
             config=_config(thread_id, record.ns, record.checkpoint_id),
@@ -439,7 +440,7 @@ class ChatkeepSaver(BaseCheckpointSaver[int]):
             if doomed:
                 await self._rewrite(key, [r for r in records if (r.ns, r.checkpoint_id) not in doomed], len(records))
 
-    async def _rewrite(self, key: SessionKey, kept: list[Record], total: int) -> None:
+    async def _rewrite(self, key: SessionKey, kept: Records, total: int) -> None:
         """Leave only ``kept`` of a thread's ``total`` records: append copies of them, then trim the rest.
 
         Never a moment without the kept records: a reader in between sees them twice (newest copies win).
@@ -452,9 +453,9 @@ class ChatkeepSaver(BaseCheckpointSaver[int]):
         await self._store.append(key, copies(kept))
         await self._store.trim(key, len(kept))
 
-    async def _threads(self) -> list[str]:
+    async def _threads(self) -> ThreadIds:
         """The tenant's sessions that are LangGraph threads (sessions written by others are passed over)."""
-        found: list[str] = []
+        found: ThreadIds = []
         cursor: str | None = None
         while True:
             page = await self._store.list_sessions(self.tenant, limit=_PAGE, cursor=cursor)

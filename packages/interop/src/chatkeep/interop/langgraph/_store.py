@@ -240,7 +240,7 @@ class ChatkeepStore(BaseStore):
             return
         ttl = op.ttl if op.ttl is not None else (self.ttl_config or {}).get("default_ttl")
         index: bool | list[str] = op.index if op.index is not None else True
-        await self._write(session, tuple(op.namespace), op.value, ttl, await self._record(session), index)
+        await self._write(session, tuple(op.namespace), dict(op.value), ttl, await self._record(session), index)
 
     async def _write(
         self,
@@ -300,7 +300,7 @@ class ChatkeepStore(BaseStore):
         if op.query and self._indexing and self.embedder is not None and isinstance(store, SupportsSearch):
             vector = (await self.embedder.embed([op.query]))[0]
             hits = await store.search(TenantScope(self.tenant), vector, op.query, max(wanted * _CANDIDATES, 50))
-            ranked = [(hit.session_id, hit.score) for hit in hits]
+            ranked: list[tuple[str, float | None]] = [(hit.session_id, hit.score) for hit in hits]
         else:
             ranked = [(session_id, None) for session_id in await self._prefix_sessions(prefix)]
         found: list[SearchItem] = []
