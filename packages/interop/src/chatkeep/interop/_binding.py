@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from types import TracebackType
 from typing import Any
+
+from typing_extensions import Self
 
 from chatkeep.core import (
     DEFAULT_TENANT,
@@ -15,7 +18,7 @@ from chatkeep.core import (
     open_store,
 )
 
-__all__ = ["StoreBinding", "SyncStoreBinding"]
+__all__ = ["BoundAdapter", "StoreBinding", "SyncStoreBinding"]
 
 
 def _refuse_options_for_an_object(store_options: Mapping[str, Any] | None) -> None:
@@ -111,3 +114,37 @@ class SyncStoreBinding:
         """:meth:`close` for async code: the caller's event loop runs on while the view's thread stops."""
         if self.owns_view:
             await asyncio.to_thread(self.view.close)
+
+
+class BoundAdapter:
+    """The life cycle of an adapter that keeps its store in ``self._binding`` (a :class:`SyncStoreBinding`).
+
+    :meth:`close` (or leaving ``with`` / ``async with``) closes the store if the adapter opened it from a URL; a
+    view the caller passed stays open.
+    """
+
+    _binding: SyncStoreBinding
+
+    def close(self) -> None:
+        """Close the store if this adapter opened it from a URL; a view you passed stays open."""
+        self._binding.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` for async code."""
+        await self._binding.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

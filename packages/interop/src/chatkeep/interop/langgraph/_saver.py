@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from contextlib import aclosing
-from types import TracebackType
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -30,7 +29,6 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from typing_extensions import Self
 
 from chatkeep.core import (
     DEFAULT_TENANT,
@@ -41,7 +39,7 @@ from chatkeep.core import (
     SyncHistoryStore,
     UnsupportedOperationError,
 )
-from chatkeep.interop._binding import SyncStoreBinding
+from chatkeep.interop._binding import BoundAdapter, SyncStoreBinding
 from chatkeep.interop.langgraph._records import (
     Record,
     checkpoint_record,
@@ -69,7 +67,7 @@ Records = list[Record]
 ThreadIds = list[str]
 
 
-class ChatkeepSaver(BaseCheckpointSaver[int]):
+class ChatkeepSaver(BoundAdapter, BaseCheckpointSaver[int]):
     """A LangGraph checkpointer that keeps every thread in a chatkeep store, under one tenant.
 
     Swap it in where a graph takes a checkpointer: ``graph = builder.compile(checkpointer=ChatkeepSaver(
@@ -467,32 +465,6 @@ class ChatkeepSaver(BaseCheckpointSaver[int]):
             if page.next_cursor is None:
                 return found
             cursor = page.next_cursor
-
-    # -- life cycle -------------------------------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the store if this saver opened it from a URL; a view you passed stays open."""
-        self._binding.close()
-
-    async def aclose(self) -> None:
-        """:meth:`close` for async code."""
-        await self._binding.aclose()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:

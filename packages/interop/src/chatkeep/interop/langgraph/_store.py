@@ -15,7 +15,6 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from types import TracebackType
 from typing import Any
 
 from langgraph.store.base import (
@@ -32,7 +31,6 @@ from langgraph.store.base import (
     TTLConfig,
 )
 from langgraph.store.base.embed import get_text_at_path
-from typing_extensions import Self
 
 from chatkeep.core import (
     DEFAULT_TENANT,
@@ -47,7 +45,7 @@ from chatkeep.core import (
     TenantScope,
     embed_messages,
 )
-from chatkeep.interop._binding import SyncStoreBinding
+from chatkeep.interop._binding import BoundAdapter, SyncStoreBinding
 from chatkeep.interop._envelope import unwrap, wrap
 
 __all__ = ["ITEM_FORMAT", "ChatkeepStore"]
@@ -121,7 +119,7 @@ def _operator(value: Any, op: str, operand: Any) -> bool:
     return bool(compare(float(value), float(operand)))
 
 
-class ChatkeepStore(BaseStore):
+class ChatkeepStore(BoundAdapter, BaseStore):
     """A LangGraph ``BaseStore`` (long-term memory) whose items live in a chatkeep store, under one tenant.
 
     Swap it in where LangGraph takes a store: ``builder.compile(checkpointer=..., store=ChatkeepStore(
@@ -331,24 +329,6 @@ class ChatkeepStore(BaseStore):
             if all(_condition(condition, namespace) for condition in op.match_conditions or ()):
                 namespaces.add(namespace[: op.max_depth] if op.max_depth is not None else namespace)
         return sorted(namespaces)[op.offset : op.offset + op.limit]
-
-    # -- life cycle -------------------------------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the store if this one opened it from a URL; a view you passed stays open."""
-        self._binding.close()
-
-    async def aclose(self) -> None:
-        """:meth:`close` for async code."""
-        await self._binding.aclose()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def _item(namespace: tuple[str, ...], key: str, record: dict[str, Any]) -> Item:
