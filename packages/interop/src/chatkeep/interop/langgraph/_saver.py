@@ -5,15 +5,16 @@ writes as an append-only log (:mod:`._records`): ``put`` and ``put_writes`` are 
 checkpoint is read from the log's newest end, and ``copy_thread`` is a chatkeep fork (no copy, whatever the
 thread's length).
 
-Sync and async methods share one store through its sync view, as the other adapters do: every call runs on the
-view's private event-loop thread, so LangGraph's sync graphs (``invoke``), async graphs (``ainvoke``) and a sync
-call made inside a running event loop all work on one saver.
+Sync and async methods share one store through its sync view: a sync call runs on the view's private event-loop
+thread (so one made inside a running event loop never waits on that loop), an async one on the caller's loop when
+the store serves any loop (:class:`~chatkeep.interop._binding.BoundAdapter`). LangGraph's sync graphs
+(``invoke``) and async graphs (``ainvoke``) work on one saver.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any, TypeVar
 
@@ -126,12 +127,6 @@ class ChatkeepSaver(BoundAdapter, BaseCheckpointSaver[int]):
 
     def _key(self, thread_id: object) -> SessionKey:
         return SyncStoreBinding.key(str(thread_id), self.tenant)
-
-    def _run(self, call: Coroutine[Any, Any, T]) -> T:
-        return self._binding.view.run(call)
-
-    async def _arun(self, call: Coroutine[Any, Any, T]) -> T:
-        return await self._binding.view.arun(call)
 
     # -- LangGraph's interface, sync and async: each pair runs one coroutine below ---------------------------------
 

@@ -180,11 +180,11 @@ class ChatkeepStore(BoundAdapter, BaseStore):
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run LangGraph's operations in order, on the view's loop."""
-        return self._binding.view.run(self._batch(list(ops)))
+        return self._run(self._batch(list(ops)))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`batch` for async code."""
-        return await self._binding.view.arun(self._batch(list(ops)))
+        return await self._arun(self._batch(list(ops)))
 
     async def _batch(self, ops: Sequence[Op]) -> list[Result]:
         results: list[Result] = []
