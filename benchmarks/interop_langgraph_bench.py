@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import math
 import os
 import sqlite3
@@ -37,7 +38,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-from benchmarks._common import Result, analyze_schema, measure, measure_async, speedup, speedup_table, target_line
+from benchmarks._common import (
+    Result,
+    adapter_targets,
+    analyze_schema,
+    measure_turn,
+    round_robin,
+    versus_frameworks,
+)
 from chatkeep.core import open_store
 from chatkeep.interop.langgraph import ChatkeepSaver
 
@@ -223,23 +231,6 @@ def _threads(path: Path, size: int, count: int) -> list[str]:
     return threads
 
 
-def _round_robin(threads: list[str]) -> Iterator[str]:
-    while True:
-        yield from threads
-
-
-def _measure(path: Path, size: int, turns: Iterator[str], iterations: int, warmup: int) -> Result:
-    if asyncio.iscoroutinefunction(path.turn):
-
-        async def run() -> Result:
-            return await measure_async(
-                path.name, size, lambda: path.turn(path.saver, next(turns)), iterations=iterations, warmup=warmup
-            )
-
-        return asyncio.run(run())
-    return measure(path.name, size, lambda: path.turn(path.saver, next(turns)), iterations=iterations, warmup=warmup)
-
-
 def _run_backend(backend: Backend, sizes: tuple[int, ...], rounds: int, quick: bool) -> list[Result]:
     results: list[Result] = []
     shared: dict[int, list[str]] = {}
@@ -252,42 +243,28 @@ def _run_backend(backend: Backend, sizes: tuple[int, ...], rounds: int, quick: b
         for path in backend.paths:
             # The adapter's sync and async rows share one saver, so they share its threads.
             if path.name == ADAPTER_ASYNC:
-                turns[path.name] = _round_robin(shared[size])
+                turns[path.name] = round_robin(shared[size])
                 continue
             threads = _threads(path, size, count)
             if path.name == ADAPTER:
                 shared[size] = threads
-            turns[path.name] = _round_robin(threads)
+            turns[path.name] = round_robin(threads)
         if backend.seeded is not None:
             backend.seeded()
         merged: dict[str, Result] = {}
         for _ in range(rounds):
             for path in backend.paths:
-                result = _measure(path, size, turns[path.name], iterations, warmup)
+                result = measure_turn(
+                    path.name,
+                    size,
+                    functools.partial(path.turn, path.saver),  # an async turn stays a coroutine function
+                    turns[path.name],
+                    iterations=iterations,
+                    warmup=warmup,
+                )
                 merged.setdefault(path.name, Result(path.name, size, [])).samples.extend(result.samples)
         results += merged.values()
     return results
-
-
-def _table(backend: str, results: list[Result]) -> str:
-    def against(name: str) -> Callable[[Result], Result | None]:
-        return lambda row: next((r for r in results if r.name == name and r.size == row.size), None)
-
-    frameworks = sorted({r.name for r in results if not r.name.startswith(ADAPTER)})
-    title = f"{backend}: the turn (get_tuple of the latest checkpoint, put, put_writes)"
-    return speedup_table(title, results, [(name, against(name)) for name in frameworks])
-
-
-def _targets(backend: str, results: list[Result], sizes: tuple[int, ...]) -> list[str]:
-    lines = []
-    adapter = {r.size: r for r in results if r.name == ADAPTER}
-    for base in (r for r in results if not r.name.startswith(ADAPTER)):
-        which = {sizes[-1]: "largest", sizes[0]: "smallest"}.get(base.size)
-        if which is not None:
-            lines.append(
-                target_line(f"{backend}, against {base.name},", base.size, speedup(adapter[base.size], base), which)
-            )
-    return lines
 
 
 def main(argv: list[str]) -> int:
@@ -323,11 +300,12 @@ def main(argv: list[str]) -> int:
             results = _run_backend(backend, sizes, rounds, args.quick)
         finally:
             backend.close()
-        print(_table(backend.name, results))
+        title = f"{backend.name}: the turn (get_tuple of the latest checkpoint, put, put_writes)"
+        print(versus_frameworks(title, results, ADAPTER))
         if backend.note:
             print(f"\n{backend.note}")
         print()
-        targets += _targets(backend.name, results, sizes)
+        targets += adapter_targets(backend.name, results, ADAPTER, sizes)
     print("### Targets (the sync adapter against each LangGraph checkpointer)")
     print()
     print("\n".join(targets) or "(no LangGraph checkpointer ran on these backends)")
