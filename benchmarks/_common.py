@@ -15,6 +15,7 @@ __all__ = [
     "Result",
     "adapter_targets",
     "format_table",
+    "interleaved_rounds",
     "measure",
     "measure_async",
     "measure_turn",
@@ -188,6 +189,24 @@ def measure_turn(
 
         return asyncio.run(run())
     return measure(name, size, lambda: turn(next(turns)), iterations=iterations, warmup=warmup)
+
+
+def interleaved_rounds(
+    rows: Sequence[tuple[str, Callable[[T], object], Iterator[T]]],
+    size: int,
+    *,
+    rounds: int,
+    iterations: int,
+    warmup: int,
+) -> list[Result]:
+    """Time each row's turn (``(name, turn, the sessions it goes round)``) ``rounds`` times, interleaved round by
+    round so a busy machine slows them alike; one result per row with every round's samples."""
+    merged: dict[str, Result] = {}
+    for _ in range(rounds):
+        for name, turn, turns in rows:
+            result = measure_turn(name, size, turn, turns, iterations=iterations, warmup=warmup)
+            merged.setdefault(name, Result(name, size, [])).samples.extend(result.samples)
+    return list(merged.values())
 
 
 def format_table(

@@ -41,7 +41,7 @@ from benchmarks._common import (
     Result,
     adapter_targets,
     analyze_schema,
-    measure_turn,
+    interleaved_rounds,
     round_robin,
     versus_frameworks,
 )
@@ -230,14 +230,8 @@ def _run_backend(backend: Backend, rounds: int, quick: bool) -> list[Result]:
         turns = {path.name: round_robin(_sessions(path, size, count)) for path in backend.paths}
         if backend.seeded is not None:
             backend.seeded()
-        merged: dict[str, Result] = {}
-        for _ in range(rounds):
-            for path in backend.paths:
-                result = measure_turn(
-                    path.name, size, path.turn, turns[path.name], iterations=iterations, warmup=warmup
-                )
-                merged.setdefault(path.name, Result(path.name, size, [])).samples.extend(result.samples)
-        results += merged.values()
+        rows = [(path.name, path.turn, turns[path.name]) for path in backend.paths]
+        results += interleaved_rounds(rows, size, rounds=rounds, iterations=iterations, warmup=warmup)
     return results
 
 

@@ -42,7 +42,7 @@ from benchmarks._common import (
     Result,
     adapter_targets,
     analyze_schema,
-    measure_turn,
+    interleaved_rounds,
     round_robin,
     versus_frameworks,
 )
@@ -251,19 +251,9 @@ def _run_backend(backend: Backend, sizes: tuple[int, ...], rounds: int, quick: b
             turns[path.name] = round_robin(threads)
         if backend.seeded is not None:
             backend.seeded()
-        merged: dict[str, Result] = {}
-        for _ in range(rounds):
-            for path in backend.paths:
-                result = measure_turn(
-                    path.name,
-                    size,
-                    functools.partial(path.turn, path.saver),  # an async turn stays a coroutine function
-                    turns[path.name],
-                    iterations=iterations,
-                    warmup=warmup,
-                )
-                merged.setdefault(path.name, Result(path.name, size, [])).samples.extend(result.samples)
-        results += merged.values()
+        # functools.partial: an async turn stays a coroutine function.
+        rows = [(path.name, functools.partial(path.turn, path.saver), turns[path.name]) for path in backend.paths]
+        results += interleaved_rounds(rows, size, rounds=rounds, iterations=iterations, warmup=warmup)
     return results
 
 
