@@ -24,10 +24,12 @@ from chatkeep.core import (
     MessageFormatError,
     SessionKey,
     SyncHistoryStore,
+    UnsupportedOperationError,
 )
 from chatkeep.core.backend import SupportsReadProbe
 from chatkeep.interop._envelope import unwrap
 from chatkeep.interop.langgraph import FORMAT, ChatkeepSaver
+from chatkeep.memory import MemoryHistoryStore
 
 SaverFactory = Callable[..., ChatkeepSaver]  # the ``saver`` fixture
 
@@ -195,3 +197,21 @@ def test_a_saver_opened_from_a_url_closes_its_store_and_a_passed_view_stays_open
         if not store_url.startswith("memory"):  # each memory:// URL opens a store of its own
             assert shared.get_tuple(config) is not None
     assert not view.closed
+
+
+class StoreWithoutForks(MemoryHistoryStore):
+    """A store whose plugin predates forks (as Blob's): ``fork`` raises ``UnsupportedOperationError``."""
+
+    async def _fork(self, source: SessionKey, target: SessionKey, through: str | None) -> int:
+        raise UnsupportedOperationError("this store cannot fork sessions; copy them instead")
+
+
+def test_copy_thread_copies_the_records_on_a_store_without_forks(tenant: str) -> None:
+    with StoreWithoutForks(f"memory://?namespace={tenant}").sync() as view:
+        lg = ChatkeepSaver(view, tenant=tenant)
+        ids = put_chain(lg, "source", 3)
+        lg.copy_thread("source", "copy")
+        copied = list(lg.list(generate_config("copy")))
+        assert [t.checkpoint["id"] for t in copied] == ids[::-1]
+        assert copied[0].pending_writes == [("task-2", "step", 3)]
+        assert all(i.forked_from is None for i in view.list_sessions(tenant).items)
