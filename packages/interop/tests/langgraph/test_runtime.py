@@ -23,6 +23,8 @@ from langchain_openai import ChatOpenAI
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command, interrupt
+from typing_extensions import TypedDict
 
 from chatkeep.core import SyncHistoryStore
 from chatkeep.interop.langgraph import ChatkeepSaver
@@ -130,3 +132,38 @@ def test_a_tool_calling_graph_resumes_its_thread_in_a_new_process(
     assert [t.metadata["step"] for t in history] == list(range(len(history) - 2, -2, -1))
     assert history[0] == latest
     assert [t.checkpoint["id"] for t in saver.list(CONFIG, limit=2)] == [t.checkpoint["id"] for t in history[:2]]
+
+
+class Draft(TypedDict):
+    text: str
+    approved: bool
+
+
+def test_an_interrupted_graph_resumes_from_its_pending_writes(view: SyncHistoryStore, tenant: str) -> None:
+    """Human in the loop: ``interrupt()`` stops a run with its interrupt stored as a pending write; a later run with
+    ``Command(resume=...)``, on a new saver, reads it back and finishes."""
+    ran: list[str] = []
+
+    def write(state: Draft) -> dict[str, Any]:
+        ran.append("write")
+        return {"text": state["text"] + " drafted"}
+
+    def review(state: Draft) -> dict[str, Any]:
+        ran.append("review")
+        return {"approved": interrupt({"question": "approve?", "text": state["text"]}) == "yes"}
+
+    def build(saver: ChatkeepSaver) -> CompiledStateGraph[Any, Any, Any, Any]:
+        builder = StateGraph(Draft)
+        builder.add_node("write", write)
+        builder.add_node("review", review)
+        builder.add_edge(START, "write")
+        builder.add_edge("write", "review")
+        return builder.compile(checkpointer=saver)
+
+    config: RunnableConfig = {"configurable": {"thread_id": "draft"}}
+    first = build(ChatkeepSaver(view, tenant=tenant)).invoke({"text": "memo", "approved": False}, config)
+    assert first["__interrupt__"][0].value == {"question": "approve?", "text": "memo drafted"}
+
+    resumed = build(ChatkeepSaver(view, tenant=tenant)).invoke(Command(resume="yes"), config)
+    assert resumed == {"text": "memo drafted", "approved": True}
+    assert ran == ["write", "review", "review"]  # the resumed run reran only the interrupted node
