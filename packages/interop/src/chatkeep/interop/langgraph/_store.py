@@ -132,6 +132,9 @@ class ChatkeepStore(BoundAdapter, BaseStore):
     ``ttl`` (minutes; ``ttl={"default_ttl": ...}`` for all) hides it once it has expired (it is deleted when next
     read) and, with ``refresh_on_read`` (the default), a read restarts it.
 
+    It needs a store with session tags (memory, SQL, Redis): on one without (Blob), ``put`` raises
+    ``UnsupportedOperationError``.
+
     Args:
         store: a store's sync view, ``open_store(url).sync()`` (yours to close), or a store URL or backend name,
             which this store opens and :meth:`close` closes.
