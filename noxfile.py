@@ -105,6 +105,17 @@ INTEROP: dict[str, list[str]] = {
         "llama-index-storage-chat-store-redis==0.8.0",
         "openai==2.54.0",
     ],
+    # langgraph-checkpoint-conformance: LangGraph's checkpointer suite, which tests/langgraph runs against
+    # ChatkeepSaver; langchain-openai drives the runtime test's model; -sqlite and -postgres are the benchmark's
+    # checkpointers (langgraph-checkpoint-redis is left out: its RedisSaver needs the RedisJSON and RediSearch modules).
+    "langgraph": [
+        "langgraph==1.2.22",
+        "langgraph-checkpoint==4.3.2",
+        "langgraph-checkpoint-conformance==0.0.2",
+        "langchain-openai==1.7.4",
+        "langgraph-checkpoint-sqlite==3.1.2",
+        "langgraph-checkpoint-postgres==3.2.0",
+    ],
     # agent-framework-openai: the OpenAIChatClient the tests drive; -redis: its RedisHistoryProvider, for the benchmark
     # (it caps redis-py below 7.2.1, so this session runs chatkeep-redis on redis-py 7.1).
     "agent-framework": [

@@ -6,20 +6,28 @@ import asyncio
 import gc
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 __all__ = [
     "RECORDED",
     "Result",
+    "adapter_targets",
     "format_table",
+    "interleaved_rounds",
     "measure",
     "measure_async",
+    "measure_turn",
     "ratio",
+    "round_robin",
     "speedup",
     "speedup_table",
     "times",
+    "versus_frameworks",
 ]
+
+T = TypeVar("T")
 
 #: Every row of every table printed in this run, as ``(table title, result, p50 ratio to the row's baseline)``,
 #: for ``python -m benchmarks --chart FILE`` (the chart is drawn from what the tables say, never measured again).
@@ -131,6 +139,74 @@ def target_line(label: str, size: int, speedup: float, which: str) -> str:
     target = INTEROP_TARGETS[which]
     verdict = "met" if round(speedup, 2) >= target else "missed"  # judged at the precision printed
     return f"- {label} at {size:,}: {speedup:.2f}x faster (target {target:g}x): {verdict}"
+
+
+def versus_frameworks(title: str, results: list[Result], adapter: str) -> str:
+    """An adapter benchmark's table for one backend: every row against each framework store's row of its size.
+
+    The framework stores are the rows whose name does not start with ``adapter`` (the adapter's rows, sync and
+    async, all do).
+    """
+
+    def against(name: str) -> Callable[[Result], Result | None]:
+        return lambda row: next((r for r in results if r.name == name and r.size == row.size), None)
+
+    frameworks = sorted({r.name for r in results if not r.name.startswith(adapter)})
+    return speedup_table(title, results, [(name, against(name)) for name in frameworks])
+
+
+def adapter_targets(backend: str, results: list[Result], adapter: str, sizes: Sequence[int]) -> list[str]:
+    """The target lines of one backend: the ``adapter`` row against each framework store at the smallest and
+    largest of ``sizes``."""
+    lines = []
+    ours = {r.size: r for r in results if r.name == adapter}
+    for base in (r for r in results if not r.name.startswith(adapter)):
+        which = {sizes[-1]: "largest", sizes[0]: "smallest"}.get(base.size)
+        if which is not None:
+            lines.append(
+                target_line(f"{backend}, against {base.name},", base.size, speedup(ours[base.size], base), which)
+            )
+    return lines
+
+
+def round_robin(items: Sequence[T]) -> Iterator[T]:
+    """``items`` over and over: the sessions a benchmark's timed turns go round."""
+    while True:
+        yield from items
+
+
+def measure_turn(
+    name: str, size: int, turn: Callable[[T], object], turns: Iterator[T], *, iterations: int, warmup: int
+) -> Result:
+    """Time ``turn`` on the next of ``turns`` each time; an async ``turn`` runs on a loop of its own."""
+    if asyncio.iscoroutinefunction(turn):
+
+        async def run() -> Result:
+            coroutine_turn = cast(Callable[[T], Awaitable[object]], turn)
+            return await measure_async(
+                name, size, lambda: coroutine_turn(next(turns)), iterations=iterations, warmup=warmup
+            )
+
+        return asyncio.run(run())
+    return measure(name, size, lambda: turn(next(turns)), iterations=iterations, warmup=warmup)
+
+
+def interleaved_rounds(
+    rows: Sequence[tuple[str, Callable[[T], object], Iterator[T]]],
+    size: int,
+    *,
+    rounds: int,
+    iterations: int,
+    warmup: int,
+) -> list[Result]:
+    """Time each row's turn (``(name, turn, the sessions it goes round)``) ``rounds`` times, interleaved round by
+    round so a busy machine slows them alike; one result per row with every round's samples."""
+    merged: dict[str, Result] = {}
+    for _ in range(rounds):
+        for name, turn, turns in rows:
+            result = measure_turn(name, size, turn, turns, iterations=iterations, warmup=warmup)
+            merged.setdefault(name, Result(name, size, [])).samples.extend(result.samples)
+    return list(merged.values())
 
 
 def format_table(

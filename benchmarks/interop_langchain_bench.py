@@ -30,14 +30,21 @@ import os
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from benchmarks._common import Result, analyze_schema, measure, measure_async, speedup, speedup_table, target_line
+from benchmarks._common import (
+    Result,
+    adapter_targets,
+    analyze_schema,
+    interleaved_rounds,
+    round_robin,
+    versus_frameworks,
+)
 from chatkeep.core import SyncHistoryStore, open_store
 from chatkeep.interop.langchain import ChatkeepChatMessageHistory
 
@@ -213,23 +220,6 @@ def _sessions(path: Path, size: int, count: int) -> list[BaseChatMessageHistory]
     return histories
 
 
-def _round_robin(histories: list[BaseChatMessageHistory]) -> Iterator[BaseChatMessageHistory]:
-    while True:
-        yield from histories
-
-
-def _measure(path: Path, size: int, turns: Iterator[BaseChatMessageHistory], iterations: int, warmup: int) -> Result:
-    if asyncio.iscoroutinefunction(path.turn):
-
-        async def run() -> Result:
-            return await measure_async(
-                path.name, size, lambda: path.turn(next(turns)), iterations=iterations, warmup=warmup
-            )
-
-        return asyncio.run(run())
-    return measure(path.name, size, lambda: path.turn(next(turns)), iterations=iterations, warmup=warmup)
-
-
 def _run_backend(backend: Backend, rounds: int, quick: bool) -> list[Result]:
     results: list[Result] = []
     for size in SIZES:
@@ -237,37 +227,12 @@ def _run_backend(backend: Backend, rounds: int, quick: bool) -> list[Result]:
         turns_per_path = rounds * (iterations + warmup)
         turns_per_session = max(2, size // 10)  # each turn adds 2 messages: growth of at most a fifth
         count = math.ceil(turns_per_path / turns_per_session)
-        turns = {path.name: _round_robin(_sessions(path, size, count)) for path in backend.paths}
+        turns = {path.name: round_robin(_sessions(path, size, count)) for path in backend.paths}
         if backend.seeded is not None:
             backend.seeded()
-        merged: dict[str, Result] = {}
-        for _ in range(rounds):
-            for path in backend.paths:
-                result = _measure(path, size, turns[path.name], iterations, warmup)
-                merged.setdefault(path.name, Result(path.name, size, [])).samples.extend(result.samples)
-        results += merged.values()
+        rows = [(path.name, path.turn, turns[path.name]) for path in backend.paths]
+        results += interleaved_rounds(rows, size, rounds=rounds, iterations=iterations, warmup=warmup)
     return results
-
-
-def _table(backend: str, results: list[Result]) -> str:
-    def against(name: str) -> Callable[[Result], Result | None]:
-        return lambda row: next((r for r in results if r.name == name and r.size == row.size), None)
-
-    frameworks = sorted({r.name for r in results if not r.name.startswith(ADAPTER)})
-    title = f"{backend}: the turn (read the newest {WINDOW}, add_messages of 2)"
-    return speedup_table(title, results, [(name, against(name)) for name in frameworks])
-
-
-def _targets(backend: str, results: list[Result]) -> list[str]:
-    lines = []
-    adapter = {r.size: r for r in results if r.name == ADAPTER}
-    for base in (r for r in results if not r.name.startswith(ADAPTER)):
-        which = {SIZES[-1]: "largest", SIZES[0]: "smallest"}.get(base.size)
-        if which is not None:
-            lines.append(
-                target_line(f"{backend}, against {base.name},", base.size, speedup(adapter[base.size], base), which)
-            )
-    return lines
 
 
 def main(argv: list[str]) -> int:
@@ -299,9 +264,13 @@ def main(argv: list[str]) -> int:
             results = _run_backend(backend, rounds, args.quick)
         finally:
             backend.close()
-        print(_table(backend.name, results))
+        print(
+            versus_frameworks(
+                f"{backend.name}: the turn (read the newest {WINDOW}, add_messages of 2)", results, ADAPTER
+            )
+        )
         print()
-        targets += _targets(backend.name, results)
+        targets += adapter_targets(backend.name, results, ADAPTER, SIZES)
     print("### Targets (the sync adapter against each LangChain store)")
     print()
     print("\n".join(targets))

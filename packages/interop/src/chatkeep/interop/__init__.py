@@ -8,6 +8,8 @@ One module per framework, each importing only its own framework (install its ext
   ``HistoryProvider`` (``[agent-framework]``).
 * :mod:`chatkeep.interop.langchain`: ``ChatkeepChatMessageHistory``, a LangChain
   ``BaseChatMessageHistory`` (``[langchain]``).
+* :mod:`chatkeep.interop.langgraph`: ``ChatkeepSaver``, a LangGraph checkpointer (``BaseCheckpointSaver``), and
+  ``ChatkeepStore``, its long-term memory store (``BaseStore``) (``[langgraph]``).
 * :mod:`chatkeep.interop.llama_index`: ``ChatkeepChatStore``, a LlamaIndex chat store (``[llama-index]``).
 * :mod:`chatkeep.interop.pydantic_ai`: ``ChatkeepConversationStore``, a Pydantic AI ``ConversationStore``
   (``[pydantic-ai]``).

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Coroutine, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+from typing_extensions import Self
 
 from chatkeep.core import (
     DEFAULT_TENANT,
@@ -15,7 +18,9 @@ from chatkeep.core import (
     open_store,
 )
 
-__all__ = ["StoreBinding", "SyncStoreBinding"]
+__all__ = ["BoundAdapter", "StoreBinding", "SyncStoreBinding"]
+
+T = TypeVar("T")
 
 
 def _refuse_options_for_an_object(store_options: Mapping[str, Any] | None) -> None:
@@ -111,3 +116,50 @@ class SyncStoreBinding:
         """:meth:`close` for async code: the caller's event loop runs on while the view's thread stops."""
         if self.owns_view:
             await asyncio.to_thread(self.view.close)
+
+
+class BoundAdapter:
+    """An adapter that keeps its store in ``self._binding`` (a :class:`SyncStoreBinding`): how it runs a call, and
+    its life cycle.
+
+    Its blocking methods run a call with :meth:`_run` (on the view's loop), its async ones with :meth:`_arun`: on
+    the caller's own loop when the store serves any loop (every bundled store opened from a URL: each loop gets
+    its own connections), so an async call costs no hand-off between threads; otherwise on the view's loop.
+    :meth:`close` (or leaving ``with`` / ``async with``) closes the store if the adapter opened it from a URL; a
+    view the caller passed stays open.
+    """
+
+    _binding: SyncStoreBinding
+
+    def _run(self, call: Coroutine[Any, Any, T]) -> T:
+        return self._binding.view.run(call)
+
+    async def _arun(self, call: Coroutine[Any, Any, T]) -> T:
+        view = self._binding.view
+        if view.store.serves_any_loop and not view.closed:
+            return await call
+        return await view.arun(call)
+
+    def close(self) -> None:
+        """Close the store if this adapter opened it from a URL; a view you passed stays open."""
+        self._binding.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` for async code."""
+        await self._binding.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

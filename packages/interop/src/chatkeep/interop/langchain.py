@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
@@ -42,10 +41,9 @@ from langchain_core.messages import (
     message_to_dict,
     messages_from_dict,
 )
-from typing_extensions import Self
 
 from chatkeep.core import DEFAULT_TENANT, InvalidArgumentError, Message, MessageFormatError, Role, SyncHistoryStore
-from chatkeep.interop._binding import SyncStoreBinding
+from chatkeep.interop._binding import BoundAdapter, SyncStoreBinding
 from chatkeep.interop._envelope import unwrap, wrap
 
 __all__ = ["FORMAT", "ChatkeepChatMessageHistory"]
@@ -59,7 +57,7 @@ _ROLES: dict[str, Role] = {"human": "user", "ai": "assistant", "system": "system
 _CHAT_ROLES: dict[str, Role] = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
-class ChatkeepChatMessageHistory(BaseChatMessageHistory):
+class ChatkeepChatMessageHistory(BoundAdapter, BaseChatMessageHistory):
     """A LangChain chat message history kept in a chatkeep store, for sync and async LangChain code alike.
 
     Args:
@@ -156,24 +154,6 @@ class ChatkeepChatMessageHistory(BaseChatMessageHistory):
         """:meth:`clear` for async code."""
         view = self._binding.view
         await view.arun(view.store.delete(self._key))
-
-    # -- life cycle ---------------------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the store if this history opened it from a URL; a view you passed stays open."""
-        self._binding.close()
-
-    async def aclose(self) -> None:
-        """:meth:`close` for async code."""
-        await self._binding.aclose()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def _to_chatkeep(messages: Sequence[BaseMessage]) -> list[Message]:
