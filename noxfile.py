@@ -112,6 +112,9 @@ INTEROP: dict[str, list[str]] = {
         "agent-framework-openai==1.17.0",
         "agent-framework-redis==1.0.0b261022",
     ],
+    # litellm: ADK's LiteLlm model class, which the runtime tests point at the local server; aiosqlite: the
+    # SQLite driver of ADK's own DatabaseSessionService, which the benchmark compares (PostgreSQL: asyncpg).
+    "adk": ["google-adk==2.13.0", "litellm==LITELLM", "aiosqlite==0.22.1"],
 }
 
 

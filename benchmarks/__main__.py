@@ -33,6 +33,7 @@ INTEROP_SUITES = {
     "interop-agent-framework": "benchmarks.interop_agent_framework_bench",
     "interop-langchain": "benchmarks.interop_langchain_bench",
     "interop-llama-index": "benchmarks.interop_llama_index_bench",
+    "interop-adk": "benchmarks.interop_adk_bench",
 }
 
 
