@@ -114,7 +114,7 @@ INTEROP: dict[str, list[str]] = {
     ],
     # litellm: ADK's LiteLlm model class, which the runtime tests point at the local server; aiosqlite: the
     # SQLite driver of ADK's own DatabaseSessionService, which the benchmark compares (PostgreSQL: asyncpg).
-    "adk": ["google-adk==2.13.0", "litellm==LITELLM", "aiosqlite==0.22.1"],
+    "adk": ["google-adk==2.13.0", "litellm==1.106.2", "aiosqlite==0.22.1"],
 }
 
 

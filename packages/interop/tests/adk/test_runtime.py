@@ -4,6 +4,7 @@ class pointed at the project's local OpenAI-protocol server, for two turns; the 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 import json
 import sys
 import textwrap
@@ -20,7 +21,7 @@ from google.genai import types
 from chatkeep.interop.adk import ChatkeepSessionService
 from chatkeep.testing.openai_server import FakeOpenAIServer
 
-from .conftest import ServiceFactory
+ServiceFactory = Callable[[], ChatkeepSessionService]
 
 APP, USER = "weather-app", "user-1"
 QUESTION = "What is the weather in Paris?"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 from google.adk.events import Event, EventActions
@@ -17,7 +17,7 @@ from chatkeep.core import Message, SessionKey, StoreUnavailableError, open_store
 from chatkeep.interop.adk import ChatkeepSessionService
 from chatkeep.memory import MemoryHistoryStore
 
-from .conftest import ServiceFactory
+ServiceFactory = Callable[[], ChatkeepSessionService]
 
 APP, USER = "weather-app", "user-1"
 

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from google.adk.events import Event
+from pydantic_core import to_jsonable_python
 from google.adk.sessions import State
 
 from chatkeep.core import AgentSession, InvalidSessionKeyError, Message, MessageFormatError, Role, SessionKey
@@ -114,7 +115,8 @@ def split_delta(delta: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[s
     app: dict[str, Any] = {}
     user: dict[str, Any] = {}
     session: dict[str, Any] = {}
-    for name, value in (delta or {}).items():
+    # Values that are not JSON (datetimes, pydantic models) are stored as ADK's database service stores them.
+    for name, value in to_jsonable_python(dict(delta or {}), serialize_unknown=True).items():
         if name.startswith(State.APP_PREFIX):
             app[name.removeprefix(State.APP_PREFIX)] = value
         elif name.startswith(State.USER_PREFIX):

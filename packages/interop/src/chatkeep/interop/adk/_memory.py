@@ -118,9 +118,9 @@ class ChatkeepMemoryService(BaseMemoryService):
         )
         return SearchMemoryResponse(memories=[_entry(hit.message) for hit in hits])
 
-    @override
     async def delete_memories(self, *, app_name: str, user_id: str) -> None:
-        """Forget every memory of this app and user."""
+        """Forget every memory of this app and user (one memory alone cannot be deleted: ``delete_memory`` is
+        ADK's ``NotImplementedError``, as chatkeep deletes a session's messages together)."""
         await self.store.delete(memory_key(self.tenant, app_name, user_id))
 
     async def _remember(

@@ -6,11 +6,14 @@ import asyncio
 import time
 import uuid
 import weakref
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
 
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events import Event
 from google.adk.sessions import BaseSessionService, Session
 from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
@@ -22,6 +25,7 @@ from chatkeep.core import (
     HistoryStore,
     SessionKey,
     StoredSession,
+    UnsupportedOperationError,
 )
 from chatkeep.core.backend import encode_records
 from chatkeep.interop._binding import StoreBinding
@@ -44,7 +48,7 @@ from chatkeep.interop.adk._layout import (
 
 __all__ = ["ChatkeepSessionService"]
 
-#: ADK's own message for a stale session (its services raise ``ValueError`` with it; callers match on it).
+#: ADK's own message for a stale session (its database service raises StaleSessionError, a ValueError, with it).
 STALE_SESSION_MESSAGE = (
     "The session has been modified in storage since it was loaded. Please reload the session before appending "
     "more events."
@@ -53,6 +57,7 @@ _CAS_ATTEMPTS = 50  # compare-and-set rounds of a shared state document before g
 _CREATOR_WAIT = 2.0  # seconds a writer waits for another writer's first document of a key
 _LIST_CONCURRENCY = 16  # session documents read at once by list_sessions
 _FIRST_WINDOW = 64  # events read first when looking for those after a timestamp
+_REMEMBERED = 256  # session documents kept from the last read or write, to skip a read before an append
 
 
 class ChatkeepSessionService(BaseSessionService):
@@ -90,6 +95,7 @@ class ChatkeepSessionService(BaseSessionService):
         # One lock per session appended to in this process (dropped when unused), as ADK's database service
         # keeps: appends through one session object follow each other, each seeing the one before.
         self._locks: weakref.WeakValueDictionary[SessionKey, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._documents: OrderedDict[SessionKey, StoredSession] = OrderedDict()  # the newest _REMEMBERED
 
     @property
     def store(self) -> HistoryStore:
@@ -112,6 +118,7 @@ class ChatkeepSessionService(BaseSessionService):
         Raises:
             AlreadyExistsError: a session of that id already exists for this app and user.
         """
+        # Surrounding spaces are not part of an id, as ADK's in-memory and SQLite services read them.
         session_id = session_id.strip() if session_id and session_id.strip() else str(uuid.uuid4())
         key = session_key(self.tenant, app_name, user_id, session_id)
         app_delta, user_delta, own = split_delta(state)
@@ -121,7 +128,10 @@ class ChatkeepSessionService(BaseSessionService):
         now = time.time()
         document = Document(dict(own), now, now)
         await self.store.save_session(key, document.to_session(key))
-        await self.store.update_info(key, tags=tags_of(app_name, user_id))
+        try:
+            await self.store.update_info(key, tags=tags_of(app_name, user_id))
+        except UnsupportedOperationError:
+            pass  # a backend without tags (Blob, EncryptedStore): list_sessions walks the tenant instead
         app_state, user_state = await asyncio.gather(
             self._update_shared(app_key(self.tenant, app_name), app_delta),
             self._update_shared(user_key(self.tenant, app_name, user_id), user_delta),
@@ -149,6 +159,7 @@ class ChatkeepSessionService(BaseSessionService):
         which is so never older than the events read: an event its writer had not yet stored (or never did,
         stopped in between) is taken from the document, and stored.
         """
+        session_id = session_id.strip() if session_id else session_id  # as create_session stored it
         key = session_key(self.tenant, app_name, user_id, session_id)
         recent = config.num_recent_events if config is not None else None
         after = config.after_timestamp if config is not None else None
@@ -160,6 +171,7 @@ class ChatkeepSessionService(BaseSessionService):
         stored = await self.store.load_session(key)
         if stored is None:
             return None
+        self._remember(key, stored)
         document = Document.of(stored.session)
         items = window
         if document.newest is not None and newest != document.newest_id:
@@ -185,18 +197,11 @@ class ChatkeepSessionService(BaseSessionService):
     @override
     async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> ListSessionsResponse:
         """The app's sessions (only ``user_id``'s when given), without events, oldest update first."""
-        tag = listing_tag(app_name, user_id)
         found: list[tuple[str, str, SessionKey]] = []
-        cursor: str | None = None
-        while True:
-            page = await self.store.list_sessions(self.tenant, tag=tag, limit=100, cursor=cursor)
-            for info in page.items:
-                ids = ids_of(info.session_id)
-                if ids is not None and ids[0] == app_name and (user_id is None or ids[1] == user_id):
-                    found.append((ids[1], ids[2], SessionKey(self.tenant, info.session_id)))
-            cursor = page.next_cursor
-            if cursor is None:
-                break
+        async for key_id in self._listed(listing_tag(app_name, user_id)):
+            ids = ids_of(key_id)
+            if ids is not None and ids[0] == app_name and (user_id is None or ids[1] == user_id):
+                found.append((ids[1], ids[2], SessionKey(self.tenant, key_id)))
         limit = asyncio.Semaphore(_LIST_CONCURRENCY)
 
         async def document(key: SessionKey) -> StoredSession | None:
@@ -224,13 +229,39 @@ class ChatkeepSessionService(BaseSessionService):
                     last_update_time=doc.updated,
                 )
             )
-        sessions.sort(key=lambda session: session.last_update_time)
+        sessions.sort(key=lambda session: (session.last_update_time, session.user_id, session.id))
         return ListSessionsResponse(sessions=sessions)
+
+    async def _listed(self, tag: str) -> AsyncIterator[str]:
+        """The chatkeep ids of the sessions carrying ``tag`` (on a backend without tags: of the whole tenant)."""
+        cursor: str | None = None
+        chosen: str | None = tag
+        while True:
+            try:
+                page = await self.store.list_sessions(self.tenant, tag=chosen, limit=100, cursor=cursor)
+            except UnsupportedOperationError:
+                if chosen is None:
+                    raise
+                chosen, cursor = None, None
+                continue
+            for info in page.items:
+                yield info.session_id
+            cursor = page.next_cursor
+            if cursor is None:
+                return
 
     @override
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Delete the session, its events and its state (the app's and the user's shared state stay)."""
-        await self.store.delete(session_key(self.tenant, app_name, user_id, session_id))
+        session_id = session_id.strip() if session_id else session_id  # as create_session stored it
+        key = session_key(self.tenant, app_name, user_id, session_id)
+        self._documents.pop(key, None)
+        await self.store.delete(key)
+
+    @override
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """The user's shared state within the app (its ``user:`` keys, without the prefix)."""
+        return await self._shared(user_key(self.tenant, app_name, user_id))
 
     # -- events ---------------------------------------------------------------------------------------------
 
@@ -238,9 +269,12 @@ class ChatkeepSessionService(BaseSessionService):
     async def append_event(self, session: Session, event: Event) -> Event:
         """Store the event and its state delta, then add them to ``session`` (a partial event is not stored).
 
+        Delivering the same event again (an equal event of the same id, as a retry after an error does) stores
+        it once, as ADK's in-memory service does.
+
         Raises:
-            ValueError: the session is stale (another writer appended an event it has not seen: get the
-                session again), as ADK's own services raise; nothing was stored.
+            StaleSessionError: the session is stale (another writer appended an event it has not seen: get the
+                session again), the ``ValueError`` ADK's database service raises; nothing was stored.
             SessionNotFoundError: the session does not exist (any more).
             MessageTooLargeError: the event is over the store's ``max_message_bytes``; nothing was stored.
         """
@@ -254,7 +288,9 @@ class ChatkeepSessionService(BaseSessionService):
             lock = self._locks[key] = asyncio.Lock()
         async with lock:
             await self._store_event(key, session, event)
-            await super().append_event(session=session, event=event)
+            if session.events and session.events[-1] == event:
+                return event  # delivered again, to the session it was appended to: already there
+            self._commit_event_to_session(session, event)
             session.last_update_time = event.timestamp
         return event
 
@@ -262,37 +298,49 @@ class ChatkeepSessionService(BaseSessionService):
         item = event_json(event)
         message = message_of(event, item)
         encode_records([message], max_bytes=self.store.max_message_bytes)  # too large: refused before any write
-        stored = await self.store.load_session(key)
-        if stored is None:
-            raise _session_not_found(session.id)
-        document = Document.of(stored.session)
-        if document.newest_id == event.id:
-            # This very event was appended before and its call failed after the document: complete it.
-            await self._complete(key, item, session.app_name, session.user_id)
-            return
-        if _is_stale(session, document):
-            raise ValueError(STALE_SESSION_MESSAGE)
         app_delta, user_delta, own = split_delta(event.actions.state_delta if event.actions else None)
-        updated = Document({**document.state, **own}, document.created, event.timestamp, item)
-        try:
-            await self.store.save_session(key, updated.to_session(key), expected_version=stored.version)
-        except ConcurrencyConflictError as exc:  # another writer appended since the read: this session is stale
-            raise ValueError(STALE_SESSION_MESSAGE) from exc
+        # The document this service last read or wrote, if any: its compare-and-set fails if another writer
+        # changed it since, and then the document is read again and checked afresh. One round trip saved.
+        stored = self._documents.pop(key, None)
+        while True:
+            fresh = stored is None
+            if stored is None:
+                stored = await self.store.load_session(key)
+                if stored is None:
+                    raise SessionNotFoundError(f"Session {session.id} not found.")
+            document = Document.of(stored.session)
+            if document.newest_id == event.id:
+                # This very event was appended before and its call failed after the document: complete it.
+                await self._complete(key, item, session.app_name, session.user_id)
+                self._remember(key, stored)
+                return
+            if _is_stale(session, document):
+                raise StaleSessionError(STALE_SESSION_MESSAGE)
+            updated = Document({**document.state, **own}, document.created, event.timestamp, item).to_session(key)
+            try:
+                version = await self.store.save_session(key, updated, expected_version=stored.version)
+            except ConcurrencyConflictError as exc:
+                if fresh:  # another writer appended since this read: the session is stale
+                    raise StaleSessionError(STALE_SESSION_MESSAGE) from exc
+                stored = None
+                continue
+            self._remember(key, StoredSession(updated, version))
+            break
         # The shared state before the event: a stored event always has its shared state stored.
-        await asyncio.gather(
-            self._update_shared(app_key(self.tenant, session.app_name), app_delta),
-            self._update_shared(user_key(self.tenant, session.app_name, session.user_id), user_delta),
-        )
+        await self._share(session.app_name, session.user_id, app_delta, user_delta)
         await self.store.append(key, [message])
+
+    def _remember(self, key: SessionKey, stored: StoredSession) -> None:
+        self._documents[key] = stored
+        self._documents.move_to_end(key)
+        while len(self._documents) > _REMEMBERED:
+            self._documents.popitem(last=False)
 
     async def _complete(self, key: SessionKey, item: dict[str, Any], app_name: str, user_id: str) -> None:
         """Store an event the document names but the messages lack, with its shared state."""
         event = event_of(item)
         app_delta, user_delta, _ = split_delta(event.actions.state_delta if event.actions else None)
-        await asyncio.gather(
-            self._update_shared(app_key(self.tenant, app_name), app_delta),
-            self._update_shared(user_key(self.tenant, app_name, user_id), user_delta),
-        )
+        await self._share(app_name, user_id, app_delta, user_delta)
         await self.store.append(key, [message_of(event, item)])
 
     async def _window(
@@ -318,18 +366,28 @@ class ChatkeepSessionService(BaseSessionService):
 
     # -- the state every session of an app, or of a user, shares --------------------------------------------
 
+    async def _share(
+        self, app_name: str, user_id: str, app_delta: Mapping[str, Any], user_delta: Mapping[str, Any]
+    ) -> None:
+        """Apply an event's deltas to the app's and the user's shared state (nothing to do without them)."""
+        updates = []
+        if app_delta:
+            updates.append(self._update_shared(app_key(self.tenant, app_name), app_delta))
+        if user_delta:
+            updates.append(self._update_shared(user_key(self.tenant, app_name, user_id), user_delta))
+        await asyncio.gather(*updates)
+
     async def _shared(self, key: SessionKey) -> dict[str, Any]:
         stored = await self.store.load_session(key)
         return {} if stored is None else Document.of(stored.session).state
 
     async def _update_shared(self, key: SessionKey, delta: Mapping[str, Any]) -> dict[str, Any]:
         """Apply ``delta`` to a shared state document (compare and set, retried) and return the state."""
+        if not delta:
+            return await self._shared(key)
         stored = await self._first_document(key)
         for _ in range(_CAS_ATTEMPTS):
-            document = Document.of(stored.session)
-            if not delta:
-                return document.state
-            updated = document.with_state(delta)
+            updated = Document.of(stored.session).with_state(delta)
             try:
                 await self.store.save_session(key, updated.to_session(key), expected_version=stored.version)
             except ConcurrencyConflictError:
@@ -386,12 +444,3 @@ def _is_stale(session: Session, document: Document) -> bool:
     if session.events:
         return session.events[-1].id != document.newest_id
     return document.newest_id is not None and document.updated > session.last_update_time
-
-
-def _session_not_found(session_id: str) -> Exception:
-    try:
-        from google.adk.errors.session_not_found_error import SessionNotFoundError
-    except ImportError:  # pragma: no cover - an ADK without it raises ValueError, as its services did
-        return ValueError(f"Session {session_id} not found.")
-    return SessionNotFoundError(f"Session {session_id} not found.")
-
