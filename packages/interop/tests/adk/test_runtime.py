@@ -10,7 +10,6 @@ import sys
 import textwrap
 from pathlib import Path
 from subprocess import PIPE
-from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent
@@ -91,7 +90,7 @@ async def test_two_turns_with_a_tool_keep_the_history(make_service: ServiceFacto
 
 
 TURN_2 = """
-import asyncio, sys
+import asyncio, json, sys
 from google.adk.agents import LlmAgent
 from google.adk.models.lite_llm import LiteLlm
 from google.adk.runners import Runner
@@ -102,39 +101,59 @@ def get_weather(city: str) -> dict:
     \"\"\"The weather in a city.\"\"\"
     return {"report": f"tool says: sunny, 21C in {city}"}
 
-async def main(base_url, store_url, tenant, session_id):
+async def turn_2(base_url, store_url, tenant, session_id):
     model = LiteLlm(model="openai/fake-model", api_base=base_url, api_key="test-key")
     agent = LlmAgent(name="weather", model=model, instruction="Answer about the weather.", tools=[get_weather])
     async with ChatkeepSessionService(store_url, tenant=tenant) as service:
         runner = Runner(agent=agent, app_name="weather-app", session_service=service)
         message = types.Content(role="user", parts=[types.Part(text="And tomorrow?")])
+        final = ""
         async for event in runner.run_async(user_id="user-1", session_id=session_id, new_message=message):
             if event.is_final_response() and event.content and event.content.parts:
-                print("".join(part.text or "" for part in event.content.parts))
+                final = "".join(part.text or "" for part in event.content.parts)
+        return final
+
+async def main(base_url, tenant, sessions):
+    for name, (store_url, session_id) in json.loads(sessions).items():
+        print(json.dumps({name: await turn_2(base_url, store_url, tenant, session_id)}), flush=True)
 
 asyncio.run(main(*sys.argv[1:]))
 """
 
 
 async def test_turn_2_in_a_new_process(
-    make_service: ServiceFactory, openai_server: FakeOpenAIServer, store_url: str, tenant: str, tmp_path: Path
+    openai_server: FakeOpenAIServer, store_urls: dict[str, str], tenant: str, tmp_path: Path
 ) -> None:
-    if store_url.startswith("memory"):
+    # One new process serves every persistent target in turn (it pays ADK's and LiteLLM's import once); the
+    # server's requests arrive in the targets' order, each turn 2 after its turn 1 was stored by this process.
+    targets = {name: url for name, url in store_urls.items() if not url.startswith("memory")}
+    if not targets:
         pytest.skip("a memory store lives in one process: a new process starts with no history by design")
-    session_id = await _turn_1(make_service(), openai_server)
-    openai_server.reply_text(LATER)
-    script = tmp_path / "turn_2.py"
-    script.write_text(textwrap.dedent(TURN_2), encoding="utf-8")
-    # A process of its own (asyncio's subprocess: the server in this process must keep answering meanwhile).
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(script), openai_server.base_url, store_url, tenant, session_id, stdout=PIPE, stderr=PIPE
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode == 0, stderr.decode()
-    assert stdout.decode().strip().splitlines()[-1] == LATER
-    _assert_turn_1_sent_once(openai_server)
-    stored = await make_service().get_session(app_name=APP, user_id=USER, session_id=session_id)
-    assert stored is not None
-    assert len(stored.events) == 6
-    texts: list[Any] = [e.content.parts[0].text for e in stored.events if e.content and e.content.parts[0].text]
-    assert texts == [QUESTION, ANSWER, FOLLOW_UP, LATER]
+    services = {name: ChatkeepSessionService(url, tenant=tenant) for name, url in targets.items()}
+    try:
+        sessions = {name: (targets[name], await _turn_1(service, openai_server)) for name, service in services.items()}
+        turn_1_requests = len(openai_server.requests)
+        for _ in targets:
+            openai_server.reply_text(LATER)
+        script = tmp_path / "turn_2.py"
+        script.write_text(textwrap.dedent(TURN_2), encoding="utf-8")
+        # A process of its own (asyncio's subprocess: the server in this process must keep answering meanwhile).
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, str(script), openai_server.base_url, tenant, json.dumps(sessions), stdout=PIPE, stderr=PIPE
+        )
+        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=300)
+        assert process.returncode == 0, stderr.decode()
+        answers = {name: text for line in stdout.decode().splitlines() for name, text in json.loads(line).items()}
+        assert answers == dict.fromkeys(targets, LATER)
+        for n, (name, service) in enumerate(services.items()):
+            sent = json.dumps(openai_server.requests[turn_1_requests + n]["messages"], ensure_ascii=False)
+            for part in (QUESTION, "tool says: sunny, 21C in Paris", ANSWER, FOLLOW_UP):
+                assert sent.count(part) == 1, (name, part, sent)
+            stored = await service.get_session(app_name=APP, user_id=USER, session_id=sessions[name][1])
+            assert stored is not None
+            texts = [e.content.parts[0].text for e in stored.events if e.content and e.content.parts[0].text]
+            assert (len(stored.events), texts) == (6, [QUESTION, ANSWER, FOLLOW_UP, LATER]), name
+    finally:
+        for service in services.values():
+            await service.store.delete_tenant(tenant)
+            await service.close()
