@@ -176,6 +176,11 @@ async def _measure(pair: Pair, turns: int) -> list[tuple[int, dict[str, Result]]
     return rows
 
 
+def _theirs(theirs: dict[int, Result], result: Result) -> Result | None:
+    """ADK's row of the size, to compare chatkeep's row with (ADK's own rows are compared with nothing)."""
+    return theirs[result.size] if result.name == "ChatkeepSessionService" else None
+
+
 def main(argv: list[str]) -> int:
     """Run the benchmark and print one Markdown table per backend, then the targets."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks interop-adk", description=__doc__.splitlines()[0])
@@ -207,7 +212,7 @@ def main(argv: list[str]) -> int:
             speedup_table(
                 f"{TITLE}, {family}",
                 flat,
-                [("ADK's own", lambda r: theirs[r.size] if r.name == "ChatkeepSessionService" else None)],
+                [("ADK's own", functools.partial(_theirs, theirs))],
             )
         )
         print()

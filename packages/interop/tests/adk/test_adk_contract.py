@@ -184,14 +184,18 @@ async def test_a_stale_session_is_refused(service: ChatkeepSessionService) -> No
     now = _now()
     original = await service.create_session(app_name=APP, user_id="u")
     await service.append_event(
-        original, Event(invocation_id="inv1", author="user", timestamp=now + 1, actions=EventActions(state_delta={"sk1": "v1"}))
+        original,
+        Event(invocation_id="inv1", author="user", timestamp=now + 1, actions=EventActions(state_delta={"sk1": "v1"})),
     )
     updated = await _got(service, "u", original.id)
     await service.append_event(
-        updated, Event(invocation_id="inv2", author="user", timestamp=now + 2, actions=EventActions(state_delta={"sk2": "v2"}))
+        updated,
+        Event(invocation_id="inv2", author="user", timestamp=now + 2, actions=EventActions(state_delta={"sk2": "v2"})),
     )
     assert original.last_update_time < updated.last_update_time
-    third = Event(invocation_id="inv3", author="user", timestamp=now + 3, actions=EventActions(state_delta={"sk3": "v3"}))
+    third = Event(
+        invocation_id="inv3", author="user", timestamp=now + 3, actions=EventActions(state_delta={"sk3": "v3"})
+    )
     with pytest.raises(StaleSessionError, match="modified in storage"):
         await service.append_event(original, third)
     assert isinstance(StaleSessionError("x"), ValueError)  # ADK's callers catch ValueError

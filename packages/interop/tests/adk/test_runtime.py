@@ -4,10 +4,10 @@ class pointed at the project's local OpenAI-protocol server, for two turns; the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 import json
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from subprocess import PIPE
 
@@ -74,7 +74,9 @@ async def _turn_1(service: ChatkeepSessionService, server: FakeOpenAIServer) -> 
     return session.id
 
 
-async def test_two_turns_with_a_tool_keep_the_history(make_service: ServiceFactory, openai_server: FakeOpenAIServer) -> None:
+async def test_two_turns_with_a_tool_keep_the_history(
+    make_service: ServiceFactory, openai_server: FakeOpenAIServer
+) -> None:
     session_id = await _turn_1(make_service(), openai_server)
     # Turn 2 on another service and store object (the same data), as a restarted server would.
     openai_server.reply_text(LATER)

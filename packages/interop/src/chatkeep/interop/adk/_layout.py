@@ -12,6 +12,7 @@ its user (hashed: tags are short), so ``list_sessions`` reads only that app's or
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Mapping
@@ -20,8 +21,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from google.adk.events import Event
-from pydantic_core import to_jsonable_python
 from google.adk.sessions import State
+from pydantic_core import to_jsonable_python
 
 from chatkeep.core import AgentSession, InvalidSessionKeyError, Message, MessageFormatError, Role, SessionKey
 from chatkeep.interop._envelope import unwrap, wrap
@@ -35,11 +36,11 @@ __all__ = [
     "event_json",
     "event_of",
     "ids_of",
-    "message_of",
     "item_of",
     "listing_tag",
     "memory_key",
     "merged_state",
+    "message_of",
     "session_key",
     "split_delta",
     "tags_of",
@@ -90,7 +91,12 @@ def ids_of(key_id: str) -> tuple[str, str, str] | None:
         parts = json.loads(key_id)
     except ValueError:
         return None
-    if isinstance(parts, list) and len(parts) == 4 and parts[0] == "adk.session" and all(isinstance(p, str) for p in parts):
+    if (
+        isinstance(parts, list)
+        and len(parts) == 4
+        and parts[0] == "adk.session"
+        and all(isinstance(p, str) for p in parts)
+    ):
         return parts[1], parts[2], parts[3]
     return None
 
@@ -128,7 +134,7 @@ def split_delta(delta: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[s
 
 def merged_state(app: Mapping[str, Any], user: Mapping[str, Any], session: Mapping[str, Any]) -> dict[str, Any]:
     """The state an ADK session shows: its own keys, then the app's and the user's under their prefixes."""
-    state = json.loads(json.dumps(session))  # a deep copy: the caller may change it
+    state: dict[str, Any] = copy.deepcopy(dict(session))  # the caller may change it
     state.update({State.APP_PREFIX + name: value for name, value in app.items()})
     state.update({State.USER_PREFIX + name: value for name, value in user.items()})
     return state

@@ -102,7 +102,9 @@ class ChatkeepMemoryService(BaseMemoryService):
         """Remember these entries as they are (an entry with an id is stored once)."""
         extra = dict(custom_metadata or {})
         messages = [
-            _message(entry if not extra else entry.model_copy(update={"custom_metadata": {**extra, **entry.custom_metadata}}))
+            _message(
+                entry if not extra else entry.model_copy(update={"custom_metadata": {**extra, **entry.custom_metadata}})
+            )
             for entry in memories
         ]
         await self._append(app_name, user_id, messages)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 import weakref
@@ -128,10 +129,9 @@ class ChatkeepSessionService(BaseSessionService):
         now = time.time()
         document = Document(dict(own), now, now)
         await self.store.save_session(key, document.to_session(key))
-        try:
+        # A backend without tags (Blob, EncryptedStore) leaves them: list_sessions walks the tenant instead.
+        with contextlib.suppress(UnsupportedOperationError):
             await self.store.update_info(key, tags=tags_of(app_name, user_id))
-        except UnsupportedOperationError:
-            pass  # a backend without tags (Blob, EncryptedStore): list_sessions walks the tenant instead
         app_state, user_state = await asyncio.gather(
             self._update_shared(app_key(self.tenant, app_name), app_delta),
             self._update_shared(user_key(self.tenant, app_name, user_id), user_delta),
