@@ -6,7 +6,9 @@ import asyncio
 import gc
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 __all__ = [
@@ -165,6 +167,22 @@ def format_table(
             line += f" {ratio(result, other):.2f}x |" if other is not None else " |"
         lines.append(line)
     return "\n".join(lines)
+
+
+@asynccontextmanager
+async def own_schema(url: str, prefix: str) -> AsyncIterator[tuple[str, str]]:
+    """A PostgreSQL schema of this run's own on ``url``'s server, dropped afterwards: ``(schema, asyncpg dsn)``."""
+    import asyncpg  # type: ignore[import-untyped]
+
+    schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f'CREATE SCHEMA "{schema}"')
+        yield schema, dsn
+    finally:
+        await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await admin.close()
 
 
 async def analyze_schema(dsn: str, schema: str) -> None:

@@ -36,7 +36,7 @@ from google.adk.sessions import BaseSessionService, DatabaseSessionService
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
-from benchmarks._common import Result, analyze_schema, speedup, speedup_table, target_line
+from benchmarks._common import Result, analyze_schema, own_schema, speedup, speedup_table, target_line
 from chatkeep.core import open_store
 from chatkeep.interop.adk import ChatkeepSessionService
 
@@ -97,28 +97,21 @@ async def _sqlite() -> AsyncIterator[Pair]:
 
 @asynccontextmanager
 async def _postgresql() -> AsyncIterator[Pair]:
-    import asyncpg  # type: ignore[import-untyped]
+    async with own_schema(PG_URL, "ck_bench_adk") as (schema, dsn):
+        adk = DatabaseSessionService(PG_URL, connect_args={"server_settings": {"search_path": schema}})
+        store = open_store(f"{PG_URL}?schema={schema}")
+        chatkeep = ChatkeepSessionService(store, tenant="bench")
 
-    schema = f"ck_bench_adk_{uuid.uuid4().hex[:10]}"
-    dsn = PG_URL.replace("postgresql+asyncpg://", "postgresql://", 1)
-    admin = await asyncpg.connect(dsn)
-    await admin.execute(f'CREATE SCHEMA "{schema}"')
-    adk = DatabaseSessionService(PG_URL, connect_args={"server_settings": {"search_path": schema}})
-    store = open_store(f"{PG_URL}?schema={schema}")
-    chatkeep = ChatkeepSessionService(store, tenant="bench")
+        async def close() -> None:
+            await adk.close()
+            await store.close()
 
-    async def close() -> None:
-        await adk.close()
-        await store.close()
-        await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        await admin.close()
-
-    yield Pair(
-        "PostgreSQL",
-        {"DatabaseSessionService (asyncpg)": adk, "ChatkeepSessionService": chatkeep},
-        close,
-        seeded=functools.partial(analyze_schema, dsn, schema),
-    )
+        yield Pair(
+            "PostgreSQL",
+            {"DatabaseSessionService (asyncpg)": adk, "ChatkeepSessionService": chatkeep},
+            close,
+            seeded=functools.partial(analyze_schema, dsn, schema),
+        )
 
 
 PAIRS: dict[str, Callable[[], Any]] = {"sqlite": _sqlite, "postgresql": _postgresql}

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from types import TracebackType
 from typing import Any
+
+from typing_extensions import Self
 
 from chatkeep.core import (
     DEFAULT_TENANT,
@@ -15,7 +18,7 @@ from chatkeep.core import (
     open_store,
 )
 
-__all__ = ["StoreBinding", "SyncStoreBinding"]
+__all__ = ["ClosesItsStore", "StoreBinding", "SyncStoreBinding"]
 
 
 def _refuse_options_for_an_object(store_options: Mapping[str, Any] | None) -> None:
@@ -60,6 +63,24 @@ class StoreBinding:
         """Close the store if the binding opened it; a store the caller passed stays open."""
         if self.owns_store:
             await self.store.close()
+
+
+class ClosesItsStore:
+    """``close()`` and ``async with`` for an adapter object holding a :class:`StoreBinding` as ``_binding``."""
+
+    _binding: StoreBinding
+
+    async def close(self) -> None:
+        """Close the store if this object opened it from a URL (a store object you passed stays open)."""
+        await self._binding.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
 
 
 class SyncStoreBinding:

@@ -6,7 +6,6 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from types import TracebackType
 from typing import Any
 
 from google.adk.events import Event
@@ -14,11 +13,11 @@ from google.adk.memory import BaseMemoryService
 from google.adk.memory.base_memory_service import SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions import Session
-from typing_extensions import Self, override
+from typing_extensions import override
 
 from chatkeep.core import DEFAULT_TENANT, Embedder, HistoryStore, InvalidArgumentError, Message, default_embedder
 from chatkeep.core.backend import embed_messages, searchable
-from chatkeep.interop._binding import StoreBinding
+from chatkeep.interop._binding import ClosesItsStore, StoreBinding
 from chatkeep.interop._envelope import unwrap, wrap
 from chatkeep.interop.adk._layout import memory_key
 
@@ -28,7 +27,7 @@ __all__ = ["ChatkeepMemoryService"]
 FORMAT = "adk.memory"
 
 
-class ChatkeepMemoryService(BaseMemoryService):
+class ChatkeepMemoryService(ClosesItsStore, BaseMemoryService):
     """An ADK memory service on chatkeep's semantic recall: memories found by meaning and by words.
 
     Each memory (an event's text content, or an entry given to :meth:`add_memory`) is one chatkeep message in
@@ -155,18 +154,6 @@ class ChatkeepMemoryService(BaseMemoryService):
         if messages:
             key = memory_key(self.tenant, app_name, user_id)
             await self.store.append(key, messages, embeddings=await embed_messages(self.embedder, messages))
-
-    async def close(self) -> None:
-        """Close the store if the service opened it from a URL (a store object you passed stays open)."""
-        await self._binding.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 def _message(entry: MemoryEntry) -> Message:

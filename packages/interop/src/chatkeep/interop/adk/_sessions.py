@@ -9,7 +9,6 @@ import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
-from types import TracebackType
 from typing import Any
 
 from google.adk.errors import StaleSessionError
@@ -18,7 +17,7 @@ from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events import Event
 from google.adk.sessions import BaseSessionService, Session
 from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
-from typing_extensions import Self, override
+from typing_extensions import override
 
 from chatkeep.core import (
     DEFAULT_TENANT,
@@ -29,7 +28,7 @@ from chatkeep.core import (
     UnsupportedOperationError,
 )
 from chatkeep.core.backend import encode_records
-from chatkeep.interop._binding import StoreBinding
+from chatkeep.interop._binding import ClosesItsStore, StoreBinding
 from chatkeep.interop.adk._layout import (
     Document,
     app_key,
@@ -61,7 +60,7 @@ _FIRST_WINDOW = 64  # events read first when looking for those after a timestamp
 _REMEMBERED = 256  # session documents kept from the last read or write, to skip a read before an append
 
 
-class ChatkeepSessionService(BaseSessionService):
+class ChatkeepSessionService(ClosesItsStore, BaseSessionService):
     """An ADK session service whose sessions, events and state live in a chatkeep store.
 
     A drop-in for ``InMemorySessionService`` or ``DatabaseSessionService``: pass it to ``Runner(...,
@@ -418,18 +417,6 @@ class ChatkeepSessionService(BaseSessionService):
         return StoredSession(empty, await self.store.save_session(key, empty))
 
     # -- life cycle -----------------------------------------------------------------------------------------
-
-    async def close(self) -> None:
-        """Close the store if the service opened it from a URL (a store object you passed stays open)."""
-        await self._binding.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return f"ChatkeepSessionService(tenant={self.tenant!r}, store={type(self.store).__name__})"
