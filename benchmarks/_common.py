@@ -8,8 +8,9 @@ import statistics
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 __all__ = [
     "RECORDED",
@@ -17,6 +18,8 @@ __all__ = [
     "format_table",
     "measure",
     "measure_async",
+    "measure_pairs",
+    "own_schema",
     "ratio",
     "speedup",
     "speedup_table",
@@ -167,6 +170,26 @@ def format_table(
             line += f" {ratio(result, other):.2f}x |" if other is not None else " |"
         lines.append(line)
     return "\n".join(lines)
+
+
+_PairT = TypeVar("_PairT", bound=Any)  # a benchmark's pair: its ``family`` names it, ``close()`` ends it
+_RowsT = TypeVar("_RowsT")
+
+
+async def measure_pairs(
+    pairs: dict[str, Callable[[], AbstractAsyncContextManager[_PairT]]],
+    chosen: Sequence[str],
+    measure: Callable[[_PairT], Awaitable[_RowsT]],
+) -> dict[str, _RowsT]:
+    """Each chosen backend's rows (its pair's ``family`` -> ``measure(pair)``), the pair closed after it."""
+    results = {}
+    for name in chosen:
+        async with pairs[name]() as pair:
+            try:
+                results[pair.family] = await measure(pair)
+            finally:
+                await pair.close()
+    return results
 
 
 @asynccontextmanager

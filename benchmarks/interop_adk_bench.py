@@ -36,7 +36,15 @@ from google.adk.sessions import BaseSessionService, DatabaseSessionService
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
-from benchmarks._common import Result, analyze_schema, own_schema, speedup, speedup_table, target_line
+from benchmarks._common import (
+    Result,
+    analyze_schema,
+    measure_pairs,
+    own_schema,
+    speedup,
+    speedup_table,
+    target_line,
+)
 from chatkeep.core import open_store
 from chatkeep.interop.adk import ChatkeepSessionService
 
@@ -154,7 +162,7 @@ async def _alternating(
     return samples
 
 
-async def _measure(pair: Pair, turns: int) -> list[tuple[int, dict[str, Result]]]:
+async def _measure(pair: Pair, *, turns: int) -> list[tuple[int, dict[str, Result]]]:
     rows = []
     for size in SIZES:
         session_id = f"turn-{size}-{uuid.uuid4().hex[:6]}"
@@ -186,17 +194,7 @@ def main(argv: list[str]) -> int:
         parser.error(f"--only names no backend {unknown}; choose from {', '.join(PAIRS)}")
     turns = 50 if args.quick else 300
 
-    async def run() -> dict[str, list[tuple[int, dict[str, Result]]]]:
-        results = {}
-        for name in chosen:
-            async with PAIRS[name]() as pair:
-                try:
-                    results[pair.family] = await _measure(pair, turns)
-                finally:
-                    await pair.close()
-        return results
-
-    results = asyncio.run(run())
+    results = asyncio.run(measure_pairs(PAIRS, chosen, functools.partial(_measure, turns=turns)))
     targets = ["### Targets", ""]
     for family, rows in results.items():
         flat = [result for _, by_name in rows for result in by_name.values()]

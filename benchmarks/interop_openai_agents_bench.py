@@ -51,7 +51,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks._common import INTEROP_TARGETS, Result, analyze_schema, speedup, target_line, times
+from benchmarks._common import INTEROP_TARGETS, Result, analyze_schema, measure_pairs, speedup, target_line, times
 from chatkeep.core.backend import write_stamp
 from chatkeep.redis import _layout as redis_layout
 from chatkeep.redis._scripts import APPEND as REDIS_APPEND
@@ -455,7 +455,7 @@ class Row:
     floor: Result
 
 
-async def _measure_pair(pair: Pair, turns: int) -> list[Row]:
+async def _measure_pair(pair: Pair, *, turns: int) -> list[Row]:
     rows = []
     for size in SIZES:
         session_id = f"turn-{size}-{uuid.uuid4().hex[:6]}"
@@ -540,17 +540,7 @@ def main(argv: list[str]) -> int:
         parser.error(f"--only names no backend {unknown}; choose from {', '.join(PAIRS)}")
     turns = 100 if args.quick else 900
 
-    async def run() -> dict[str, list[Row]]:
-        results = {}
-        for name in chosen:
-            async with PAIRS[name]() as pair:
-                try:
-                    results[pair.family] = await _measure_pair(pair, turns)
-                finally:
-                    await pair.close()
-        return results
-
-    results = asyncio.run(run())
+    results = asyncio.run(measure_pairs(PAIRS, chosen, functools.partial(_measure_pair, turns=turns)))
     for family, rows in results.items():
         print(_table(family, rows))
         print()
