@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import statistics
@@ -20,6 +21,7 @@ __all__ = [
     "measure_async",
     "measure_pairs",
     "own_schema",
+    "pair_arguments",
     "ratio",
     "speedup",
     "speedup_table",
@@ -174,6 +176,19 @@ def format_table(
 
 _PairT = TypeVar("_PairT", bound=Any)  # a benchmark's pair: its ``family`` names it, ``close()`` ends it
 _RowsT = TypeVar("_RowsT")
+
+
+def pair_arguments(prog: str, description: str, pairs: Sequence[str], argv: list[str]) -> tuple[list[str], bool]:
+    """The backends ``--only`` chose (all of ``pairs`` by default) and ``--quick``, of a pair benchmark's command."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisy numbers)")
+    parser.add_argument("--only", default=",".join(pairs), help=f"comma-separated: {', '.join(pairs)}")
+    args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(pairs))
+    if unknown:
+        parser.error(f"--only names no backend {unknown}; choose from {', '.join(pairs)}")
+    return chosen, bool(args.quick)
 
 
 async def measure_pairs(

@@ -18,7 +18,6 @@ Run with ``python -m benchmarks interop-adk [--quick] [--only sqlite,postgresql]
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
 import gc
@@ -41,6 +40,7 @@ from benchmarks._common import (
     analyze_schema,
     measure_pairs,
     own_schema,
+    pair_arguments,
     speedup,
     speedup_table,
     target_line,
@@ -184,15 +184,8 @@ def _theirs(theirs: dict[int, Result], result: Result) -> Result | None:
 
 def main(argv: list[str]) -> int:
     """Run the benchmark and print one Markdown table per backend, then the targets."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks interop-adk", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisy numbers)")
-    parser.add_argument("--only", default=",".join(PAIRS), help=f"comma-separated: {', '.join(PAIRS)}")
-    args = parser.parse_args(argv)
-    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = sorted(set(chosen) - set(PAIRS))
-    if unknown:
-        parser.error(f"--only names no backend {unknown}; choose from {', '.join(PAIRS)}")
-    turns = 50 if args.quick else 300
+    chosen, quick = pair_arguments("python -m benchmarks interop-adk", __doc__.splitlines()[0], list(PAIRS), argv)
+    turns = 50 if quick else 300
 
     results = asyncio.run(measure_pairs(PAIRS, chosen, functools.partial(_measure, turns=turns)))
     targets = ["### Targets", ""]
