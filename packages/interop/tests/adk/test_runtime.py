@@ -91,6 +91,31 @@ async def test_two_turns_with_a_tool_keep_the_history(
     assert stored.state["user:units"] == "metric"
 
 
+def test_the_blocking_runner_runs_each_turn_on_an_event_loop_of_its_own(
+    openai_server: FakeOpenAIServer, store_url: str, tenant: str
+) -> None:
+    # Runner.run runs run_async with asyncio.run in a thread per call: one service serves each new loop in turn.
+    service = ChatkeepSessionService(store_url, tenant=tenant)
+    try:
+        session = asyncio.run(service.create_session(app_name=APP, user_id=USER))
+        runner = Runner(agent=_agent(openai_server.base_url), app_name=APP, session_service=service)
+        for text, answer in ((QUESTION, ANSWER), (FOLLOW_UP, LATER)):
+            openai_server.reply_text(answer)
+            message = types.Content(role="user", parts=[types.Part(text=text)])
+            events = list(runner.run(user_id=USER, session_id=session.id, new_message=message))
+            assert events[-1].content is not None
+            assert events[-1].content.parts is not None
+            assert events[-1].content.parts[0].text == answer
+        sent = _sent(openai_server)
+        assert (sent.count(QUESTION), sent.count(ANSWER)) == (1, 1)
+        stored = asyncio.run(service.get_session(app_name=APP, user_id=USER, session_id=session.id))
+        assert stored is not None
+        assert len(stored.events) == 4
+    finally:
+        asyncio.run(service.store.delete_tenant(tenant))
+        asyncio.run(service.close())
+
+
 TURN_2 = """
 import asyncio, json, sys
 from google.adk.agents import LlmAgent
