@@ -208,12 +208,12 @@ class ChatkeepSessionService(ClosesItsStore, BaseSessionService):
                 return await self.store.load_session(key)
 
         users = sorted({user for user, _, _ in found})
-        app_state, *user_states = await asyncio.gather(
-            self._shared(app_key(self.tenant, app_name)),
-            *(self._shared(user_key(self.tenant, app_name, user)) for user in users),
-        )
-        by_user = dict(zip(users, user_states, strict=True))
-        stored = await asyncio.gather(*(document(key) for _, _, key in found))
+        shared = [app_key(self.tenant, app_name), *(user_key(self.tenant, app_name, user) for user in users)]
+        listed = [key for _, _, key in found]
+        app_document, *user_documents = await asyncio.gather(*(document(key) for key in shared))
+        stored = await asyncio.gather(*(document(key) for key in listed))
+        app_state = _state_of(app_document)
+        by_user = {user: _state_of(one) for user, one in zip(users, user_documents, strict=True)}
         sessions = []
         for (user, session_id, _), one in zip(found, stored, strict=True):
             if one is None:  # deleted since it was listed
@@ -377,8 +377,7 @@ class ChatkeepSessionService(ClosesItsStore, BaseSessionService):
         await asyncio.gather(*updates)
 
     async def _shared(self, key: SessionKey) -> dict[str, Any]:
-        stored = await self.store.load_session(key)
-        return {} if stored is None else Document.of(stored.session).state
+        return _state_of(await self.store.load_session(key))
 
     async def _update_shared(self, key: SessionKey, delta: Mapping[str, Any]) -> dict[str, Any]:
         """Apply ``delta`` to a shared state document (compare and set, retried) and return the state."""
@@ -431,3 +430,8 @@ def _is_stale(session: Session, document: Document) -> bool:
     if session.events:
         return session.events[-1].id != document.newest_id
     return document.newest_id is not None and document.updated > session.last_update_time
+
+
+def _state_of(stored: StoredSession | None) -> dict[str, Any]:
+    """The state a shared state document holds (none yet: empty)."""
+    return {} if stored is None else Document.of(stored.session).state
