@@ -7,7 +7,8 @@ document holds the session-scoped state, the revision ADK's stale-session check 
 (so an append interrupted between the document and the event is completed by the next reader). The state every
 session of an app shares (``app:`` keys) lives in the document of ``["adk.app", app_name]``, a user's
 (``user:`` keys) in that of ``["adk.user", app_name, user_id]``. Tags on each session's info name its app and
-its user (hashed: tags are short), so ``list_sessions`` reads only that app's or that user's sessions.
+its user (hashed: tags are short), so ``list_sessions`` reads only that app's or that user's sessions. A user's
+memories (``ChatkeepMemoryService``) are the messages of ``["adk.memory", app_name, user_id]``.
 """
 
 from __future__ import annotations
