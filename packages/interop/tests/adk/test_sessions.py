@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 from google.adk.errors import StaleSessionError
@@ -14,7 +15,14 @@ from google.adk.sessions import Session
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
-from chatkeep.core import Message, SessionKey, StoreUnavailableError, open_store
+from chatkeep.core import (
+    Message,
+    SessionKey,
+    SessionPage,
+    StoreUnavailableError,
+    UnsupportedOperationError,
+    open_store,
+)
 from chatkeep.interop.adk import ChatkeepSessionService
 from chatkeep.memory import MemoryHistoryStore
 
@@ -127,6 +135,27 @@ async def test_an_append_interrupted_between_its_two_writes_is_completed(tenant:
     await service.append_event(session, _event("next"))
     assert len((await _get(service, "s")).events) == 2
     await store.close()
+
+
+class _NoTags(MemoryHistoryStore):
+    """A memory store as a backend without tags answers (Blob, EncryptedStore): update_info and a tag refused."""
+
+    async def update_info(self, key: SessionKey, **fields: object) -> bool:
+        raise UnsupportedOperationError("update_info: this backend keeps no tags (injected by the test)")
+
+    async def list_sessions(self, tenant: str = "default", *, tag: str | None = None, **kwargs: Any) -> SessionPage:
+        if tag is not None:
+            raise UnsupportedOperationError("list_sessions(tag=...): this backend keeps no tags (injected by the test)")
+        return await super().list_sessions(tenant, **kwargs)
+
+
+async def test_a_backend_without_tags_lists_by_walking_the_tenant(tenant: str) -> None:
+    async with _NoTags(namespace=f"adk-{tenant}") as store, ChatkeepSessionService(store, tenant=tenant) as service:
+        for user, session_id in (("u1", "a"), ("u2", "b")):
+            await service.create_session(app_name=APP, user_id=user, session_id=session_id)
+        await service.create_session(app_name="other-app", user_id="u1", session_id="c")
+        assert [s.id for s in (await service.list_sessions(app_name=APP)).sessions] == ["a", "b"]
+        assert [s.id for s in (await service.list_sessions(app_name=APP, user_id="u2")).sessions] == ["b"]
 
 
 async def test_recent_events_and_events_after_a_time(service: ChatkeepSessionService) -> None:
