@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 from google.adk.events import Event
@@ -11,7 +11,7 @@ from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions import Session
 from google.genai import types
 
-from chatkeep.core import SearchUnsupportedError, open_store
+from chatkeep.core import SearchUnsupportedError, default_embedder, open_store
 from chatkeep.interop.adk import ChatkeepMemoryService
 
 APP, USER = "notes-app", "user-1"
@@ -60,6 +60,34 @@ async def test_a_question_finds_the_memory_that_answers_it_by_meaning(memory: Ch
     # Who is the boss: no word in common with the fact.
     boss = (await memory.search_memory(app_name=APP, user_id=USER, query="who is my boss?")).memories
     assert _texts(boss)[0] == FACTS[1]
+
+
+class _Counting:
+    """The offline embedder, counting the texts it embeds."""
+
+    def __init__(self) -> None:
+        self.inner = default_embedder()
+        self.name, self.dimensions = self.inner.name, self.inner.dimensions
+        self.texts: list[str] = []
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.texts += texts
+        return await self.inner.embed(texts)
+
+
+async def test_adding_a_session_again_embeds_only_its_new_events() -> None:
+    counting = _Counting()
+    url = f"memory://?namespace=adk-{uuid.uuid4().hex}"
+    async with ChatkeepMemoryService(url, tenant="t", embedder=counting) as memory:
+        session = _session("s1", FACTS[:2])
+        await memory.add_session_to_memory(session)
+        await memory.add_session_to_memory(session)
+        assert counting.texts == FACTS[:2]
+        session.events += _session("s1", FACTS[2:3]).events
+        await memory.add_session_to_memory(session)
+        assert counting.texts == FACTS[:3]
+        found = (await memory.search_memory(app_name=APP, user_id=USER, query="peanut allergy")).memories
+        assert _texts(found)[0] == FACTS[2]
 
 
 async def test_memories_stay_with_their_app_and_user(memory: ChatkeepMemoryService) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -15,7 +16,16 @@ from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions import Session
 from typing_extensions import override
 
-from chatkeep.core import DEFAULT_TENANT, Embedder, HistoryStore, InvalidArgumentError, Message, default_embedder
+from chatkeep.core import (
+    DEFAULT_TENANT,
+    AgentSession,
+    ConcurrencyConflictError,
+    Embedder,
+    HistoryStore,
+    InvalidArgumentError,
+    Message,
+    default_embedder,
+)
 from chatkeep.core.backend import embed_messages, searchable
 from chatkeep.interop._binding import ClosesItsStore, StoreBinding
 from chatkeep.interop._envelope import unwrap, wrap
@@ -25,6 +35,7 @@ __all__ = ["ChatkeepMemoryService"]
 
 #: The envelope format of a memory entry.
 FORMAT = "adk.memory"
+_MARKS = "adk.remembered"  # the memories' document: session id -> the id of the newest event remembered from it
 
 
 class ChatkeepMemoryService(ClosesItsStore, BaseMemoryService):
@@ -73,8 +84,25 @@ class ChatkeepMemoryService(ClosesItsStore, BaseMemoryService):
 
     @override
     async def add_session_to_memory(self, session: Session) -> None:
-        """Remember the session's events that hold text (each once, however often the session is added)."""
-        await self._remember(session.app_name, session.user_id, session.events, session.id, None)
+        """Remember the session's events that hold text (each once, however often the session is added).
+
+        Adding a session again embeds only the events after the newest one remembered from it (the memories'
+        document keeps that event's id per session), so adding it after every turn costs one turn's embeddings.
+        """
+        key = memory_key(self.tenant, session.app_name, session.user_id)
+        stored = await self.store.load_session(key)
+        marks: dict[str, Any] = dict(stored.session.state.get(_MARKS, {})) if stored is not None else {}
+        ids = [event.id for event in session.events]
+        newest = marks.get(session.id)
+        start = ids.index(newest) + 1 if newest in ids else 0
+        await self._remember(session.app_name, session.user_id, session.events[start:], session.id, None)
+        if start == len(ids):  # nothing new
+            return
+        marks[session.id] = ids[-1]
+        document = AgentSession(session_id=key.session_id, tenant=key.tenant, state={_MARKS: marks})
+        # Only a saving of work: a concurrent add of another session may win, and its events are embedded again.
+        with contextlib.suppress(ConcurrencyConflictError):
+            await self.store.save_session(key, document, expected_version=stored.version if stored else None)
 
     @override
     async def add_events_to_memory(
