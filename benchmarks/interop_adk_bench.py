@@ -27,6 +27,7 @@ import functools
 import gc
 import json
 import os
+import shutil
 import sqlite3
 import tempfile
 import time
@@ -129,6 +130,9 @@ class _FloorSQLite:
         self._db.execute("DELETE FROM events WHERE sid = ?", (session_id,))
         self._db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
+    def close(self) -> None:
+        self._db.close()
+
 
 class _FloorPostgres:
     """The floor on PostgreSQL: one asyncpg connection; a read is one statement (the state and the newest events'
@@ -202,6 +206,8 @@ async def _sqlite() -> AsyncIterator[Pair]:
     async def close() -> None:
         await adk.close()
         await store.close()
+        floor.close()
+        shutil.rmtree(folder, ignore_errors=True)
 
     services = {"DatabaseSessionService": adk, "ChatkeepSessionService": chatkeep, FLOOR: floor}
     yield Pair("SQLite file", services, close)
