@@ -126,6 +126,9 @@ INTEROP: dict[str, list[str]] = {
     # [openai]: the OpenAIChatModel the tests drive against the local server. Pydantic AI ships no stores of its own
     # beyond InMemoryConversationStore, which the tests and the benchmark run beside the adapter.
     "pydantic-ai": ["pydantic-ai-slim[openai]==2.68.0"],
+    # litellm: ADK's LiteLlm model class, which the runtime tests point at the local server; aiosqlite: the
+    # SQLite driver of ADK's own DatabaseSessionService, which the benchmark compares (PostgreSQL: asyncpg).
+    "adk": ["google-adk==2.13.0", "litellm==1.106.2", "aiosqlite==0.22.1"],
 }
 
 

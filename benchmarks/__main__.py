@@ -35,6 +35,7 @@ INTEROP_SUITES = {
     "interop-llama-index": "benchmarks.interop_llama_index_bench",
     "interop-langgraph": "benchmarks.interop_langgraph_bench",
     "interop-pydantic-ai": "benchmarks.interop_pydantic_ai_bench",
+    "interop-adk": "benchmarks.interop_adk_bench",
 }
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 __all__ = [
     "RECORDED",
@@ -18,7 +21,10 @@ __all__ = [
     "interleaved_rounds",
     "measure",
     "measure_async",
+    "measure_pairs",
     "measure_turn",
+    "own_schema",
+    "pair_arguments",
     "ratio",
     "round_robin",
     "speedup",
@@ -241,6 +247,55 @@ def format_table(
             line += f" {ratio(result, other):.2f}x |" if other is not None else " |"
         lines.append(line)
     return "\n".join(lines)
+
+
+_PairT = TypeVar("_PairT", bound=Any)  # a benchmark's pair: its ``family`` names it, ``close()`` ends it
+_RowsT = TypeVar("_RowsT")
+
+
+def pair_arguments(prog: str, description: str, pairs: Sequence[str], argv: list[str]) -> tuple[list[str], bool]:
+    """The backends ``--only`` chose (all of ``pairs`` by default) and ``--quick``, of a pair benchmark's command."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisy numbers)")
+    parser.add_argument("--only", default=",".join(pairs), help=f"comma-separated: {', '.join(pairs)}")
+    args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(pairs))
+    if unknown:
+        parser.error(f"--only names no backend {unknown}; choose from {', '.join(pairs)}")
+    return chosen, bool(args.quick)
+
+
+async def measure_pairs(
+    pairs: dict[str, Callable[[], AbstractAsyncContextManager[_PairT]]],
+    chosen: Sequence[str],
+    measure: Callable[[_PairT], Awaitable[_RowsT]],
+) -> dict[str, _RowsT]:
+    """Each chosen backend's rows (its pair's ``family`` -> ``measure(pair)``), the pair closed after it."""
+    results = {}
+    for name in chosen:
+        async with pairs[name]() as pair:
+            try:
+                results[pair.family] = await measure(pair)
+            finally:
+                await pair.close()
+    return results
+
+
+@asynccontextmanager
+async def own_schema(url: str, prefix: str) -> AsyncIterator[tuple[str, str]]:
+    """A PostgreSQL schema of this run's own on ``url``'s server, dropped afterwards: ``(schema, asyncpg dsn)``."""
+    import asyncpg  # type: ignore[import-untyped]
+
+    schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f'CREATE SCHEMA "{schema}"')
+        yield schema, dsn
+    finally:
+        await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await admin.close()
 
 
 async def analyze_schema(dsn: str, schema: str) -> None:

@@ -36,7 +36,6 @@ session ``interop_bench(framework='openai-agents')`` installs the SDK with its `
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
 import gc
@@ -51,7 +50,16 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks._common import INTEROP_TARGETS, Result, analyze_schema, speedup, target_line, times
+from benchmarks._common import (
+    INTEROP_TARGETS,
+    Result,
+    analyze_schema,
+    measure_pairs,
+    pair_arguments,
+    speedup,
+    target_line,
+    times,
+)
 from chatkeep.core.backend import write_stamp
 from chatkeep.redis import _layout as redis_layout
 from chatkeep.redis._scripts import APPEND as REDIS_APPEND
@@ -455,7 +463,7 @@ class Row:
     floor: Result
 
 
-async def _measure_pair(pair: Pair, turns: int) -> list[Row]:
+async def _measure_pair(pair: Pair, *, turns: int) -> list[Row]:
     rows = []
     for size in SIZES:
         session_id = f"turn-{size}-{uuid.uuid4().hex[:6]}"
@@ -528,29 +536,12 @@ def _targets(results: dict[str, list[Row]]) -> str:
 
 def main(argv: list[str]) -> int:
     """Run the benchmark and print one Markdown table per backend, then the targets."""
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks interop-openai-agents", description=__doc__.splitlines()[0]
+    chosen, quick = pair_arguments(
+        "python -m benchmarks interop-openai-agents", __doc__.splitlines()[0], list(PAIRS), argv
     )
-    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisy numbers)")
-    parser.add_argument("--only", default=",".join(PAIRS), help=f"comma-separated: {', '.join(PAIRS)}")
-    args = parser.parse_args(argv)
-    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = sorted(set(chosen) - set(PAIRS))
-    if unknown:
-        parser.error(f"--only names no backend {unknown}; choose from {', '.join(PAIRS)}")
-    turns = 100 if args.quick else 900
+    turns = 100 if quick else 900
 
-    async def run() -> dict[str, list[Row]]:
-        results = {}
-        for name in chosen:
-            async with PAIRS[name]() as pair:
-                try:
-                    results[pair.family] = await _measure_pair(pair, turns)
-                finally:
-                    await pair.close()
-        return results
-
-    results = asyncio.run(run())
+    results = asyncio.run(measure_pairs(PAIRS, chosen, functools.partial(_measure_pair, turns=turns)))
     for family, rows in results.items():
         print(_table(family, rows))
         print()

@@ -64,6 +64,16 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def store_urls(tmp_path: Path) -> dict[str, str]:
+    """Every chosen target's URL by name, for a test that serves them all from one process it starts (a new
+    process per target costs a framework's import each time); an unreachable one skips or fails as ``store_url``."""
+    urls = {name: TARGETS[name].format(tmp=tmp_path) for name in _chosen()}
+    for url in urls.values():
+        _require_reachable(url)
+    return urls
+
+
+@pytest.fixture
 def tenant() -> str:
     """A tenant no other test uses, so tests on shared servers never meet."""
     return f"interop-{uuid.uuid4().hex[:12]}"

@@ -13,6 +13,8 @@ One module per framework, each importing only its own framework (install its ext
 * :mod:`chatkeep.interop.llama_index`: ``ChatkeepChatStore``, a LlamaIndex chat store (``[llama-index]``).
 * :mod:`chatkeep.interop.pydantic_ai`: ``ChatkeepConversationStore``, a Pydantic AI ``ConversationStore``
   (``[pydantic-ai]``).
+* :mod:`chatkeep.interop.adk`: ``ChatkeepSessionService`` and ``ChatkeepMemoryService``, Google ADK's session
+  and memory services (``[adk]``).
 
 Every adapter takes a store, a store URL or a backend name, plus the tenant and session id, and keeps the
 framework's own items exactly: what the framework writes is what it reads back, field for field.

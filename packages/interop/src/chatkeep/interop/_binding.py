@@ -18,7 +18,7 @@ from chatkeep.core import (
     open_store,
 )
 
-__all__ = ["BoundAdapter", "StoreBinding", "SyncStoreBinding"]
+__all__ = ["BoundAdapter", "ClosesItsStore", "StoreBinding", "SyncStoreBinding"]
 
 T = TypeVar("T")
 
@@ -65,6 +65,24 @@ class StoreBinding:
         """Close the store if the binding opened it; a store the caller passed stays open."""
         if self.owns_store:
             await self.store.close()
+
+
+class ClosesItsStore:
+    """``close()`` and ``async with`` for an adapter object holding a :class:`StoreBinding` as ``_binding``."""
+
+    _binding: StoreBinding
+
+    async def close(self) -> None:
+        """Close the store if this object opened it from a URL (a store object you passed stays open)."""
+        await self._binding.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
 
 
 class SyncStoreBinding:

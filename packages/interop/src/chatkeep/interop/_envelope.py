@@ -9,6 +9,7 @@ sessions show`` and for chatkeep's own agents; an adapter reads only the item.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,23 +22,39 @@ __all__ = ["ENVELOPE_KEY", "unwrap", "wrap"]
 ENVELOPE_KEY = "chatkeep.interop"
 
 
-def wrap(item: Mapping[str, Any], *, format: str, role: Role, text: str = "", message_id: str | None = None) -> Message:
+def wrap(
+    item: Mapping[str, Any],
+    *,
+    format: str,
+    role: Role,
+    text: str = "",
+    message_id: str | None = None,
+    author_name: str | None = None,
+    created_at: datetime | None = None,
+) -> Message:
     """A message that keeps ``item`` (JSON-safe) exactly, with ``role`` and ``text`` as its readable rendering.
 
-    Its ``message_id`` is a new chatkeep id unless ``message_id`` is given: most frameworks' own ids are not
-    unique enough to deduplicate appends by (the Agents SDK gives every Chat Completions item the same
-    placeholder id); pass one only where the framework mints a unique id per item (Pydantic AI's entries).
+    Its ``message_id`` is a new chatkeep id unless the adapter gives one: most frameworks' own ids are not unique
+    enough to deduplicate appends by (the Agents SDK gives every Chat Completions item the same placeholder id);
+    an adapter whose framework makes a unique id per item (ADK's events, Pydantic AI's entries) passes it, so
+    that an append retried after a lost acknowledgement stores the item once. ``author_name`` and
+    ``created_at`` (default: now) are the message's own fields, for chatkeep's readers.
 
     Raises:
         MessageFormatError: the item holds a value that is not JSON (a datetime, bytes, an object); the error
             names where.
     """
-    contents: dict[str, Any] = {"text": text} if text else {}
+    fields: dict[str, Any] = {"text": text} if text else {}
     if message_id is not None:
-        contents["message_id"] = message_id
+        fields["message_id"] = message_id
+    if created_at is not None:
+        fields["created_at"] = created_at
     try:
         return Message(
-            role=role, **contents, additional_properties={ENVELOPE_KEY: {"format": format, "item": dict(item)}}
+            role=role,
+            author_name=author_name,
+            **fields,
+            additional_properties={ENVELOPE_KEY: {"format": format, "item": dict(item)}},
         )
     except InvalidArgumentError as exc:  # pydantic's ValidationError is its cause, naming the places
         found = exc.__cause__
