@@ -8,17 +8,9 @@ import pytest
 
 from chatkeep.blob import open_store
 from chatkeep.core import HistoryStore
-from chatkeep.testing import (
-    ForkConformance,
-    HistoryStoreConformance,
-    InfoConformance,
-    StoreFactory,
-    UsageConformance,
-    not_implemented_yet,
-)
+from chatkeep.testing import HistoryStoreConformance, StoreFactory
 
 
-@not_implemented_yet(ForkConformance, UsageConformance, InfoConformance, reason="not implemented yet on Blob: issue 22")
 class TestBlobConformance(HistoryStoreConformance):
     native_ttl = False  # Blob Storage has no per-blob TTL: prune or a lifecycle rule removes idle sessions
     multi_process = True
