@@ -114,7 +114,7 @@ class _Meta:
     @property
     def total(self) -> int:
         """The records the session shows: the frozen files' and its own."""
-        return self.count + sum(end - first for _, first, end, *_ in self.frozen)
+        return self.count + sum(int(end) - int(first) for _, first, end, *_ in self.frozen)
 
     @property
     def used(self) -> SessionUsage:
@@ -368,7 +368,7 @@ class JsonFilesHistoryStore(HistoryStore):
             take = min(removed, end - first)
             if not take:
                 break
-            lines, part[3] = paths.in_frozen(name, lambda fd, s=start, e=size, n=take: lines_after(fd, s, e, n))
+            lines, part[3] = paths.in_frozen(name, functools.partial(lines_after, start=start, end=size, limit=take))
             part[1], removed = first + take, removed - take
             if meta.usage is not None:
                 meta.account(decode_records(lines), -1)
@@ -501,7 +501,7 @@ class JsonFilesHistoryStore(HistoryStore):
                 if len(lines) == want:
                     break
                 take = min(want - len(lines), end - first)
-                lines = paths.in_frozen(name, lambda fd, e=size, n=take: last_lines(fd, e, n)) + lines
+                lines = paths.in_frozen(name, functools.partial(last_lines, end=size, count=take)) + lines
             return lines
 
     # --8<-- [end:load]
@@ -594,7 +594,8 @@ class JsonFilesHistoryStore(HistoryStore):
             fork.usage = meta.usage
             if meta.usage is not None:  # the fork's usage is the source's but that of the records after the cut
                 for later, _, _, start, end_byte, _ in meta.frozen[n + 1 :]:
-                    after += paths.in_frozen(later, lambda fd, a=start, b=end_byte: lines_after(fd, a, b, None)[0])
+                    read = functools.partial(lines_after, start=start, end=end_byte, limit=None)
+                    after += paths.in_frozen(later, read)[0]
                 fork.account(self._decode(after), -1)
             for part in parts:  # the fork's own names of the frozen files: hard links, counted by the file system
                 link = f"b{uuid.uuid4().hex[:12]}"

@@ -150,7 +150,7 @@ class _Row(NamedTuple):
 
     updated: int
     session_id: str
-    count: int
+    messages: int
     created: int
     name: str
     etag: str
@@ -878,11 +878,12 @@ class BlobHistoryStore(HistoryStore):
         """Write ``holder``'s references to the segments it takes of other sessions' data folders."""
         container = self._container()
 
-        async def put(folder: str, high: int) -> None:
-            await container.upload_blob(self.layout.ref(folder, high, holder), b"", overwrite=True)
+        def put(name: str) -> Callable[[], Awaitable[Any]]:
+            return lambda: container.upload_blob(name, b"", overwrite=True)
 
+        names = [self.layout.ref(folder, high, holder) for folder, high in references.items()]
         with driver_errors(self.config):
-            await asyncio.gather(*(self._write(lambda f=f, n=n: put(f, n)) for f, n in references.items()))
+            await asyncio.gather(*(self._write(put(name)) for name in names))
 
     async def _release(self, tenant: str, session_id: str, meta: SessionMeta, references: dict[str, int]) -> None:
         """Drop the session's references to ``references`` (its metadata no longer holds them), then sweep each."""
@@ -962,11 +963,12 @@ class BlobHistoryStore(HistoryStore):
         """Write the session's entries in the indexes of ``tags`` (a new ETag each time: see :meth:`_untag`)."""
         container = self._container()
 
-        async def put(tag: str) -> None:
-            await container.upload_blob(self.layout.tagged(key.tenant, tag, key.session_id), b"", overwrite=True)
+        def put(name: str) -> Callable[[], Awaitable[Any]]:
+            return lambda: container.upload_blob(name, b"", overwrite=True)
 
+        names = [self.layout.tagged(key.tenant, tag, key.session_id) for tag in tags]
         with driver_errors(self.config):
-            await asyncio.gather(*(self._write(lambda t=t: put(t)) for t in tags))
+            await asyncio.gather(*(self._write(put(name)) for name in names))
 
     async def _entries(self, key: SessionKey, tags: Iterable[str]) -> dict[str, str]:
         """The ETags of the session's entries in the indexes of ``tags`` (those that exist)."""
@@ -1104,7 +1106,7 @@ class BlobHistoryStore(HistoryStore):
         rows = [row for row in _newest_first(rows) if after is None or (row.updated, row.session_id) < after]
         infos = await asyncio.gather(*(self._info_of(row) for row in rows[:limit]))
         items = [
-            session_info(tenant, row.session_id, row.count, row.created, row.updated, info)
+            session_info(tenant, row.session_id, row.messages, row.created, row.updated, info)
             for row, info in zip(rows[:limit], infos, strict=True)
         ]
         last = rows[limit - 1] if len(rows) > limit else None
