@@ -177,7 +177,7 @@ class _Paths:
         return self.prefix + ".lock"
 
     def log(self, meta: _Meta) -> str:
-        return f"{self.prefix}.{meta.log}.jsonl"
+        return self.frozen(str(meta.log))
 
     def frozen(self, name: str, suffix: str = "jsonl") -> str:
         """A frozen records file (or, with ``suffix="ids"``, its id index) the session reads."""
@@ -196,11 +196,7 @@ class _Paths:
         return os.path.join(_tag_folder(folder, tag), name)
 
     def in_log(self, meta: _Meta, read: Callable[[int], _T]) -> _T:
-        fd = os.open(self.log(meta), os.O_RDONLY)
-        try:
-            return read(fd)
-        finally:
-            os.close(fd)
+        return self.in_frozen(str(meta.log), read)  # the own records file, named as a frozen one will be
 
 
 # --8<-- [start:store]

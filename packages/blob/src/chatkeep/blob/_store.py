@@ -695,15 +695,20 @@ class BlobHistoryStore(HistoryStore):
                 number, offset, pending, blocks_seen = number + 1, 0, b"", 0
 
     async def _count(self, key: SessionKey) -> int:
+        view = await self._caught_up(key)
+        return 0 if view is None else view.count
+
+    async def _caught_up(self, key: SessionKey) -> SessionMeta | None:
+        """The session's metadata with the appends landed before their metadata write taken in (``None``: none)."""
         found = await self._read_meta(key)
         if found is None:
-            return 0
+            return None
         view = found[0].copy()
         try:
             await self._catch_up(key, view)
         except _Gone:
-            return found[0].count
-        return view.count
+            return found[0]
+        return view
 
     async def _delete(self, key: SessionKey) -> bool:
         self._cache.pop(key, None)
@@ -922,15 +927,8 @@ class BlobHistoryStore(HistoryStore):
 
     async def _usage(self, key: SessionKey) -> SessionUsage:
         """The usage the metadata keeps (with that of appends landed before their metadata write)."""
-        found = await self._read_meta(key)
-        if found is None:
-            return SessionUsage()
-        view = found[0].copy()
-        try:
-            await self._catch_up(key, view)
-        except _Gone:
-            return found[0].usage
-        return view.usage
+        view = await self._caught_up(key)
+        return SessionUsage() if view is None else view.usage
 
     # -- titles and tags -------------------------------------------------------------------------
 
