@@ -24,14 +24,20 @@ async def blobs(service: Any, container: str, folder: str) -> list[str]:
     return [b.name async for b in client.list_blobs(name_starts_with=f"chatkeep/{folder}/")]
 
 
+async def three_segments(store: HistoryStore, key: SessionKey) -> list[Message]:
+    """12 messages in 6 appends of 2: 3 segments, on a store opened with ``segment_blocks=2``."""
+    batch = make_messages(12)
+    for n in range(0, 12, 2):
+        await store.append(key, batch[n : n + 2])
+    return batch
+
+
 async def test_a_fork_writes_a_reference_and_its_metadata_and_copies_no_segment(
     blob_url: str, service: Any, container: str
 ) -> None:
     source, fork = SessionKey("t", "source"), SessionKey("t", "fork")
     async with open_store(f"{blob_url}?segment_blocks=2") as store:
-        batch = make_messages(12)
-        for n in range(0, 12, 2):
-            await store.append(source, batch[n : n + 2])  # 3 segments of 2 appends
+        batch = await three_segments(store, source)
         segments = await blobs(service, container, "d")
         assert await store.fork(source, fork, through=batch[7].message_id) == 8
         data = await blobs(service, container, "d")
@@ -47,9 +53,7 @@ async def test_segments_outlive_their_session_while_a_fork_refers_to_them(
 ) -> None:
     source, fork = SessionKey("t", "source"), SessionKey("t", "fork")
     async with open_store(f"{blob_url}?segment_blocks=2") as store:
-        batch = make_messages(12)
-        for n in range(0, 12, 2):
-            await store.append(source, batch[n : n + 2])
+        batch = await three_segments(store, source)
         await store.fork(source, fork, through=batch[3].message_id)  # all in segment 0
         await store.append(fork, make_messages(3, "own"))
         assert await store.trim(source, 2) == 10
