@@ -8,20 +8,11 @@ from urllib.parse import quote
 
 import pytest
 
-from chatkeep.core import HistoryStore, UnsupportedOperationError
-from chatkeep.testing import (
-    ForkConformance,
-    HistoryStoreConformance,
-    StoreFactory,
-    StoreKit,
-    not_implemented_yet,
-)
+from chatkeep.core import HistoryStore
+from chatkeep.testing import HistoryStoreConformance, StoreFactory, StoreKit
 from chatkeep_jsonfiles import JsonFilesHistoryStore
 
-_NOT_YET = "not implemented yet on the jsonfiles example: issue 22"
 
-
-@not_implemented_yet(ForkConformance, reason=_NOT_YET)
 class TestJsonFilesConformance(HistoryStoreConformance):
     native_ttl = False  # files do not expire by themselves: the TTL tests skip, saying so
     multi_process = True  # file locks serialize writers in any process: child processes open store_url
@@ -43,11 +34,3 @@ class TestJsonFilesConformance(HistoryStoreConformance):
     @pytest.mark.xfail(strict=True, reason="the store serves one event loop at a time (serves_any_loop is False)")
     async def test_loops_sharing_a_store_lose_and_duplicate_nothing(self, kit: StoreKit, store: HistoryStore) -> None:
         await super().test_loops_sharing_a_store_lose_and_duplicate_nothing(kit, store)
-
-    @pytest.mark.xfail(strict=True, reason=_NOT_YET + " (forks)", raises=UnsupportedOperationError)
-    async def test_a_fork_uses_what_it_took(self, kit: StoreKit, store: HistoryStore) -> None:
-        await super().test_a_fork_uses_what_it_took(kit, store)
-
-    @pytest.mark.xfail(strict=True, reason=_NOT_YET + " (forks)", raises=UnsupportedOperationError)
-    async def test_a_fork_starts_with_its_source_info(self, kit: StoreKit, store: HistoryStore) -> None:
-        await super().test_a_fork_starts_with_its_source_info(kit, store)

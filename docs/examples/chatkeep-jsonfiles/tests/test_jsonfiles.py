@@ -139,6 +139,24 @@ async def test_iteration_continues_after_a_trim(tmp_path: pathlib.Path) -> None:
     assert ids(seen) == ids(batch[:2] + batch[5:])
 
 
+async def test_a_fork_links_the_frozen_records_and_the_last_reader_removes_them(tmp_path: pathlib.Path) -> None:
+    source, fork = SessionKey("t", "source"), SessionKey("t", "fork")
+    batch = messages(6)
+    async with JsonFilesHistoryStore(url(tmp_path)) as store:
+        await store.append(source, batch)
+        assert await store.fork(source, fork, through=batch[3].message_id) == 4
+        logs = [file for file in files_under(tmp_path) if file.suffix == ".jsonl"]
+        assert len({file.stat().st_ino for file in logs}) == 1, "a fork copied records"  # names of one file
+        assert {file.stat().st_nlink for file in logs} == {2}
+        await store.append(source, messages(1, "after"))  # goes on in a new file: the frozen one never changes
+        assert await store.delete(source)
+        assert ids(await store.load(fork)) == ids(batch[:4])
+        [log] = [file for file in files_under(tmp_path) if file.suffix == ".jsonl"]
+        assert log.stat().st_nlink == 1  # the fork's name is the last
+        assert await store.delete(fork)
+    assert [file for file in files_under(tmp_path) if file.suffix in (".jsonl", ".ids")] == []
+
+
 @pytest.mark.parametrize(
     ("query", "options", "message"),
     [

@@ -9,6 +9,12 @@ inside the metadata. In ``ROOT/H(tenant)/``, each session ``P = H(tenant, sessio
 * ``P.ids``: the message-id index (see ``_index.py``);
 * ``P.lock``: the session's lock (``fcntl.flock``), shared by readers and held alone by a writer.
 
+A fork copies nothing. Forking freezes the source's records file: its index becomes ``P.N.ids`` and the source goes
+on in a new file, while the fork gets hard links to every frozen file it reads (``F.bX.jsonl``, ``F.bX.ids``),
+listed in its metadata's ``frozen`` with the records and bytes it shows of each. A frozen file is never written
+again, and the file system counts its links: deleting or trimming the source removes only its own names, so a
+fork never changes, and the file goes with the last session that reads it.
+
 The metadata also holds the session's usage, title, tags and metadata. ``ROOT/H(tenant)/tags/H(tag)/`` is the
 index of a tag: an empty file named ``P`` (without the folder) per session carrying it, which
 ``list_sessions(tag=...)`` reads instead of every session of the tenant.
@@ -37,6 +43,7 @@ from chatkeep.core import (
     AgentSession,
     BackendHistoryProvider,
     ChatkeepError,
+    ForkInfo,
     Message,
     SessionFormatError,
     SessionInfo,
@@ -54,6 +61,8 @@ from chatkeep.core.backend import (
     decode_records,
     decode_session_document,
     encode_cursor,
+    fork_source_error,
+    fork_target_exists_error,
     hashed_key,
     owner_error,
     session_document,
@@ -97,6 +106,15 @@ class _Meta:
     title: str | None = None
     tags: list[str] = dataclasses.field(default_factory=list)  # each also has a file in its tag's folder
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Frozen records files read before the own one, oldest first: [name, first seq, end seq, start byte, end byte,
+    # where the file started in this session's own positions (None: a fork's link)]. Never written again.
+    frozen: list[list[Any]] = dataclasses.field(default_factory=list)
+    forked_from: list[str] | None = None  # the source's session id and the message the fork took last
+
+    @property
+    def total(self) -> int:
+        """The records the session shows: the frozen files' and its own."""
+        return self.count + sum(int(end) - int(first) for _, first, end, *_ in self.frozen)
 
     @property
     def used(self) -> SessionUsage:
@@ -159,7 +177,18 @@ class _Paths:
         return self.prefix + ".lock"
 
     def log(self, meta: _Meta) -> str:
-        return f"{self.prefix}.{meta.log}.jsonl"
+        return self.frozen(str(meta.log))
+
+    def frozen(self, name: str, suffix: str = "jsonl") -> str:
+        """A frozen records file (or, with ``suffix="ids"``, its id index) the session reads."""
+        return f"{self.prefix}.{name}.{suffix}"
+
+    def in_frozen(self, name: str, read: Callable[[int], _T]) -> _T:
+        fd = os.open(self.frozen(name), os.O_RDONLY)
+        try:
+            return read(fd)
+        finally:
+            os.close(fd)
 
     def tagged(self, tag: str) -> str:
         """The session's entry in the index of ``tag``: an empty file in the tag's folder."""
@@ -167,11 +196,7 @@ class _Paths:
         return os.path.join(_tag_folder(folder, tag), name)
 
     def in_log(self, meta: _Meta, read: Callable[[int], _T]) -> _T:
-        fd = os.open(self.log(meta), os.O_RDONLY)
-        try:
-            return read(fd)
-        finally:
-            os.close(fd)
+        return self.in_frozen(str(meta.log), read)  # the own records file, named as a frozen one will be
 
 
 # --8<-- [start:store]
@@ -266,7 +291,8 @@ class JsonFilesHistoryStore(HistoryStore):
             keys = [digest(message.message_id) for message in messages]
             stored = functools.partial(self._stored_keys, paths, meta)
             with IdIndex.open(paths.ids, meta.next_seq, stored, fsync=self.fsync) as index:
-                new = [n for n, id_key in enumerate(keys) if not _live(index.seq(id_key), meta)]
+                held = _in_frozen(paths, meta, keys)  # ids a fork took, or that were frozen by forking
+                new = [n for n, id_key in enumerate(keys) if not _live(index.seq(id_key), meta) and id_key not in held]
                 if not new:
                     return 0
                 data = b"".join(records[n].encode() + b"\n" for n in new)
@@ -304,21 +330,48 @@ class JsonFilesHistoryStore(HistoryStore):
             return 0  # nothing to trim: no lock file is created just to find that out
         with locked(paths.lock, exclusive=True):
             meta = _Meta.read(paths.meta, key)
-            if meta is None or meta.count <= keep_last:
+            if meta is None or meta.total <= keep_last:
                 return 0
-            kept = paths.in_log(meta, lambda fd: last_lines(fd, meta.size, keep_last)) if keep_last else []
-            data = b"".join(line + b"\n" for line in kept)
-            old_log, removed = paths.log(meta), meta.count - keep_last
-            if meta.usage is not None:  # the trimmed records' usage goes with them (the file is rewritten anyway)
-                gone = paths.in_log(meta, lambda fd: lines_after(fd, 0, meta.size, removed)[0])
-                meta.account(decode_records(gone), -1)
-            meta.log, meta.base, meta.size = meta.log + 1, meta.base + meta.size - len(data), len(data)
-            meta.count, meta.first_seq = keep_last, meta.first_seq + removed
+            removed = meta.total - keep_last
+            left, dropped = self._trim_frozen(paths, meta, removed)  # the oldest records are in the frozen files
+            if left:
+                kept = paths.in_log(meta, lambda fd: last_lines(fd, meta.size, keep_last)) if keep_last else []
+                data = b"".join(line + b"\n" for line in kept)
+                old_log = paths.log(meta)
+                if meta.usage is not None:  # the trimmed records' usage goes with them (the file is rewritten anyway)
+                    gone = paths.in_log(meta, lambda fd: lines_after(fd, 0, meta.size, left)[0])
+                    meta.account(decode_records(gone), -1)
+                meta.log, meta.base, meta.size = meta.log + 1, meta.base + meta.size - len(data), len(data)
+                meta.count, meta.first_seq = keep_last, meta.first_seq + left
+                replace_file(paths.log(meta), data, fsync=self.fsync)
             meta.touch()  # a trim that deletes is a write
-            replace_file(paths.log(meta), data, fsync=self.fsync)
             replace_file(paths.meta, meta.dump(), fsync=self.fsync)
-            os.remove(old_log)
+            if left:
+                os.remove(old_log)
+            for name in dropped:  # the session's names of frozen files it no longer reads
+                for suffix in ("jsonl", "ids"):
+                    os.remove(paths.frozen(name, suffix))
             return removed
+
+    def _trim_frozen(self, paths: _Paths, meta: _Meta, removed: int) -> tuple[int, list[str]]:
+        """Drop up to ``removed`` of the oldest records, from the frozen files read first.
+
+        Returns how many are left to drop (from the own file), and the frozen files no longer read.
+        """
+        dropped = []
+        for part in list(meta.frozen):
+            name, first, end, start, size, _ = part
+            take = min(removed, end - first)
+            if not take:
+                break
+            lines, part[3] = paths.in_frozen(name, functools.partial(lines_after, start=start, end=size, limit=take))
+            part[1], removed = first + take, removed - take
+            if meta.usage is not None:
+                meta.account(decode_records(lines), -1)
+            if part[1] == end:
+                meta.frozen.remove(part)  # none of its records left: the session's links to it go (after the commit)
+                dropped.append(name)
+        return removed, dropped
 
     async def _pop(self, key: SessionKey) -> Message | None:
         record = await self._run(self._pop_now, key)
@@ -330,8 +383,16 @@ class JsonFilesHistoryStore(HistoryStore):
             return None  # nothing to pop: no lock file is created just to find that out
         with locked(paths.lock, exclusive=True):
             meta = _Meta.read(paths.meta, key)
-            if meta is None or not meta.count:
+            if meta is None or not meta.total:
                 return None
+            if not meta.count:  # the newest record is in a frozen file: only what the session shows of it moves
+                part = [part for part in meta.frozen if part[2] > part[1]][-1]
+                record = paths.in_frozen(part[0], lambda fd: last_lines(fd, part[4], 1))[0]
+                part[2], part[4] = part[2] - 1, part[4] - len(record) - 1
+                meta.account(decode_records([record]), -1)
+                meta.touch()
+                replace_file(paths.meta, meta.dump(), fsync=self.fsync)
+                return record
             record = paths.in_log(meta, lambda fd: last_lines(fd, meta.size, 1))[0]
             stored = functools.partial(self._stored_keys, paths, meta)
             with IdIndex.open(paths.ids, meta.next_seq, stored, fsync=self.fsync) as index:
@@ -427,35 +488,57 @@ class JsonFilesHistoryStore(HistoryStore):
         paths = self._paths(key)
         with locked(paths.lock, exclusive=False) as exists:
             meta = _Meta.read(paths.meta, key) if exists else None
-            if meta is None or not meta.count:
+            if meta is None or not meta.total:
                 return []
-            if last is None or last >= meta.count:
-                return paths.in_log(meta, lambda fd: lines_after(fd, 0, meta.size, None)[0])
-            return paths.in_log(meta, lambda fd: last_lines(fd, meta.size, last))
+            want = meta.total if last is None else min(last, meta.total)
+            own = min(want, meta.count)  # the newest come from the own file, the rest from frozen ones, newest first
+            lines = paths.in_log(meta, lambda fd: last_lines(fd, meta.size, own)) if own else []
+            for name, first, end, _, size, _ in reversed(meta.frozen):
+                if len(lines) == want:
+                    break
+                take = min(want - len(lines), end - first)
+                lines = paths.in_frozen(name, functools.partial(last_lines, end=size, count=take)) + lines
+            return lines
 
     # --8<-- [end:load]
 
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
-        position: tuple[str, int] | None = None  # (incarnation, bytes since the session's first record ever)
+        # (incarnation, file, position): a frozen file's name and a byte in it, or "" and a byte of the own records
+        # counted since the session's first record ever (so that a trim or a freeze does not move it).
+        position: tuple[str, str, int] | None = None
         while (page := await self._run(self._page, key, position, batch)) is not None:
             lines, position = page
             for message in self._decode(lines):
                 yield message
 
     def _page(
-        self, key: SessionKey, position: tuple[str, int] | None, batch: int
-    ) -> tuple[list[bytes], tuple[str, int]] | None:
+        self, key: SessionKey, position: tuple[str, str, int] | None, batch: int
+    ) -> tuple[list[bytes], tuple[str, str, int]] | None:
         """The ``batch`` records after ``position``; ``None`` at the end, or once the session was deleted."""
         paths = self._paths(key)
         with locked(paths.lock, exclusive=False) as exists:
             meta = _Meta.read(paths.meta, key) if exists else None
             if meta is None or (position is not None and position[0] != meta.incarnation):
                 return None
-            start = 0 if position is None else max(position[1] - meta.base, 0)
+            _, name, at = position or (meta.incarnation, "", -1)
+            parts = meta.frozen  # a trim drops the oldest; a pop leaves an emptied one in place
+            if name == "":  # own records frozen since (a fork) are read on in their frozen file
+                name = next((p[0] for p in parts if p[5] is not None and p[5] <= at < p[5] + p[4]), "")
+                at = at - next((p[5] for p in parts if p[0] == name), 0) if name else at
+            if position is None or (name and name not in [part[0] for part in parts]):
+                name, at = (parts[0][0], parts[0][3]) if parts else ("", meta.base)  # from the first record shown
+            for n, (part, _, _, start, size, _) in enumerate(parts):
+                if part == name:
+                    if max(at, start) < size:
+                        read = functools.partial(lines_after, start=max(at, start), end=size, limit=batch)
+                        lines, end = paths.in_frozen(part, read)
+                        return lines, (meta.incarnation, part, end)
+                    name, at = (parts[n + 1][0], parts[n + 1][3]) if n + 1 < len(parts) else ("", meta.base)
+            start = max(at - meta.base, 0)
             if start >= meta.size:
                 return None
             lines, end = paths.in_log(meta, lambda fd: lines_after(fd, start, meta.size, batch))
-            return lines, (meta.incarnation, meta.base + end)
+            return lines, (meta.incarnation, "", meta.base + end)
 
     async def _usage(self, key: SessionKey) -> SessionUsage:
         """The usage the metadata file keeps (every write that adds or removes records keeps it exact)."""
@@ -464,7 +547,7 @@ class JsonFilesHistoryStore(HistoryStore):
 
     async def _count(self, key: SessionKey) -> int:
         meta = await self._run(_Meta.read, self._paths(key).meta, key)
-        return 0 if meta is None else meta.count
+        return 0 if meta is None else meta.total
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         return _page(await self._run(self._metas, self._folder(tenant)), limit, cursor)
@@ -476,6 +559,64 @@ class JsonFilesHistoryStore(HistoryStore):
     def _tagged_metas(self, folder: str, tag: str) -> list[_Meta]:
         found = (_Meta.read(os.path.join(folder, name) + ".json") for name in _names(_tag_folder(folder, tag)))
         return [meta for meta in found if meta is not None and tag in meta.tags]
+
+    async def _fork(self, source: SessionKey, target: SessionKey, through: str | None) -> int:
+        return await self._run(self._fork_now, source, target, through)
+
+    def _fork_now(self, source: SessionKey, target: SessionKey, through: str | None) -> int:
+        """Freeze the source's own records, then give the target links to the frozen files it reads, up to the cut."""
+        paths, into = self._paths(source), self._paths(target)
+        first, second = sorted((paths.lock, into.lock))  # one order for any two sessions: no deadlock
+        with locked(first, exclusive=True), locked(second, exclusive=True):
+            meta = _Meta.read(paths.meta, source)
+            if meta is None or not meta.total:
+                raise fork_source_error(source, through)
+            if os.path.exists(into.meta):
+                raise fork_target_exists_error(target)
+            self._freeze(paths, meta)  # every record is in a frozen file from here on
+            found = _in_frozen(paths, meta, [digest(through)]).get(digest(through)) if through is not None else None
+            if through is not None and found is None:
+                raise fork_source_error(source, through)
+            n, seq = found or next((n, p[2] - 1) for n, p in reversed(list(enumerate(meta.frozen))) if p[2] > p[1])
+            parts = [list(part) for part in meta.frozen[: n + 1]]
+            name, _, end, _, size, _ = parts[-1]
+            after = paths.in_frozen(name, lambda fd: last_lines(fd, size, end - seq - 1)) if end - seq - 1 else []
+            parts[-1][2], parts[-1][4] = seq + 1, size - sum(len(line) + 1 for line in after)
+            if through is None:
+                through = self._decode(paths.in_frozen(name, lambda fd: last_lines(fd, parts[-1][4], 1)))[0].message_id
+            fork = self._new(target)
+            fork.first_seq, fork.forked_from = seq + 1, [source.session_id, through]
+            fork.title, fork.tags, fork.metadata = meta.title, list(meta.tags), meta.metadata
+            fork.usage = meta.usage
+            if meta.usage is not None:  # the fork's usage is the source's but that of the records after the cut
+                for later, _, _, start, end_byte, _ in meta.frozen[n + 1 :]:
+                    read = functools.partial(lines_after, start=start, end=end_byte, limit=None)
+                    after += paths.in_frozen(later, read)[0]
+                fork.account(self._decode(after), -1)
+            for part in parts:  # the fork's own names of the frozen files: hard links, counted by the file system
+                link = f"b{uuid.uuid4().hex[:12]}"
+                for suffix in ("jsonl", "ids"):
+                    os.link(paths.frozen(part[0], suffix), into.frozen(link, suffix))
+                part[0], part[5] = link, None
+            fork.frozen = parts
+            for tag in fork.tags:
+                _tag(into, tag)
+            replace_file(into.meta, fork.dump(), fsync=self.fsync)
+            return fork.total
+
+    def _freeze(self, paths: _Paths, meta: _Meta) -> None:
+        """Make the own records file a frozen one (with its index), and go on in a new, empty one."""
+        if not meta.count:
+            return
+        stored = functools.partial(self._stored_keys, paths, meta)
+        with IdIndex.open(paths.ids, meta.next_seq, stored, fsync=self.fsync):
+            pass  # up to date (rebuilt if it is stale) before it is frozen
+        name = str(meta.log)
+        os.replace(paths.ids, paths.frozen(name, "ids"))
+        meta.frozen.append([name, meta.first_seq, meta.next_seq, 0, meta.size, meta.base])
+        meta.log, meta.base, meta.first_seq = meta.log + 1, meta.base + meta.size, meta.next_seq
+        meta.count = meta.size = 0
+        replace_file(paths.meta, meta.dump(), fsync=self.fsync)  # not a write of the session: no touch
 
     async def _update_info(
         self, key: SessionKey, title: str | None, tags: frozenset[str] | None, metadata: dict[str, Any] | None
@@ -499,9 +640,7 @@ class JsonFilesHistoryStore(HistoryStore):
                 meta.metadata = metadata
             if tags is not None:
                 for tag in tags - old:  # new entries before the commit, old ones after: the metadata decides
-                    os.makedirs(os.path.dirname(paths.tagged(tag)), exist_ok=True)
-                    with open(paths.tagged(tag), "wb"):
-                        pass
+                    _tag(paths, tag)
                 meta.tags = sorted(tags)
             meta.touch()  # a write
             replace_file(paths.meta, meta.dump(), fsync=self.fsync)
@@ -526,9 +665,10 @@ def _page(metas: list[_Meta], limit: int, cursor: str | None) -> SessionPage:
         SessionInfo(
             m.session_id,
             m.tenant,
-            m.count,
+            m.total,
             m.created_at,
             m.updated_at,
+            forked_from=None if m.forked_from is None else ForkInfo(*m.forked_from),
             usage=m.used,
             title=m.title,
             tags=frozenset(m.tags),
@@ -542,6 +682,29 @@ def _page(metas: list[_Meta], limit: int, cursor: str | None) -> SessionPage:
 def _tag_folder(tenant_folder: str, tag: str) -> str:
     """``ROOT/H(tenant)/tags/H(tag)``: one empty file per session carrying the tag."""
     return os.path.join(tenant_folder, "tags", _hash(tag))
+
+
+def _tag(paths: _Paths, tag: str) -> None:
+    """Add the session's entry to the tag's index."""
+    os.makedirs(os.path.dirname(paths.tagged(tag)), exist_ok=True)
+    with open(paths.tagged(tag), "wb"):
+        pass
+
+
+def _in_frozen(paths: _Paths, meta: _Meta, keys: Sequence[bytes]) -> dict[bytes, tuple[int, int]]:
+    """Which of ``keys`` are ids of records the session shows from frozen files (found in their indexes): each one's
+    file (its place in ``frozen``) and seq."""
+    found: dict[bytes, tuple[int, int]] = {}
+    for n, (name, first, end, *_) in enumerate(meta.frozen):
+        index = IdIndex(paths.frozen(name, "ids"), fsync=False)
+        try:
+            for key in keys:
+                seq = index.seq(key)
+                if seq is not None and first <= seq < end:
+                    found[key] = (n, seq)
+        finally:
+            index.close()
+    return found
 
 
 def _untag(paths: _Paths, tag: str) -> None:

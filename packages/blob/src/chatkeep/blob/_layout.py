@@ -4,8 +4,13 @@ Layout (``P`` is the prefix; ``T`` is the SHA-256 of the length-prefixed tenant,
 tenant and session id, both in hex)::
 
     P/m/T/S              block blob: the session's metadata (JSON, ETag-guarded): originals of the tenant and
-                         id, generation, sequence numbers, segments, the index window, the session document
+                         id, generation, sequence numbers, segments, the index window, the session document,
+                         usage, title, tags, metadata and the fork it came from
     P/d/T/S/GEN/NNNNNNNN append blobs: segment N of generation GEN, message records one per line
+    P/d/T/S/GEN/r/HHHHHHHH.F.FGEN
+                         empty: a reference of the fork F (its generation FGEN) to segments 0..H of this folder,
+                         which keeps them when this session deletes or trims them
+    P/t/T/G/S            empty: session S carries the tag whose hash is G (the tag's index)
 
 Hex digests have no ``/``, ``.`` or ``%``, so no id can reach another folder; names stay under 200
 characters whatever the ids (Azure allows 1,024), and ids that differ in any way hash apart.
@@ -33,6 +38,8 @@ __all__ = [
     "id_timestamp",
     "lines",
     "new_token",
+    "parse_data_name",
+    "session_hash",
 ]
 
 _DIGEST_BYTES = 10
@@ -66,13 +73,47 @@ class Layout:
         folder = f"{self.prefix}/d/{tenant_hash(tenant)}/"
         return folder if session_id is None else folder + session_hash(tenant, session_id) + "/"
 
+    def folder(self, tenant: str, session_id: str, generation: str) -> str:
+        """The data folder of one generation of a session, as a fork's segments name it: ``T/S/GEN``."""
+        return f"{tenant_hash(tenant)}/{session_hash(tenant, session_id)}/{generation}"
+
+    def in_folder(self, folder: str, number: int | None = None) -> str:
+        """Segment ``number`` of data folder ``folder`` (``None``: the folder itself, ending in ``/``)."""
+        return f"{self.prefix}/d/{folder}/" + ("" if number is None else f"{number:08d}")
+
+    def ref(self, folder: str, high: int, holder: str) -> str:
+        """The reference of the fork ``holder`` (session hash and generation) to segments 0..``high`` of ``folder``."""
+        return f"{self.prefix}/d/{folder}/r/{high:08d}.{holder}"
+
+    def meta_of_folder(self, folder: str) -> str:
+        """The metadata blob of the session whose data folder is ``folder``."""
+        tenant, session, _ = folder.split("/")
+        return f"{self.prefix}/m/{tenant}/{session}"
+
+    def tagged(self, tenant: str, tag: str | None = None, session_id: str | None = None) -> str:
+        """The tag index of a tenant (every tag's), of one tag, or one session's entry in it."""
+        name = f"{self.prefix}/t/{tenant_hash(tenant)}/"
+        if tag is not None:
+            name += hashed_key(tenant, tag, domain=b"tag\x00").hex() + "/"
+            if session_id is not None:
+                name += session_hash(tenant, session_id)
+        return name
+
     def data_of_meta(self, meta_name: str) -> str:
         """The data folder of the session whose metadata blob is ``meta_name``."""
         tenant, session = meta_name[len(self.prefix) + 3 :].split("/")
         return f"{self.prefix}/d/{tenant}/{session}/"
 
     def segment(self, tenant: str, session_id: str, generation: str, number: int) -> str:
-        return f"{self.data(tenant, session_id)}{generation}/{number:08d}"
+        return self.in_folder(self.folder(tenant, session_id, generation), number)
+
+
+def parse_data_name(name: str) -> tuple[str, int, bool]:
+    """``(folder path ending in /, number, is a reference)`` of a blob in a data folder (a segment or a reference)."""
+    head, _, tail = name.rpartition("/")
+    if head.endswith("/r"):
+        return head[:-1], int(tail.split(".", 1)[0]), True
+    return head + "/", int(tail), False
 
 
 def digest(message_id: str) -> bytes:

@@ -6,6 +6,11 @@ the newest records: each one's id fingerprint, UUIDv7 timestamp and end offset. 
 ``load(last=k)`` one ranged read of exactly those bytes and lets an append check its ids without reading
 the history. Ids that left the window are summarised by the newest UUIDv7 timestamp among them (and whether
 any was not a UUIDv7), so an append whose ids cannot be among them (every fresh message) needs no history.
+
+It also keeps what a session carries beside its messages: the usage of its records (every write that adds or
+removes records changes it in the same metadata write), its title, tags and metadata, and the fork it came from.
+A fork's metadata is its source's, cut after the message it was forked through: the same segments (naming the
+data folder they live in) and the window up to the cut.
 """
 
 from __future__ import annotations
@@ -16,11 +21,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chatkeep.blob._layout import NOT_UUID7, digest, encode_id, id_timestamp
+from chatkeep.core import ForkInfo, SessionInfo, SessionUsage
+from chatkeep.core.backend import stamp_time
 
-__all__ = ["FORMAT", "Segment", "SessionMeta"]
+__all__ = ["FORMAT", "READ_META", "Segment", "SessionMeta", "decode_info", "session_info"]
 
 FORMAT = 1
 _ENTRY = 16  # 10-byte digest + 6-byte timestamp
+#: Azure takes 8 KiB of blob metadata per blob: info larger than this is read from the metadata blob instead.
+_LISTING_BYTES = 7 * 1024
+#: The listing's ``info`` when it did not fit there: read the metadata blob.
+READ_META = "@"
 
 
 @dataclass
@@ -37,14 +48,17 @@ class Segment:
     blocks: int = 0
     length: int = 0
     seen: int | None = None  # set once the segment is cut
+    folder: str | None = None  # the data folder (T/S/GEN) of the session it came from, for a fork's inherited one
 
     @property
     def cut(self) -> bool:
         return self.seen is not None
 
-    def fields(self) -> list[int]:
-        """The segment as the metadata's JSON holds it (``seen`` only once it is cut)."""
-        head = [self.number, self.first_seq, self.blocks, self.length]
+    def fields(self) -> list[Any]:
+        """The segment as the metadata's JSON holds it (``seen`` only once it is cut, ``folder`` only inherited)."""
+        head: list[Any] = [self.number, self.first_seq, self.blocks, self.length]
+        if self.folder is not None:
+            return [*head, self.seen, self.folder]
         return head if self.seen is None else [*head, self.seen]
 
 
@@ -71,6 +85,11 @@ class SessionMeta:
     document: str | None = None
     version: str | None = None
     owner: str | None = None
+    usage: SessionUsage = field(default_factory=SessionUsage)
+    title: str | None = None
+    tags: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    forked_from: tuple[str, str] | None = None  # the source's session id and the message it was forked through
     _digests: set[bytes] | None = field(default=None, repr=False, compare=False)
 
     # -- (de)serialization -----------------------------------------------------------------------
@@ -95,6 +114,7 @@ class SessionMeta:
             "doc": self.document,
             "ver": self.version,
             "owner": self.owner,
+            **self.info(),
         }
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
@@ -124,16 +144,42 @@ class SessionMeta:
             document=body["doc"],
             version=body["ver"],
             owner=body["owner"],
+            **_info_fields(body),
         )
 
+    def info(self) -> dict[str, Any]:
+        """Usage, title, tags, metadata and fork parent, as the JSON (and the listing's ``info``) holds them."""
+        body: dict[str, Any] = {}
+        if self.usage:
+            body["usage"] = self.usage.to_dict()
+        if self.title is not None:
+            body["title"] = self.title
+        if self.tags:
+            body["tags"] = self.tags
+        if self.metadata:
+            body["meta"] = self.metadata
+        if self.forked_from is not None:
+            body["fork"] = list(self.forked_from)
+        return body
+
     def listing(self) -> dict[str, str]:
-        """Blob metadata for ``list_sessions`` and ``prune``, which read it from one listing of the folder."""
-        return {
+        """Blob metadata for ``list_sessions`` and ``prune``, which read it from one listing of the folder.
+
+        ``info`` (usage, title, tags, metadata, fork parent) goes with it when it fits in what Azure takes;
+        else it says :data:`READ_META`, and a listing reads the metadata blob of that session.
+        """
+        fields = {
             "sid": encode_id(self.session_id),
             "count": str(self.count),
             "created": str(self.created),
             "updated": str(self.updated),
         }
+        info = self.info()
+        if info:
+            text = json.dumps(info, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+            inline = base64.urlsafe_b64encode(text).decode("ascii")
+            fields["info"] = inline if len(inline) + len(fields["sid"]) <= _LISTING_BYTES else READ_META
+        return fields
 
     def copy(self) -> SessionMeta:
         return replace(
@@ -141,8 +187,64 @@ class SessionMeta:
             segments=[replace(s) for s in self.segments],
             window=bytearray(self.window),
             ends=list(self.ends),
+            tags=list(self.tags),
             _digests=None,
         )
+
+    def forked(self, seq: int, end: int, folder: str, session_id: str, generation: str, now: int) -> SessionMeta:
+        """A fork of this session through record ``seq``, which ends at byte ``end`` of its segment.
+
+        ``folder`` is this session's data folder: the fork lists this session's segments up to the cut (the
+        last one cut at ``end``), each naming where it lives, and the window's entries up to the cut. Nothing
+        is read or copied but this metadata; the usage is the caller's to set.
+        """
+        segments = [replace(s, folder=s.folder or folder) for s in self.segments[: self.segment_index(seq) + 1]]
+        segments[-1].length = segments[-1].seen = end
+        keep = max(seq - (self.next - self.window_size) + 1, 0)
+        return SessionMeta(
+            self.tenant,
+            session_id,
+            generation,
+            now,
+            now,
+            self.limit_blocks,
+            self.limit_bytes,
+            first=self.first,
+            next=seq + 1,
+            first_offset=self.first_offset,
+            segments=segments,
+            window=self.window[: keep * _ENTRY],
+            ends=self.ends[:keep],
+            window_start=self.window_start if keep else 0,
+            evicted_max=self.evicted_max,
+            evicted_other=self.evicted_other,
+            title=self.title,
+            tags=list(self.tags),
+            metadata=json.loads(json.dumps(self.metadata)),
+        )
+
+    def references(self) -> dict[str, int]:
+        """The data folders of other sessions this one holds segments of, each with the highest segment number."""
+        found: dict[str, int] = {}
+        for segment in self.segments:
+            if segment.folder is not None:
+                found[segment.folder] = max(found.get(segment.folder, -1), segment.number)
+        return found
+
+    def own_from(self) -> int:
+        """The lowest segment number this session holds (or may hold, once appended) in its own data folder."""
+        own = [s.number for s in self.segments if s.folder is None]
+        if own:
+            return min(own)
+        return self.segments[-1].number + 1 if self.segments else 0
+
+    def seq_of(self, message_id: str) -> int | None:
+        """The sequence number of ``message_id`` when it is in the window (``None``: not there)."""
+        wanted = digest(message_id)
+        for n in range(len(self.window) // _ENTRY - 1, -1, -1):
+            if self.window[n * _ENTRY : n * _ENTRY + 10] == wanted:
+                return self.next - self.window_size + n
+        return None
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -281,10 +383,10 @@ class SessionMeta:
             self.ends.pop()
             self._digests = None
 
-    def trim(self, keep_last: int, first_offset: int) -> list[int]:
+    def trim(self, keep_last: int, first_offset: int) -> list[Segment]:
         """Forget all but the newest ``keep_last`` records (``first_offset``: where the new first one starts).
 
-        Returns the numbers of the segments that hold no kept record any more (to delete).
+        Returns the segments that hold no kept record any more (to delete, or to stop referring to).
         """
         new_first = max(self.first, self.next - keep_last)
         in_window = self.next - self.window_size
@@ -297,6 +399,48 @@ class SessionMeta:
         self.first = new_first
         self.first_offset = first_offset
         keep_from = self.segment_index(new_first) if self.count else len(self.segments) - 1
-        gone = [s.number for s in self.segments[:keep_from]]
+        gone = self.segments[:keep_from]
         del self.segments[:keep_from]
         return gone
+
+
+def _info_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`SessionMeta` fields of what :meth:`SessionMeta.info` wrote (absent: the defaults)."""
+    fork = body.get("fork")
+    return {
+        "usage": SessionUsage.from_dict(body["usage"]) if body.get("usage") else SessionUsage(),
+        "title": body.get("title"),
+        "tags": list(body.get("tags") or ()),
+        "metadata": dict(body.get("meta") or {}),
+        "forked_from": None if fork is None else (str(fork[0]), str(fork[1])),
+    }
+
+
+def decode_info(listed: str | None) -> dict[str, Any] | None:
+    """The info a listing's ``info`` field holds (``{}``: none), or ``None`` when it must be read from the blob."""
+    if listed is None:
+        return {}
+    if listed == READ_META:
+        return None
+    body: dict[str, Any] = json.loads(base64.urlsafe_b64decode(listed).decode("utf-8", "surrogatepass"))
+    return body
+
+
+def session_info(
+    tenant: str, session_id: str, count: int, created: int, updated: int, info: dict[str, Any]
+) -> SessionInfo:
+    """The :class:`SessionInfo` of a listed session, from its listing fields and its info."""
+    fields = _info_fields(info)
+    fork = fields["forked_from"]
+    return SessionInfo(
+        session_id,
+        tenant,
+        count,
+        stamp_time(created),
+        stamp_time(max(updated, created)),
+        forked_from=None if fork is None else ForkInfo(*fork),
+        usage=fields["usage"],
+        title=fields["title"],
+        tags=frozenset(fields["tags"]),
+        metadata=fields["metadata"],
+    )

@@ -13,6 +13,13 @@ holds in :mod:`chatkeep.blob._meta`. How an append works:
 
 Every block in a live segment is a whole append, so readers read up to the segment's true end (a ranged
 read with no end) and see blocks whose writer died before step 3, as the next writer will.
+
+A fork copies nothing: its metadata lists the source's segments up to the cut (see :mod:`chatkeep.blob._meta`),
+and a reference blob in each data folder it reads from keeps those segments when their session deletes or trims
+them (:meth:`BlobHistoryStore._sweep`). The order that makes this safe without a transaction: a fork writes its
+references, then checks that its source still holds what it took; whoever deletes segments first changes
+the metadata (its own, or stops holding a reference), then reads who still holds them, then lists the
+references, and deletes only what nobody holds or refers to.
 """
 
 from __future__ import annotations
@@ -26,9 +33,9 @@ import random
 import re
 import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 from azure.core import MatchConditions
@@ -38,16 +45,16 @@ from azure.storage.blob.aio import ContainerClient
 from chatkeep.blob import _layout
 from chatkeep.blob._client import BlobClient, driver_errors, error_code
 from chatkeep.blob._config import BlobURLError, parse_url
-from chatkeep.blob._meta import SessionMeta
+from chatkeep.blob._meta import SessionMeta, decode_info, session_info
 from chatkeep.core import (
     AgentSession,
     BackendHistoryProvider,
     InvalidArgumentError,
     Message,
     SessionFormatError,
-    SessionInfo,
     SessionKey,
     SessionPage,
+    SessionUsage,
 )
 from chatkeep.core.backend import (
     HistoryStore,
@@ -61,10 +68,12 @@ from chatkeep.core.backend import (
     decode_records,
     decode_session_document,
     encode_cursor,
+    fork_source_error,
+    fork_target_exists_error,
     owner_error,
     session_document,
-    stamp_time,
     time_stamp,
+    usage_of,
     write_stamp,
 )
 
@@ -134,6 +143,27 @@ def _named_id(raw: bytes) -> str | None:
     except ValueError:
         return None
     return session_id if isinstance(session_id, str) and session_id else None
+
+
+class _Row(NamedTuple):
+    """A metadata blob as a listing found it: its listing fields, name, ETag and info (``None``: read the blob)."""
+
+    updated: int
+    session_id: str
+    messages: int
+    created: int
+    name: str
+    etag: str
+    info: dict[str, Any] | None
+
+
+def _newest_first(rows: Iterable[_Row]) -> list[_Row]:
+    return sorted(rows, key=lambda row: (row.updated, row.session_id), reverse=True)
+
+
+def _usage_in(records: Sequence[bytes]) -> SessionUsage:
+    """The usage of stored records (only those that can hold a usage content are decoded)."""
+    return usage_of(decode_records([record for record in records if b'"usage"' in record]))
 
 
 class _Gone(Exception):
@@ -310,6 +340,10 @@ class BlobHistoryStore(HistoryStore):
         return new_etag
 
     def _segment(self, key: SessionKey, meta: SessionMeta, number: int) -> Any:
+        """Segment ``number`` of the session: in the data folder it came from (a fork's inherited one), or its own."""
+        for segment in meta.segments:
+            if segment.number == number and segment.folder is not None:
+                return self._container().get_blob_client(self.layout.in_folder(segment.folder, number))
         name = self.layout.segment(key.tenant, key.session_id, meta.generation, number)
         return self._container().get_blob_client(name)
 
@@ -396,6 +430,7 @@ class BlobHistoryStore(HistoryStore):
         """Add the blocks in ``data`` (segment bytes from ``start``) to ``view``; each block's token -> its end."""
         ends: dict[str, int] = {}
         block: list[tuple[str, int]] = []
+        records: list[bytes] = []
         block_start, token = start, None
         for line_token, record, end in self._records(data, start):
             if line_token is not None:
@@ -405,11 +440,13 @@ class BlobHistoryStore(HistoryStore):
                 block, block_start, token = [], end - _layout.HEADER_BYTES, line_token
             else:
                 block.append((_message_id(record), end))
+                records.append(record)
                 if taken is not None:
                     taken.add(block[-1][0])
         if block:
             view.add(number, None, block_start, block)
             ends[token or ""] = block[-1][1]
+        view.usage += _usage_in(records)  # appends that landed before their metadata write: their usage too
         return ends
 
     async def _stored_among(self, key: SessionKey, view: SessionMeta, wanted: set[str]) -> set[str]:
@@ -426,7 +463,6 @@ class BlobHistoryStore(HistoryStore):
 
     async def _append(self, key: SessionKey, messages: Sequence[Message], records: Sequence[str]) -> int:
         lines = [record.encode("utf-8", "surrogatepass") for record in records]
-        ids = [message.message_id for message in messages]
         if sum(len(line) + 1 for line in lines) + _layout.HEADER_BYTES > MAX_APPEND_BYTES:
             raise InvalidArgumentError(
                 f"an append to Azure Blob Storage is one block of at most {MAX_APPEND_BYTES // 2**20} MiB; "
@@ -458,7 +494,7 @@ class BlobHistoryStore(HistoryStore):
                     meta, etag = found
             view = meta.copy()
             try:
-                landed = await self._land(key, view, ids, lines, token)
+                landed = await self._land(key, view, messages, lines, token)
             except _Gone:
                 cached = None
                 continue
@@ -473,9 +509,13 @@ class BlobHistoryStore(HistoryStore):
             cached = None  # the session was deleted (and maybe re-created) meanwhile: append to what is there now
 
     async def _land(
-        self, key: SessionKey, view: SessionMeta, ids: list[str], lines: list[bytes], token: str
+        self, key: SessionKey, view: SessionMeta, messages: Sequence[Message], lines: list[bytes], token: str
     ) -> tuple[int, int, int] | None:
-        """Append the batch's new records as one block; where the block ends and how many records it has."""
+        """Append the batch's new records as one block; where the block ends and how many records it has.
+
+        ``view`` takes the block in, with the new messages' usage.
+        """
+        ids = [message.message_id for message in messages]
         new = [n for n, message_id in enumerate(ids) if not view.has_id(message_id)]
         older = {ids[n] for n in new if view.may_be_older(ids[n])}
         if older:
@@ -523,6 +563,7 @@ class BlobHistoryStore(HistoryStore):
                 position += len(lines[n]) + 1
                 ends.append((ids[n], position))
             view.add(number, None, start, ends)
+            view.usage += usage_of(messages[n] for n in new)
             view.keep_window(self.config.settings.index_window)
             return number, position, len(new)
 
@@ -654,22 +695,38 @@ class BlobHistoryStore(HistoryStore):
                 number, offset, pending, blocks_seen = number + 1, 0, b"", 0
 
     async def _count(self, key: SessionKey) -> int:
+        view = await self._caught_up(key)
+        return 0 if view is None else view.count
+
+    async def _caught_up(self, key: SessionKey) -> SessionMeta | None:
+        """The session's metadata with the appends landed before their metadata write taken in (``None``: none)."""
         found = await self._read_meta(key)
         if found is None:
-            return 0
+            return None
         view = found[0].copy()
         try:
             await self._catch_up(key, view)
         except _Gone:
-            return found[0].count
-        return view.count
+            return found[0]
+        return view
 
     async def _delete(self, key: SessionKey) -> bool:
         self._cache.pop(key, None)
+        try:
+            found = await self._read_meta(key)
+        except SessionFormatError:
+            found = None  # damaged: deleting it is the way out (what it refers to stays, unreferenced)
         existed = await self._delete_blobs([self.layout.meta(key.tenant, key.session_id)])
-        await self._delete_blobs(await self._names(self.layout.data(key.tenant, key.session_id)))
         self._cache.pop(key, None)
+        await self._forget(key.tenant, key.session_id, None if found is None else found[0])
         return existed > 0
+
+    async def _forget(self, tenant: str, session_id: str, meta: SessionMeta | None) -> None:
+        """After a session's metadata blob is deleted: its data (but what forks refer to), references and tags."""
+        await self._sweep(self.layout.data(tenant, session_id), {})
+        if meta is not None:
+            await self._release(tenant, session_id, meta, meta.references())
+            await self._delete_blobs([self.layout.tagged(tenant, tag, session_id) for tag in meta.tags])
 
     async def _trim(self, key: SessionKey, keep_last: int) -> int:
         while True:
@@ -687,16 +744,35 @@ class BlobHistoryStore(HistoryStore):
                 offset = view.start_of(new_first)
                 if offset is None:
                     offset = await self._offset_of(key, view, new_first)
+                usage = await self._usage_between(key, view, new_first, view.next)
             except _Gone:
                 continue
+            referred = view.references()
             gone = view.trim(keep_last, offset)
+            view.usage = usage
             _touch(view)
             if await self._put_meta(key, view, etag) is None:
                 continue
-            await self._delete_blobs(
-                [self.layout.segment(key.tenant, key.session_id, view.generation, number) for number in gone]
-            )
+            if any(segment.folder is None for segment in gone):
+                own = self.layout.in_folder(self.layout.folder(key.tenant, key.session_id, view.generation))
+                await self._sweep(own, {own: view.own_from()})
+            left = view.references()
+            await self._release(key.tenant, key.session_id, view, {f: n for f, n in referred.items() if f not in left})
             return removed
+
+    async def _usage_between(self, key: SessionKey, view: SessionMeta, start: int, stop: int) -> SessionUsage:
+        """The usage of records ``start`` to ``stop`` (excluded) of ``view``: what a trim keeps, or a fork takes.
+
+        Read from the smaller side: those records, or the others (whose usage comes off the session's).
+        """
+        if not view.usage:
+            return SessionUsage()
+        if stop - start <= view.count - (stop - start):
+            return _usage_in(await self._read_from(key, view, start, stop=stop))
+        outside = await self._read_from(key, view, view.first, stop=start) if start > view.first else []
+        if stop < view.next:
+            outside += await self._read_from(key, view, stop, stop=view.next)
+        return view.usage - _usage_in(outside)
 
     async def _pop(self, key: SessionKey) -> Message | None:
         """Cut the newest record off with one conditional metadata write (If-Match), as an append commits."""
@@ -719,34 +795,233 @@ class BlobHistoryStore(HistoryStore):
             except _Gone:
                 continue
             view.pop(start)
+            if view.usage:  # (a session written before usage was kept has none to take off)
+                view.usage -= _usage_in([record])
             _touch(view)
             if await self._put_meta(key, view, etag) is not None:
                 return decode_records([record])[0]
             lost += 1  # another writer came first: as after a lost append race, pause at random, then again
             await asyncio.sleep(random.uniform(0, min(_RACE_PAUSE * 2**lost, 0.1)))
 
-    async def _offset_of(self, key: SessionKey, view: SessionMeta, seq: int) -> int:
-        """Where record ``seq`` starts in its segment, by reading that segment up to it (trim's rare path)."""
+    async def _offset_of(self, key: SessionKey, view: SessionMeta, seq: int, *, end: bool = False) -> int:
+        """Where record ``seq`` starts (or ``end``s) in its segment, by reading the segment up to it (rare path)."""
         index = view.segment_index(seq)
         segment = view.segments[index]
         start = view.first_offset if index == view.segment_index(view.first) else 0
         current = max(segment.first_seq, view.first)
         data = await self._download(self._segment(key, view, segment.number), start, segment.length - start)
         position = start
-        for token, _, end in self._records(data, start):
+        for token, _, stop in self._records(data, start):
             if token is None:
                 if current == seq:
-                    return position
+                    return stop if end else position
                 current += 1
-            position = end
+            position = stop
         return position
+
+    # -- forks -----------------------------------------------------------------------------------
+
+    async def _fork(self, source: SessionKey, target: SessionKey, through: str | None) -> int:
+        """Write the target's metadata: the source's, cut after ``through`` (see the module's notes on references).
+
+        Reads the source's metadata (and the blocks beyond it), and records only to name the newest message
+        (``through=None``) or to find one older than the window, and for the usage after the cut when the source
+        has usage: never the history.
+        """
+        while True:
+            found = await self._read_meta(source)
+            if found is None:
+                raise fork_source_error(source, through)
+            view = found[0].copy()
+            try:
+                await self._catch_up(source, view)
+                seq = view.next - 1 if through is None else await self._seq_of(source, view, through)
+                if seq is None or not view.count:
+                    raise fork_source_error(source, through)
+                through_id = through
+                if through_id is None:
+                    through_id = _message_id((await self._read_from(source, view, seq, stop=seq + 1))[0])
+                cut = view.ends[seq - (view.next - view.window_size)] if seq >= view.next - view.window_size else None
+                if cut is None:
+                    cut = await self._offset_of(source, view, seq, end=True)
+                usage = await self._usage_between(source, view, view.first, seq + 1)
+            except _Gone:
+                continue
+            folder = self.layout.folder(source.tenant, source.session_id, view.generation)
+            fork = view.forked(seq, cut, folder, target.session_id, _layout.new_token(), write_stamp())
+            fork.usage, fork.forked_from = usage, (source.session_id, through_id)
+            references = fork.references()
+            holder = self._holder(target.tenant, target.session_id, fork)
+            await self._refer(references, holder)
+            again = await self._read_meta(source)
+            if again is None or (again[0].generation, again[0].first) != (view.generation, view.first):
+                # Deleted or trimmed since: what it took may be gone. Take back the references, and look again.
+                await self._release(target.tenant, target.session_id, fork, references)
+                continue
+            await self._tag(target, fork.tags)
+            if await self._put_meta(target, fork, None) is None:
+                await self._release(target.tenant, target.session_id, fork, references)
+                raise fork_target_exists_error(target)
+            return fork.count
+
+    async def _seq_of(self, key: SessionKey, view: SessionMeta, message_id: str) -> int | None:
+        """The sequence number of ``message_id`` in the session (``None``: not there); older than the window, read."""
+        seq = view.seq_of(message_id)
+        if seq is not None or not view.may_be_older(message_id):
+            return seq
+        older = await self._read_from(key, view, view.first, stop=view.next - view.window_size)
+        for n, record in enumerate(older):
+            if _message_id(record) == message_id:
+                return view.first + n
+        return None
+
+    def _holder(self, tenant: str, session_id: str, meta: SessionMeta) -> str:
+        """How a session's references name it: its hash and generation (a new session at the key has its own)."""
+        return f"{_layout.session_hash(tenant, session_id)}.{meta.generation}"
+
+    async def _refer(self, references: dict[str, int], holder: str) -> None:
+        """Write ``holder``'s references to the segments it takes of other sessions' data folders."""
+        container = self._container()
+
+        def put(name: str) -> Callable[[], Awaitable[Any]]:
+            return lambda: container.upload_blob(name, b"", overwrite=True)
+
+        names = [self.layout.ref(folder, high, holder) for folder, high in references.items()]
+        with driver_errors(self.config):
+            await asyncio.gather(*(self._write(put(name)) for name in names))
+
+    async def _release(self, tenant: str, session_id: str, meta: SessionMeta, references: dict[str, int]) -> None:
+        """Drop the session's references to ``references`` (its metadata no longer holds them), then sweep each."""
+        holder = self._holder(tenant, session_id, meta)
+        await self._delete_blobs([self.layout.ref(folder, high, holder) for folder, high in references.items()])
+        for folder in references:
+            try:
+                owner = await self._meta_at(self.layout.meta_of_folder(folder))  # who holds them first, then refs
+            except SessionFormatError:
+                continue  # a damaged owner: keep all it may hold
+            prefix = self.layout.in_folder(folder)
+            if owner is None or owner.generation != folder.rsplit("/", 1)[-1]:
+                await self._sweep(prefix, {})  # that session (this generation of it) is gone: only references keep
+            else:
+                await self._sweep(prefix, {prefix: owner.own_from()})
+
+    async def _sweep(self, prefix: str, keep_from: dict[str, int]) -> None:
+        """Delete the segments under ``prefix`` that nobody holds: below ``keep_from`` of their folder (any, for a
+        folder not in it: its session is gone), and above the highest segment a reference in that folder keeps."""
+        names = await self._names(prefix)
+        referred: dict[str, int] = {}
+        segments: list[tuple[str, str, int]] = []
+        for name in names:
+            folder, number, is_reference = _layout.parse_data_name(name)
+            if is_reference:
+                referred[folder] = max(referred.get(folder, -1), number)
+            else:
+                segments.append((name, folder, number))
+        await self._delete_blobs(
+            [
+                name
+                for name, folder, number in segments
+                if number > referred.get(folder, -1) and (folder not in keep_from or number < keep_from[folder])
+            ]
+        )
+
+    async def _usage(self, key: SessionKey) -> SessionUsage:
+        """The usage the metadata keeps (with that of appends landed before their metadata write)."""
+        view = await self._caught_up(key)
+        return SessionUsage() if view is None else view.usage
+
+    # -- titles and tags -------------------------------------------------------------------------
+
+    async def _update_info(
+        self, key: SessionKey, title: str | None, tags: frozenset[str] | None, metadata: dict[str, Any] | None
+    ) -> bool:
+        """Write the metadata with If-Match; a new tag's index entry is written before, an old one deleted after."""
+        while True:
+            found = await self._read_meta(key)
+            if found is None:
+                return False
+            meta, etag = found
+            view = meta.copy()
+            dropped: dict[str, str] = {}
+            if title is not None:
+                view.title = title or None
+            if metadata is not None:
+                view.metadata = metadata
+            if tags is not None:
+                await self._tag(key, tags - set(view.tags))
+                dropped = await self._entries(key, set(view.tags) - tags)
+                view.tags = sorted(tags)
+            _touch(view)
+            if await self._put_meta(key, view, etag) is None:
+                continue
+            await self._untag(key, dropped)
+            return True
+
+    async def _tag(self, key: SessionKey, tags: Iterable[str]) -> None:
+        """Write the session's entries in the indexes of ``tags`` (a new ETag each time: see :meth:`_untag`)."""
+        container = self._container()
+
+        def put(name: str) -> Callable[[], Awaitable[Any]]:
+            return lambda: container.upload_blob(name, b"", overwrite=True)
+
+        names = [self.layout.tagged(key.tenant, tag, key.session_id) for tag in tags]
+        with driver_errors(self.config):
+            await asyncio.gather(*(self._write(put(name)) for name in names))
+
+    async def _entries(self, key: SessionKey, tags: Iterable[str]) -> dict[str, str]:
+        """The ETags of the session's entries in the indexes of ``tags`` (those that exist)."""
+        container = self._container()
+
+        async def etag(tag: str) -> tuple[str, str | None]:
+            name = self.layout.tagged(key.tenant, tag, key.session_id)
+            try:
+                return name, str((await container.get_blob_client(name).get_blob_properties()).etag)
+            except ResourceNotFoundError:
+                return name, None
+
+        with driver_errors(self.config):
+            found = await asyncio.gather(*(etag(tag) for tag in tags))
+        return {name: value for name, value in found if value is not None}
+
+    async def _untag(self, key: SessionKey, entries: dict[str, str]) -> None:
+        """Delete index entries the metadata dropped, each only if unchanged: a writer that tagged it again since
+        rewrote it (and its metadata carries the tag)."""
+        container = self._container()
+
+        async def delete(name: str, etag: str) -> None:
+            with contextlib.suppress(ResourceModifiedError, ResourceNotFoundError):
+                await container.delete_blob(name, etag=etag, match_condition=MatchConditions.IfNotModified)
+
+        with driver_errors(self.config):
+            await asyncio.gather(*(delete(name, etag) for name, etag in entries.items()))
+
+    async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
+        """A page of the sessions in the tag's index: one listing of it, and the listing fields of each (a HEAD)."""
+        names = await self._names(self.layout.tagged(tenant, tag))
+        container, gate = self._container(), asyncio.Semaphore(_DELETE_CONCURRENCY)
+
+        async def row(entry: str) -> _Row | None:
+            name = f"{self.layout.metas(tenant)}{entry.rsplit('/', 1)[-1]}"
+            async with gate:
+                try:
+                    properties = await container.get_blob_client(name).get_blob_properties()
+                except ResourceNotFoundError:
+                    return None  # deleted since (its entries go after its metadata)
+            fields = {field.lower(): value for field, value in (properties.metadata or {}).items()}
+            if not {"sid", "count", "created", "updated"} <= set(fields):
+                return None
+            found = self._row(fields, name, str(properties.etag))
+            info = await self._info_of(found)
+            return found._replace(info=info) if tag in info.get("tags", ()) else None  # entries of an old tag wait
+
+        with driver_errors(self.config):
+            rows = await asyncio.gather(*(row(entry) for entry in names))
+        return await self._page(tenant, [r for r in rows if r is not None], limit, cursor)
 
     # -- sessions --------------------------------------------------------------------------------
 
-    async def _listing(
-        self, prefix: str, tenant: str | None = None, damaged: list[str] | None = None
-    ) -> list[tuple[int, str, int, int, str, str]]:
-        """``(updated, session_id, count, created, blob name, etag)`` of every metadata blob under ``prefix``.
+    async def _listing(self, prefix: str, tenant: str | None = None, damaged: list[str] | None = None) -> list[_Row]:
+        """The row of every metadata blob under ``prefix``.
 
         A metadata blob's listing fields are its blob metadata, so one listing reads them all. A blob without them
         (overwritten by a tool that dropped them, or damaged) is read when ``tenant`` is given: one whose content
@@ -761,16 +1036,7 @@ class BlobHistoryStore(HistoryStore):
                     if not {"sid", "count", "created", "updated"} <= set(fields):
                         unlisted.append(blob)
                         continue
-                    rows.append(
-                        (
-                            int(fields["updated"]),
-                            _layout.decode_id(fields["sid"]),
-                            int(fields["count"]),
-                            int(fields["created"]),
-                            str(blob.name),
-                            str(blob.etag),
-                        )
-                    )
+                    rows.append(self._row(fields, str(blob.name), str(blob.etag)))
             except ResourceNotFoundError:
                 return []
         if tenant is not None:
@@ -783,7 +1049,20 @@ class BlobHistoryStore(HistoryStore):
                     rows.append(row)
         return rows
 
-    async def _unlisted_row(self, tenant: str, blob: Any) -> tuple[int, str, int, int, str, str] | str | None:
+    @staticmethod
+    def _row(fields: dict[str, str], name: str, etag: str) -> _Row:
+        """The row of a metadata blob whose listing fields (blob metadata, keys in lower case) are ``fields``."""
+        return _Row(
+            int(fields["updated"]),
+            _layout.decode_id(fields["sid"]),
+            int(fields["count"]),
+            int(fields["created"]),
+            name,
+            etag,
+            decode_info(fields.get("info")),
+        )
+
+    async def _unlisted_row(self, tenant: str, blob: Any) -> _Row | str | None:
         """The listing row of a metadata blob that lacks its listing fields (``None``: it is gone, or not ours).
 
         A blob damaged so that it no longer says which session it is gives the text naming it instead.
@@ -805,27 +1084,53 @@ class BlobHistoryStore(HistoryStore):
                     f"delete it and the folder {self.layout.data_of_meta(str(blob.name))} (the session's "
                     "messages) with the Azure tools"
                 )
-            return updated, session_id, 0, created, str(blob.name), str(blob.etag)
+            return _Row(updated, session_id, 0, created, str(blob.name), str(blob.etag), {})
         if meta.tenant != tenant or self.layout.meta(tenant, meta.session_id) != blob.name:
             return None
-        return meta.updated, meta.session_id, meta.count, meta.created, str(blob.name), str(blob.etag)
+        info = meta.info()
+        return _Row(meta.updated, meta.session_id, meta.count, meta.created, str(blob.name), str(blob.etag), info)
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One page, newest first: one listing of the tenant's metadata folder, sorted here (see the docs)."""
-        after = None if cursor is None else decode_cursor(cursor, int, str)
         damaged: list[str] = []
-        rows = sorted(await self._listing(self.layout.metas(tenant), tenant, damaged), reverse=True)
-        if after is not None:
-            rows = [row for row in rows if (row[0], row[1]) < after]
-
-        items = [
-            SessionInfo(sid, tenant, count, stamp_time(created), stamp_time(max(updated, created)))
-            for updated, sid, count, created, _, _ in rows[:limit]
-        ]
-        page = SessionPage(items, encode_cursor(rows[limit - 1][0], rows[limit - 1][1]) if len(rows) > limit else None)
+        page = await self._page(tenant, await self._listing(self.layout.metas(tenant), tenant, damaged), limit, cursor)
         if damaged:  # named, with the others listed in the error: never a session passed over in silence
             raise damaged_listing_error(tenant, page, damaged)
         return page
+
+    async def _page(self, tenant: str, rows: list[_Row], limit: int, cursor: str | None) -> SessionPage:
+        """One page of ``rows`` newest first, after ``cursor`` (the keyset ``(updated, id)``)."""
+        after = None if cursor is None else decode_cursor(cursor, int, str)
+        rows = [row for row in _newest_first(rows) if after is None or (row.updated, row.session_id) < after]
+        infos = await asyncio.gather(*(self._info_of(row) for row in rows[:limit]))
+        items = [
+            session_info(tenant, row.session_id, row.messages, row.created, row.updated, info)
+            for row, info in zip(rows[:limit], infos, strict=True)
+        ]
+        last = rows[limit - 1] if len(rows) > limit else None
+        return SessionPage(items, None if last is None else encode_cursor(last.updated, last.session_id))
+
+    async def _info_of(self, row: _Row) -> dict[str, Any]:
+        """A listed session's info: from the listing, or (too large for it) from its metadata blob."""
+        if row.info is not None:
+            return row.info
+        meta = await self._meta_at(row.name)
+        return {} if meta is None else meta.info()
+
+    async def _meta_at(self, name: str) -> SessionMeta | None:
+        """The metadata blob ``name`` (``None``: gone), without a key: for a listing, or a sweep of another session."""
+        try:
+            raw = await self._download(self._container().get_blob_client(name), 0, None)
+        except _Gone:
+            return None
+        self.bytes_read -= len(raw)  # metadata, not segment data
+        try:
+            return SessionMeta.from_json(raw)
+        except _META_DAMAGE as exc:
+            raise SessionFormatError(
+                f"the metadata blob {name} in {self.config.where} is damaged ({exc}); restore it, or delete it "
+                f"and the folder {self.layout.data_of_meta(name)} (the session's messages) with the Azure tools"
+            ) from exc
 
     async def _save_session(
         self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
@@ -878,16 +1183,23 @@ class BlobHistoryStore(HistoryStore):
         before = time_stamp(cutoff)
         removed = 0
         container = self._container()
-        for updated, _, _, _, name, etag in await self._listing(self.layout.metas(tenant)):
-            if updated >= before:
+        for row in await self._listing(self.layout.metas(tenant)):
+            if row.updated >= before:
                 continue
+            try:
+                meta = await self._meta_at(row.name)  # what it refers to and its tags go with it
+            except SessionFormatError:
+                meta = None
             with driver_errors(self.config):
                 try:
-                    await container.delete_blob(name, etag=etag, match_condition=MatchConditions.IfNotModified)
+                    await container.delete_blob(row.name, etag=row.etag, match_condition=MatchConditions.IfNotModified)
                 except (ResourceModifiedError, ResourceNotFoundError):
                     continue  # written (or deleted) since it was listed: not ours to remove
             removed += 1
-            await self._delete_blobs(await self._names(self.layout.data_of_meta(name)))
+            if meta is not None and self.layout.meta(meta.tenant, meta.session_id) == row.name:
+                await self._forget(meta.tenant, meta.session_id, meta)
+            else:
+                await self._sweep(self.layout.data_of_meta(row.name), {})
         self._cache.clear()
         return removed
 
@@ -932,7 +1244,8 @@ class BlobHistoryStore(HistoryStore):
     async def _delete_tenant(self, tenant: str) -> int:
         metas = await self._names(self.layout.metas(tenant))
         removed = await self._delete_blobs(metas)
-        await self._delete_blobs(await self._names(self.layout.data(tenant)))
+        await self._delete_blobs(await self._names(self.layout.data(tenant)))  # forks stay in their tenant: all go
+        await self._delete_blobs(await self._names(self.layout.tagged(tenant)))
         self._cache.clear()
         return removed
 
