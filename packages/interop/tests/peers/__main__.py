@@ -47,6 +47,7 @@ SPECS: dict[str, Spec] = {
             "tests/memory/test_session.py",
             "tests/memory/test_session_limit.py",
             "tests/extensions/memory/test_encrypt_session.py",
+            "tests/extensions/memory/test_advanced_sqlite_session.py",
         ),
         helpers=("tests/conftest.py", "tests/testing_processor.py", "tests/test_responses.py"),
         # Their SQLiteSession.close() is sync and their tests call it without await; ChatkeepSession's is a

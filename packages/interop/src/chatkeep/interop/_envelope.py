@@ -8,12 +8,12 @@ sessions show`` and for chatkeep's own agents; an adapter reads only the item.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
-from chatkeep.core import InvalidArgumentError, Message, MessageFormatError, Role
+from chatkeep.core import Content, InvalidArgumentError, Message, MessageFormatError, Role, TextContent
 
 __all__ = ["ENVELOPE_KEY", "unwrap", "wrap"]
 
@@ -21,8 +21,12 @@ __all__ = ["ENVELOPE_KEY", "unwrap", "wrap"]
 ENVELOPE_KEY = "chatkeep.interop"
 
 
-def wrap(item: Mapping[str, Any], *, format: str, role: Role, text: str = "") -> Message:
+def wrap(
+    item: Mapping[str, Any], *, format: str, role: Role, text: str = "", contents: Sequence[Content] = ()
+) -> Message:
     """A message that keeps ``item`` (JSON-safe) exactly, with ``role`` and ``text`` as its readable rendering.
+
+    ``contents`` go after the text: what chatkeep itself reads from the message (its usage, for one).
 
     Its ``message_id`` is always a new chatkeep id: frameworks' own ids are not unique enough to deduplicate
     appends by (the Agents SDK gives every Chat Completions item the same placeholder id).
@@ -31,10 +35,12 @@ def wrap(item: Mapping[str, Any], *, format: str, role: Role, text: str = "") ->
         MessageFormatError: the item holds a value that is not JSON (a datetime, bytes, an object); the error
             names where.
     """
-    contents: dict[str, Any] = {"text": text} if text else {}
+    rendered: list[Content] = [TextContent(text=text)] if text else []
     try:
         return Message(
-            role=role, **contents, additional_properties={ENVELOPE_KEY: {"format": format, "item": dict(item)}}
+            role=role,
+            contents=[*rendered, *contents],
+            additional_properties={ENVELOPE_KEY: {"format": format, "item": dict(item)}},
         )
     except InvalidArgumentError as exc:  # pydantic's ValidationError is its cause, naming the places
         found = exc.__cause__
