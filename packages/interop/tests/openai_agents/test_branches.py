@@ -337,6 +337,7 @@ async def test_branches_of_two_sessions_never_meet(make_session: SessionFactory)
     assert [b["branch_id"] for b in await one.list_branches()] == ["main", "y"]
     assert [b["branch_id"] for b in await two.list_branches()] == ["main"]
     # Session "one#branch:x" is where one's branch "x" would be: refused, never merged into it.
+    await one.switch_to_branch("main")
     with pytest.raises(InvalidArgumentError, match="already been used"):
         await one.create_branch_from_turn(2, "x")
     assert _contents(await two.get_items()) == ["other", "conversation"]
