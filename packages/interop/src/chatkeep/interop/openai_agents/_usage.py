@@ -73,10 +73,10 @@ def usage_message(usage: SDKUsage, *, replaces: Mapping[str, Any] | None = None)
 def usage_record_of(message: Message) -> dict[str, Any] | None:
     """The SDK usage a usage record keeps; ``None`` for any other message (an item)."""
     envelope = message.additional_properties.get(ENVELOPE_KEY)
-    if isinstance(envelope, dict) and envelope.get("format") == USAGE_FORMAT and isinstance(envelope.get("item"), dict):
-        record: dict[str, Any] = envelope["item"]
-        return record
-    return None
+    if not isinstance(envelope, dict) or envelope.get("format") != USAGE_FORMAT:
+        return None
+    record = envelope.get("item")
+    return record if isinstance(record, dict) else None
 
 
 def summed(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
