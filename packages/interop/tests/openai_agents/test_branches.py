@@ -19,18 +19,14 @@ from chatkeep.testing.openai_server import FakeOpenAIServer
 SessionFactory = Callable[..., Awaitable[ChatkeepSession]]
 
 
-@function_tool
-def get_weather(city: str) -> str:
-    """The weather in a city.
-
-    Args:
-        city: the city's name.
-    """
+def _forecast(city: str) -> str:
+    """The forecast for a city."""
     return f"sunny in {city}"
 
 
 def _agent(model: Model) -> Agent:
-    return Agent(name="planner", instructions="Plan trips.", tools=[get_weather], model=model)
+    """A trip planner with one tool, so that a run can make two model requests."""
+    return Agent(name="planner", instructions="Plan trips.", tools=[function_tool(_forecast)], model=model)
 
 
 def _turn(question: str, answer: str) -> list[TResponseInputItem]:
@@ -71,7 +67,7 @@ async def test_a_real_runs_usage_lands_with_its_turn(
     session = await make_session()
     openai_server.reply_text("A weekend in Lisbon: Alfama, then Belem.", usage=(10, 5))
     await _run(session, model, "Plan a weekend in Lisbon.")
-    openai_server.reply_tool_calls([("call_1", "get_weather", '{"city": "Lisbon"}')], usage=(20, 3))
+    openai_server.reply_tool_calls([("call_1", "_forecast", '{"city": "Lisbon"}')], usage=(20, 3))
     openai_server.reply_text("Sunny: pack light.", usage=(30, 4))
     await _run(session, model, "What will the weather be?")
 
@@ -91,7 +87,7 @@ async def test_a_real_runs_usage_lands_with_its_turn(
     # The store's own usage counter saw the same runs, one call per model request, kept by the appends.
     used = await session.store.usage(session.branch_key())
     assert (used.calls, used.input_tokens, used.output_tokens, used.total_tokens) == (3, 60, 12, 72)
-    assert await session.get_tool_usage() == [("get_weather", 1, 2)]
+    assert await session.get_tool_usage() == [("_forecast", 1, 2)]
 
     # The model never sees a usage record: the next turn sends the history's items only.
     openai_server.reply_text("Have a good trip.", usage=(40, 4))
