@@ -47,8 +47,14 @@ SPECS: dict[str, Spec] = {
             "tests/memory/test_session.py",
             "tests/memory/test_session_limit.py",
             "tests/extensions/memory/test_encrypt_session.py",
+            "tests/extensions/memory/test_advanced_sqlite_session.py",
         ),
-        helpers=("tests/conftest.py", "tests/testing_processor.py", "tests/test_responses.py"),
+        helpers=(
+            "tests/conftest.py",
+            "tests/testing_processor.py",
+            "tests/test_responses.py",
+            "tests/utils/hitl.py",  # the advanced session tests import it
+        ),
         # Their SQLiteSession.close() is sync and their tests call it without await; ChatkeepSession's is a
         # coroutine (an expected difference), closed by the plugin after each test.
         pytest_args=("-W", "ignore:coroutine 'ChatkeepSession.close' was never awaited:RuntimeWarning"),

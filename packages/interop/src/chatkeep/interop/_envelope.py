@@ -8,13 +8,13 @@ sessions show`` and for chatkeep's own agents; an adapter reads only the item.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from chatkeep.core import InvalidArgumentError, Message, MessageFormatError, Role
+from chatkeep.core import Content, InvalidArgumentError, Message, MessageFormatError, Role, TextContent
 
 __all__ = ["ENVELOPE_KEY", "unwrap", "wrap"]
 
@@ -28,11 +28,14 @@ def wrap(
     format: str,
     role: Role,
     text: str = "",
+    contents: Sequence[Content] = (),
     message_id: str | None = None,
     author_name: str | None = None,
     created_at: datetime | None = None,
 ) -> Message:
     """A message that keeps ``item`` (JSON-safe) exactly, with ``role`` and ``text`` as its readable rendering.
+
+    ``contents`` go after the text: what chatkeep itself reads from the message (its usage, for one).
 
     Its ``message_id`` is a new chatkeep id unless the adapter gives one: most frameworks' own ids are not unique
     enough to deduplicate appends by (the Agents SDK gives every Chat Completions item the same placeholder id);
@@ -44,7 +47,8 @@ def wrap(
         MessageFormatError: the item holds a value that is not JSON (a datetime, bytes, an object); the error
             names where.
     """
-    fields: dict[str, Any] = {"text": text} if text else {}
+    rendered: list[Content] = [TextContent(text=text)] if text else []
+    fields: dict[str, Any] = {}
     if message_id is not None:
         fields["message_id"] = message_id
     if created_at is not None:
@@ -53,6 +57,7 @@ def wrap(
         return Message(
             role=role,
             author_name=author_name,
+            contents=[*rendered, *contents],
             **fields,
             additional_properties={ENVELOPE_KEY: {"format": format, "item": dict(item)}},
         )
