@@ -29,13 +29,13 @@ PSYCOPG_CANCEL_WAIT = 10.0
 async def test_a_server_that_stops_answering_fails_at_the_statement_timeout(sql_target: Any, transport: str) -> None:
     if sql_target.family == "sqlite":
         pytest.skip("a SQLite file has no server to stop answering")
+    if transport == "psycopg" and sql_target.family != "postgresql":
+        pytest.skip("psycopg is a PostgreSQL driver")  # before the proxy listens: a skip would leave it open
     parts = urlsplit(sql_target.url)
     proxy = LoopbackProxy(parts.port or 0, upstream_host=parts.hostname or "127.0.0.1")
     await proxy.start()
     url = sql_target.url.replace(f"{parts.hostname}:{parts.port}", f"127.0.0.1:{proxy.port}", 1)
     if transport == "psycopg":
-        if sql_target.family != "postgresql":
-            pytest.skip("psycopg is a PostgreSQL driver")
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     elif transport != "default":
         url += ("&" if "?" in url else "?") + f"transport={transport}"
