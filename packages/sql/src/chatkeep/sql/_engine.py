@@ -180,6 +180,14 @@ class EngineTransport(LendingTransport[L]):
         self.errors = (*errors, *self._driver_errors())
 
     @property
+    def kept(self) -> int:
+        """How many of the running loop's pooled connections are kept checked out between calls (idle)."""
+        if self._engines is None:
+            return 0
+        held = self._engines.current()
+        return 0 if held is None else len(held.idle)
+
+    @property
     def engine(self) -> AsyncEngine:
         """The engine of the running event loop (made on its first call there), or the one engine handed in."""
         return self._only if self._engines is None else self._engines.get().engine
