@@ -156,6 +156,10 @@ def test_unknown_options_are_refused_at_open() -> None:
         open_store("sqlite:///x.db?synchronous=sometimes")
     with pytest.raises(SQLURLError, match="the synchronous option is for SQLite"):
         open_store("postgresql+asyncpg://u@127.0.0.1:1/db?synchronous=full")
+    with pytest.raises(SQLURLError, match="the mmap_size option is for SQLite"):
+        open_store("mysql+asyncmy://u@127.0.0.1:1/db?mmap_size=0")
+    with pytest.raises(SQLURLError, match=r"mmap_size='-1'"):
+        open_store("sqlite:///x.db?mmap_size=-1")
     with pytest.raises(SQLURLError, match=r"'bogus'.*or an option of the asyncpg driver"):
         open_store("postgresql+asyncpg://u@127.0.0.1:1/db?bogus=1")
     with pytest.raises(SQLURLError, match="pool_size=0 must be a whole number of 1 or more"):
@@ -177,7 +181,7 @@ def test_options_come_typed_from_the_query_and_keywords_and_the_rest_goes_to_the
     assert config.transport == "asyncpg"  # settings.transport is what was given; config.transport what runs
     with pytest.raises(
         SQLURLError,
-        match=r"the options are max_message_bytes, schema, busy_timeout, synchronous, connect_timeout, "
+        match=r"the options are max_message_bytes, schema, busy_timeout, synchronous, mmap_size, connect_timeout, "
         r"statement_timeout, pool_size, max_overflow, pool_recycle, pool_pre_ping, transport$",
     ):
         _config.parse_url("sqlite://", scheme="x")
@@ -376,6 +380,20 @@ async def test_sqlite_synchronous_option_sets_the_pragma_on_every_connection(
         await store.append(SessionKey("t", "s"), [Message(role="user", text="hi")])  # connects
         levels = await store._fetch("PRAGMA synchronous", ())
     assert [tuple(row) for row in levels] == [(level,)]  # 1 is NORMAL, 2 is FULL
+
+
+@pytest.mark.parametrize("url", ["sqlite:///{path}", "sqlite:///{path}?transport=apsw", "sqlite+aiosqlite:///{path}"])
+@pytest.mark.parametrize(("option", "mapped"), [("", 1 << 30), ("mmap_size=0", 0), ("mmap_size=65536", 65536)])
+async def test_sqlite_mmap_size_option_sets_the_pragma_on_every_connection(
+    tmp_path: Path, url: str, option: str, mapped: int
+) -> None:
+    if "apsw" in url:
+        pytest.importorskip("apsw")
+    url = url.format(path=tmp_path / "mapped.db")
+    async with open_store(url + ("&" if "?" in url else "?") + option if option else url) as store:
+        await store.append(SessionKey("t", "s"), [Message(role="user", text="hi")])  # connects
+        sizes = await store._fetch("PRAGMA mmap_size", ())
+    assert [tuple(row) for row in sizes] == [(mapped,)]
 
 
 _KILLED_WRITER = """

@@ -20,6 +20,7 @@ from typing import Any
 import apsw
 import apsw.ext
 
+from chatkeep.sql._config import sqlite_pragmas
 from chatkeep.sql._sqlite import SQLiteTransport, _SQLiteConnection
 
 __all__ = ["ApswTransport"]
@@ -129,8 +130,10 @@ class ApswTransport(SQLiteTransport):
     name = "apsw"
     errors: tuple[type[BaseException], ...] = (apsw.Error, OSError)
 
-    def __init__(self, path: str, *, busy_timeout: float, pool_size: int, synchronous: str = "normal") -> None:
-        super().__init__(path, busy_timeout=busy_timeout, pool_size=pool_size, synchronous=synchronous)
+    def __init__(
+        self, path: str, *, busy_timeout: float, pool_size: int, pragmas: Sequence[str] = sqlite_pragmas()
+    ) -> None:
+        super().__init__(path, busy_timeout=busy_timeout, pool_size=pool_size, pragmas=pragmas)
         self.loads_sqlite_vec = _sqlite_vec_path() is not None
 
     def wrap(self, raw: Any) -> _SQLiteConnection:

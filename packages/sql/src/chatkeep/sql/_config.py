@@ -28,6 +28,7 @@ from chatkeep.core.backend import (
 )
 
 __all__ = [
+    "DEFAULT_MMAP_SIZE",
     "DEFAULT_STATEMENT_TIMEOUT",
     "TRANSPORTS",
     "SQLConfig",
@@ -35,6 +36,7 @@ __all__ = [
     "SQLURLError",
     "default_sqlite_path",
     "parse_url",
+    "sqlite_pragmas",
 ]
 
 # driver -> (module, pip package). Each family's first driver is its default, installed by the chatkeep-core
@@ -90,6 +92,21 @@ def _synchronous(value: object) -> str:
     return value.lower()
 
 
+#: Bytes of a SQLite file its connections read through memory mapping when the URL does not say: reads of a mapped
+#: page cost no system call and no copy. A search scans all of a tenant's vectors (150 MB for 100,000 of 384
+#: floats), which takes about half the time mapped. The mapping is address space: the pages are the operating
+#: system's file cache, shared by every connection, not memory of the process's own.
+DEFAULT_MMAP_SIZE = 1 << 30
+
+
+def sqlite_pragmas(synchronous: str = "normal", mmap_size: int | None = None) -> tuple[str, ...]:
+    """The pragmas every SQLite connection of a store sets when it opens (WAL mode is switched on apart)."""
+    # NORMAL is durable across application crashes in WAL mode; only a power loss can undo the last commits. FULL
+    # syncs the WAL at every commit, so a commit also survives a power loss.
+    mapped = DEFAULT_MMAP_SIZE if mmap_size is None else mmap_size
+    return (f"synchronous={synchronous.upper()}", "foreign_keys=ON", f"mmap_size={mapped}")
+
+
 #: Seconds a statement may run on a database server before the server cancels it, when the URL does not say: a call
 #: never hangs on a lock another transaction keeps, as a SQLite writer waits at most ``busy_timeout``.
 DEFAULT_STATEMENT_TIMEOUT = 30.0
@@ -112,6 +129,11 @@ class SQLSettings(StoreSettings):
         "normal",
         description="SQLite: normal (a commit survives a crash of the process) or full (also an OS crash or power "
         "loss)",
+    )
+    mmap_size: NonNegativeInt | None = Field(
+        None,
+        description=f"SQLite: bytes of the file read through memory mapping (default {DEFAULT_MMAP_SIZE}: 1 GiB; 0: "
+        "none)",
     )
     connect_timeout: Seconds = Field(5.0, description="seconds a server connection may take to open, greet and log in")
     statement_timeout: Seconds | None = Field(
@@ -312,6 +334,8 @@ def parse_url(url: str, **options: Any) -> SQLConfig:
             "the synchronous option is for SQLite; a database server decides its own durability "
             "(PostgreSQL: synchronous_commit; MySQL/MariaDB: innodb_flush_log_at_trx_commit)"
         )
+    if settings.mmap_size is not None:
+        raise SQLURLError("the mmap_size option is for SQLite; a database server maps its own files")
     if family != "postgresql" and settings.schema_ is not None:
         raise SQLURLError("the schema option is for PostgreSQL; on MySQL and MariaDB, name the database in the URL")
     if settings.statement_timeout is None:

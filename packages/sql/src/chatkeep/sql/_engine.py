@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatkeep.core import ChatkeepError
 from chatkeep.core.backend import PerLoop, redact_url
+from chatkeep.sql._config import sqlite_pragmas
 from chatkeep.sql._errors import SQLITE_FILE_HINT, NoAnswerError, connect_timed_out
 from chatkeep.sql._schema import ensure_schema
 from chatkeep.sql._sql import Statements
@@ -502,8 +503,9 @@ def create_engine(config: SQLConfig) -> AsyncEngine:
         @event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
-            for pragma in ("journal_mode=WAL", f"synchronous={options.synchronous.upper()}", "foreign_keys=ON"):
+            for pragma in ("journal_mode=WAL", *sqlite_pragmas(options.synchronous, options.mmap_size)):
                 cursor.execute(f"PRAGMA {pragma}")
+                cursor.fetchall()
             cursor.execute(f"PRAGMA busy_timeout={int(options.busy_timeout * 1000)}")
             cursor.close()
 

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar, cast
 
 from chatkeep.core import ChatkeepError
+from chatkeep.sql._config import sqlite_pragmas
 from chatkeep.sql._errors import SQLITE_FILE_HINT
 from chatkeep.sql._schema import ensure_schema
 from chatkeep.sql._sql import Statements
@@ -78,9 +79,11 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
     hint = SQLITE_FILE_HINT
     errors: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)
 
-    def __init__(self, path: str, *, busy_timeout: float, pool_size: int, synchronous: str = "normal") -> None:
+    def __init__(
+        self, path: str, *, busy_timeout: float, pool_size: int, pragmas: Sequence[str] = sqlite_pragmas()
+    ) -> None:
         self.path = path
-        self.synchronous = synchronous
+        self.pragmas = tuple(pragmas)
         self.description = f"sqlite:///{path}"
         self.busy_timeout = busy_timeout
         self.pool_size = max(1, pool_size)
@@ -104,10 +107,8 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
         conn = self.open()
         try:
             self._use_wal(conn)
-            # NORMAL is durable across application crashes in WAL mode; only a power loss can undo the last
-            # commits. FULL syncs the WAL at every commit, so a commit also survives a power loss.
-            conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
-            conn.execute("PRAGMA foreign_keys=ON")
+            for pragma in self.pragmas:
+                conn.execute(f"PRAGMA {pragma}").fetchall()  # mmap_size answers with a row
         except BaseException:
             conn.close()
             raise

@@ -39,7 +39,7 @@ from chatkeep.core.backend import (
     write_stamp,
 )
 from chatkeep.sql import _chain, _ops
-from chatkeep.sql._config import SQLConfig, SQLURLError, parse_url
+from chatkeep.sql._config import SQLConfig, SQLURLError, parse_url, sqlite_pragmas
 from chatkeep.sql._schema import key_hash, message_hash, tag_hash, tenant_hash
 from chatkeep.sql._transport import Connection, Transport
 
@@ -452,7 +452,7 @@ def _open_transport(config: SQLConfig) -> Transport[Any]:
             config.sqlite_path,
             busy_timeout=config.settings.busy_timeout,
             pool_size=config.settings.pool_size,
-            synchronous=config.settings.synchronous,
+            pragmas=sqlite_pragmas(config.settings.synchronous, config.settings.mmap_size),
         )
     from chatkeep.sql._engine import EngineTransport, create_engine
     from chatkeep.sql._native import AsyncmyTransport, AsyncpgTransport
