@@ -4,10 +4,12 @@ the vector column's width, and what a store that cannot search says."""
 from __future__ import annotations
 
 import asyncio
+import math
+import struct
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -262,3 +264,44 @@ async def _recalls_the_labelled_set(engine: str, url: str) -> None:
     assert result.recall("hybrid") >= 0.9
     assert result.recall("hybrid") > result.recall("keyword only")
     assert result.recall("hybrid") >= result.recall("vector only")
+
+
+class _FixedEmbedder:
+    """Vectors chosen per text: some far from length 1, one of zeros."""
+
+    name = "fixed-4"
+    dimensions = 4
+    vectors: ClassVar[dict[str, list[float]]] = {
+        "long and parallel": [10.0, 10.0, 0.0, 0.0],
+        "short and nearly parallel": [0.1, 0.09, 0.0, 0.0],
+        "at 45 degrees": [1.0, 0.0, 0.0, 0.0],
+        "zeros": [0.0, 0.0, 0.0, 0.0],
+        "query": [1.0, 1.0, 0.0, 0.0],
+    }
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [self.vectors[text] for text in texts]
+
+
+async def test_sqlite_ranks_vectors_by_cosine_whatever_their_length(tmp_path: Path) -> None:
+    """Layout 2 stores unit vectors and compares them by L2 distance: cosine's ranking, not raw L2's."""
+    pytest.importorskip("sqlite_vec")
+    path = tmp_path / "unit.db"
+    embedder, key = _FixedEmbedder(), _key()
+    texts = ["at 45 degrees", "zeros", "short and nearly parallel", "long and parallel"]
+    async with SQLHistoryStore(f"sqlite:///{path}?transport=apsw") as store:
+        assert isinstance(store, SearchableStore)
+        messages = [Message(role="user", text=text) for text in texts]
+        await store.append(key, messages, embeddings=await embed_messages(embedder, messages))
+        [query] = await embedder.embed(["query"])
+        hits = await store.search(key, query, None, 4)
+    # By raw L2 distance the short vector would come first and the long one last.
+    assert [hit.message.text for hit in hits] == [
+        "long and parallel",
+        "short and nearly parallel",
+        "at 45 degrees",
+        "zeros",
+    ]
+    stored = _raw_sqlite(path, "SELECT embedding FROM chatkeep_search_vec ORDER BY rowid")
+    lengths = [math.hypot(*struct.unpack("<4f", bytes(row[0]))) for row in stored]
+    assert lengths == pytest.approx([1.0, 0.0, 1.0, 1.0])  # the zero vector stays zeros: unrelated to every query
