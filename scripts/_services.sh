@@ -52,15 +52,19 @@ started_here() {
     ps -o args= -p "$pid" 2>/dev/null | grep -q -- "$port"
 }
 
-# reuse_or_refuse SCRIPT PORT PIDFILE HINT: returns when the server on PORT may be reused (this checkout started
-# it, or CHATKEEP_REQUIRE_OWN_SERVICES is not set); else exits 1, saying what is on the port and, in HINT, how to
+# refuse SCRIPT PORT WHY HINT: exits 1, naming the process on PORT, why it is not used (WHY), and, in HINT, how to
 # move this service elsewhere.
+refuse() {
+    echo "scripts/$1: 127.0.0.1:$2 is taken by a server this checkout did not start ($(port_user "$2"))." >&2
+    echo "scripts/$1: $3: stop that server, or $4." >&2
+    exit 1
+}
+
+# reuse_or_refuse SCRIPT PORT PIDFILE HINT: returns when the server on PORT may be reused (this checkout started
+# it, or CHATKEEP_REQUIRE_OWN_SERVICES is not set); else refuses it (see refuse).
 reuse_or_refuse() {
-    local script="$1" port="$2" pidfile="$3" hint="$4"
-    if started_here "$pidfile" "$port" || ! own_services_required; then
+    if started_here "$3" "$2" || ! own_services_required; then
         return 0
     fi
-    echo "scripts/$script: 127.0.0.1:$port is taken by a server this checkout did not start ($(port_user "$port"))." >&2
-    echo "scripts/$script: CHATKEEP_REQUIRE_OWN_SERVICES is set, so it is not reused: stop that server, or $hint." >&2
-    exit 1
+    refuse "$1" "$2" "CHATKEEP_REQUIRE_OWN_SERVICES is set, so it is not reused" "$4"
 }

@@ -90,3 +90,35 @@ def test_a_cluster_this_checkout_started_is_reused_and_another_only_without_the_
     finally:
         stopped = run("redis-cluster", "down", env=ours)
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+def test_up_never_stops_a_redis_it_did_not_start(tmp_path: Path) -> None:
+    # A server on one of the cluster's ports that is no healthy cluster: up used to shut it down (SHUTDOWN NOSAVE)
+    # and put a node of its own there. It fails instead, with or without the requirement, and leaves it running.
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        missing_service("redis-server and redis-cli are not installed (Debian: apt-get install redis-server)")
+    port, *others = free_cluster_ports(3)
+    foreign = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        ping = ["redis-cli", "-p", str(port), "ping"]
+        while subprocess.run(ping, capture_output=True, text=True).stdout.strip() != "PONG":
+            assert foreign.poll() is None, "the test's redis-server did not start"
+        ports = " ".join(map(str, [port, *others]))
+        done = run(
+            "redis-cluster",
+            "up",
+            env={"CHATKEEP_REDIS_CLUSTER_PORTS": ports, "CHATKEEP_REDIS_CLUSTER_DIR": str(tmp_path / "c")},
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"127.0.0.1:{port} is taken by a server this checkout did not start (pid {foreign.pid}: " in done.stderr
+        assert "it is no healthy cluster, and this script stops only the nodes it started" in done.stderr
+        info = subprocess.run(["redis-cli", "-p", str(port), "info", "server"], capture_output=True, text=True)
+        assert f"process_id:{foreign.pid}\n" in info.stdout  # the same server, still running
+        assert "redis_mode:standalone" in info.stdout
+    finally:
+        foreign.terminate()
+        foreign.wait(timeout=30)
