@@ -25,7 +25,7 @@ from chatkeep.core import (
 )
 from chatkeep.redis import RedisHistoryProvider, RedisHistoryStore, RedisURLError, _scripts, open_store
 from chatkeep.redis._config import RedisSettings, parse_url
-from chatkeep.redis._layout import INDEX_GRACE_US, pop_receipt, session_keys, usage_key
+from chatkeep.redis._layout import INDEX_GRACE_US, log_keys, pop_receipt, session_keys, usage_key
 from chatkeep.testing.telemetry import Telemetry
 
 
@@ -376,3 +376,44 @@ async def test_a_log_shared_before_logs_counted_their_holders_is_never_freed(red
             await store.delete(key)
         assert [k for k in await _session_keys_left(raw_redis, store.prefix) if ":r:" in k] == []
         assert [k for k in await _session_keys_left(raw_redis, store.prefix) if ":m:" in k] != []  # kept
+
+
+async def _write(store: RedisHistoryStore, key: SessionKey, write: str) -> None:
+    """One write of ``key`` of each kind that restarts its TTL."""
+    if write == "append":
+        assert await store.append(key, _msgs(1, "new")) == 1
+    elif write == "pop":
+        assert await store.pop(key) is not None
+    elif write == "trim":
+        assert await store.trim(key, 2) >= 1
+    elif write == "update_info":
+        assert await store.update_info(key, title="kept")
+    else:
+        await store.save_session(key, chatkeep.core.AgentSession(session_id=key.session_id, tenant=key.tenant))
+
+
+@pytest.mark.parametrize("write", ["append", "pop", "trim", "update_info", "save_session"])
+@pytest.mark.parametrize("writer", ["fork", "source"])
+async def test_a_write_under_a_ttl_keeps_alive_the_shared_log_a_session_holds(
+    redis_url: str, raw_redis: Any, writer: str, write: str
+) -> None:
+    # The fork holds its source's log (renamed, shared, in the source's slot) by reference: each write of the fork
+    # restarts its TTL, and must lengthen that log's as far, or the fork loses the history it inherited while it is
+    # in use. The source, once it popped, holds the shared log as a segment of its own slot: the same holds there.
+    usage = chatkeep.core.Usage(input_tokens=3, output_tokens=1, total_tokens=4)
+    used = Message(role="assistant", contents=[chatkeep.core.UsageContent(usage=usage)])  # a usage key too
+    source, fork = SessionKey("t", "ttl-source"), SessionKey("t", "ttl-fork")
+    async with open_store(redis_url, ttl=60) as store:
+        await store.append(source, [*_msgs(3, "src"), used])
+        assert await store.fork(source, fork) == 4
+        h, m, _, _ = session_keys(store.prefix, "t", "ttl-source")
+        shared = log_keys(f"{m}:{(await raw_redis.hget(h, 'log')).decode()}")  # hold count, records, ids, usage
+        assert await raw_redis.exists(*shared) == 4
+        if writer == "source":
+            assert (await store.pop(source)).message_id == used.message_id  # the shared log becomes a segment
+            assert await raw_redis.hget(h, "segs") is not None
+        for name in shared:  # idle since: 57 of the TTL's 60 seconds went by
+            assert await raw_redis.pexpire(name, 3_000)
+        await _write(store, fork if writer == "fork" else source, write)
+        for name in shared:
+            assert await raw_redis.pttl(name) > 50_000, name

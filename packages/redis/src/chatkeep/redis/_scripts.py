@@ -129,9 +129,13 @@ end
 """
 
 # Shared by every write: restart the TTL of the session's keys, stamp the session, update the indexes.
+# The logs the session holds segments of live at least as long as it: ``expire`` lengthens those of its own slot,
+# and lists the records keys of the others in FAR, which the scripts that write return (``far``) for the store to
+# lengthen there (``APPEND`` and ``FORK_TARGET`` need not: the store lengthens a fork's logs before those run).
 _EXPIRE = (
     _LOG
     + """
+local FAR = {}
 local function expire(ttl)
   if ttl > 0 then
     redis.call('PEXPIRE', KEYS[1], ttl)
@@ -146,7 +150,19 @@ local function expire(ttl)
       redis.call('PEXPIRE', I, ttl)
       redis.call('PEXPIRE', U, ttl)
     end
+    for _, seg in ipairs((segments())) do
+      if local_key(seg[1]) then
+        for _, key in ipairs({seg[1], seg[2], seg[3], refs_of(seg[1])}) do redis.call('PEXPIRE', key, ttl, 'GT') end
+      else
+        FAR[#FAR + 1] = seg[1]
+      end
+    end
   end
+end
+-- A reply, then the records keys of FAR.
+local function far(reply)
+  for _, key in ipairs(FAR) do reply[#reply + 1] = key end
+  return reply
 end
 local function touch(now)
   redis.call('HSETNX', KEYS[1], 'created', now)
@@ -312,8 +328,8 @@ return added
 #       remove), usage_1..usage_k (of the messages it removes from segments of other sessions' logs)
 # Removes the oldest messages beyond keep_last: whole segments or their heads first (a segment's log is
 # shared: only the session's bounds move, and a segment it no longer holds any of drops its hold), then the head
-# of its own log. Returns {how many, records key of each log of another slot to release...}, or {'need',
-# segments, over} when it removes messages of another session's log, whose usage the store reads first.
+# of its own log. Returns {how many, k, records key of each of the k logs of another slot to release..., far...},
+# or {'need', segments, over} when it removes messages of another session's log, whose usage the store reads first.
 # A trim that removes some is a write (stamp, indexes, TTL, as a pop); one that removes none changes nothing.
 TRIM = Script(
     "trim",
@@ -347,7 +363,7 @@ if foreign then
   if segs_text ~= ARGV[6] or tostring(over) ~= ARGV[7] then return {'need', segs_text, over} end
   for k = 8, #ARGV do parts[#parts + 1] = ARGV[k] end
 end
-local released = release(dropped, {over})
+local released = release(dropped, {})
 store_segments(kept)
 add_usage(parts, -1)
 if left > 0 then
@@ -359,7 +375,7 @@ end
 reindex(5, ARGV[3], ARGV[4], ARGV[5])
 touch(ARGV[3])
 expire(tonumber(ARGV[2]))
-return released
+return far(with_records({over, #released}, released))
 """,
 )
 
@@ -368,9 +384,10 @@ return released
 #       a segment of another session's log, as the store read it; '' when it has not)
 # Removes the newest message and returns its record, or false when there is none. From the session's own
 # log: the record and its id (the id of the highest sequence number); from a segment (a fork's inherited
-# messages, or a shared log): only the session's bound moves, and a segment left empty drops its hold (returned
-# as {'release', record, records key} when its log is in another slot). Returns {'need', records key, usage key,
-# seq, head} when that message is in another session's log (the store reads it and runs it again). The record
+# messages, or a shared log): only the session's bound moves, and a segment left empty drops its hold. With work
+# for the store in other slots it returns {'after', record, the records key of that segment's log when it is in
+# another slot ('' else), far...}. Returns {'need', records key, usage key, seq, head} when that message is in
+# another session's log (the store reads it and runs it again). The record
 # stays in the receipt key for receipt_ms: the client retries a command whose connection dropped, and a retry
 # of a pop that did run must return its record, not pop another.
 POP = Script(
@@ -415,7 +432,7 @@ redis.call('SET', KEYS[5], record, 'PX', ARGV[3])
 reindex(6, ARGV[1], ARGV[4], ARGV[5])
 touch(ARGV[1])
 expire(tonumber(ARGV[2]))
-if foreign then return {'release', record, foreign} end
+if foreign or #FAR > 0 then return far({'after', record, foreign or ''}) end
 return record
 """,
 )
@@ -566,20 +583,21 @@ return 1
 )
 
 # KEYS: h, m, i, u   ARGV: document, version, expected ('' + flag), has_expected, owner, has_owner, now_us, ttl_ms
-# Returns 'ok', 'owner' (bound to another owner) or 'conflict' (the stored version is not the expected one).
+# Returns {'ok', far...}, {'owner'} (bound to another owner) or {'conflict'} (the stored version is not the
+# expected one).
 SAVE_SESSION = Script(
     "save_session",
     _EXPIRE
     + """
 locate()
 local stored = redis.call('HMGET', KEYS[1], 'ver', 'owner')
-if ARGV[6] == '1' and stored[2] and stored[2] ~= ARGV[5] then return 'owner' end
-if ARGV[4] == '1' and stored[1] ~= ARGV[3] then return 'conflict' end
+if ARGV[6] == '1' and stored[2] and stored[2] ~= ARGV[5] then return {'owner'} end
+if ARGV[4] == '1' and stored[1] ~= ARGV[3] then return {'conflict'} end
 redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'ver', ARGV[2])
 if ARGV[6] == '1' then redis.call('HSET', KEYS[1], 'owner', ARGV[5]) end
 touch(ARGV[7])
 expire(tonumber(ARGV[8]))
-return 'ok'
+return far({'ok'})
 """,
 )
 
@@ -667,7 +685,8 @@ return 0
 )
 
 # KEYS: h, m, i, u   ARGV: now_us, ttl_ms, has_title, title ('': clear), has_metadata, metadata JSON ('': clear)
-# Sets the session's title and metadata if it exists (a write: stamp and TTL); returns 1, or 0 when it does not.
+# Sets the session's title and metadata if it exists (a write: stamp and TTL); returns {1, far...}, or 0 when it
+# does not.
 UPDATE_INFO = Script(
     "update_info",
     _EXPIRE
@@ -686,7 +705,7 @@ for _, field in ipairs(fields) do
 end
 touch(ARGV[1])
 expire(tonumber(ARGV[2]))
-return 1
+return far({1})
 """,
 )
 

@@ -407,7 +407,7 @@ class RedisHistoryStore(HistoryStore):
             # A fork: the ids it holds from earlier logs are checked there (those ranges never change).
             segments = _segments(added[1])
             checked = [added[1], *await self._held_ids(segments, [message.message_id for message in messages])]
-            await self._keep_alive(segments)
+            await self._keep_alive([segment.records for segment in segments])
         self._check_replicas(acknowledged, what="append", retry=_RETRY_APPEND)
         return int(added)
 
@@ -421,11 +421,14 @@ class RedisHistoryStore(HistoryStore):
             held.update(i for i, score in zip(ids, scores, strict=True) if segment.holds(score))
         return sorted(held)
 
-    async def _keep_alive(self, segments: Sequence[_Segment]) -> None:
-        """Make the logs a fork refers to live at least as long as the fork (a write of it restarts its TTL)."""
-        if not segments:
+    async def _keep_alive(self, logs: Sequence[str | bytes]) -> None:
+        """Make the logs a fork refers to (their records keys) live at least as long as the fork (a write of it
+        restarts its TTL). The scripts lengthen those of the session's own slot; a write other than an append
+        returns the others (``far``: see ``_scripts``).
+        """
+        if not logs:
             return
-        keys = [k for segment in segments for k in _layout.log_keys(segment.records)]
+        keys = [k for log in logs for k in _layout.log_keys(log if isinstance(log, str) else log.decode())]
         if self._ttl_ms:
             await self._pipeline([("PEXPIRE", k, self._ttl_ms, "GT") for k in keys])
         else:
@@ -540,7 +543,10 @@ class RedisHistoryStore(HistoryStore):
             spans = [span for span in _oldest(segments, over) if not _same_slot(span[0].usage, own[0])]
             planned = [reply[1], over, *await self._usages(spans)]
         removed = int(reply[0])
-        await self._release(reply[1:])
+        if removed:  # {how many, k, k logs of other slots to release, far...}
+            released = 2 + int(reply[1])
+            await self._release(reply[2:released])
+            await self._keep_alive(reply[released:])
         if removed and self._cluster:
             index = _layout.tenant_index(self.prefix, key.tenant)
             await self._touch_indexes(key.tenant, key.session_id, index, now)
@@ -560,8 +566,9 @@ class RedisHistoryStore(HistoryStore):
         inherited: tuple[Any, ...] = ("", "", "", "")
         while True:
             record, acknowledged = await self._write_script(_scripts.POP, keys, (*args, *inherited), earlier=earlier)
-            if isinstance(record, list) and record[0] == b"release":  # it emptied a segment of another slot's log
-                await self._release(record[2:])
+            if isinstance(record, list) and record[0] == b"after":  # work in other slots: a log to release, or
+                await self._release([log for log in record[2:3] if log])  # keep alive (a fork's, under a TTL)
+                await self._keep_alive(record[3:])
                 record = record[1]
             if not isinstance(record, list):
                 break
@@ -598,7 +605,7 @@ class RedisHistoryStore(HistoryStore):
         _, taken, cut, usage, title, metadata, through_id = reply
         segments = _segments(taken)
         try:
-            await self._keep_alive(segments)
+            await self._keep_alive([segment.records for segment in segments])
             tags = await self._call("HGET", _layout.tags_map(self.prefix, source.tenant), source.session_id)
             own, indexes = self._keys(target)
             now = write_stamp()
@@ -723,8 +730,9 @@ class RedisHistoryStore(HistoryStore):
             json.dumps(metadata, ensure_ascii=False) if metadata else "",
         )
         updated, acknowledged = await self._write_script(_scripts.UPDATE_INFO, own, args)
-        if not int(updated):
+        if not updated:
             return False
+        await self._keep_alive(updated[1:])
         index = _layout.tenant_index(self.prefix, key.tenant)
         earlier = await self._touch_indexes(key.tenant, key.session_id, index, now, tags)
         if acknowledged is not None:
@@ -815,7 +823,7 @@ class RedisHistoryStore(HistoryStore):
         h, m, i, index = _layout.session_keys(self.prefix, key.tenant, key.session_id)
         now = write_stamp()
         earlier = await self._touch_indexes(key.tenant, key.session_id, index, now)
-        outcome, acknowledged = await self._write_script(
+        (outcome, *far), acknowledged = await self._write_script(
             _scripts.SAVE_SESSION,
             (h, m, i, _layout.usage_key(h)),
             (
@@ -834,6 +842,7 @@ class RedisHistoryStore(HistoryStore):
             raise owner_error()
         if outcome == b"conflict":
             raise conflict_error(key.session_id, expected_version or "")
+        await self._keep_alive(far)
         self._check_replicas(acknowledged, what="session document", retry=_RETRY_SAVE)
         return version
 
