@@ -98,10 +98,7 @@ class StoreHooks(abc.ABC):
         backends written before ``pop`` existed still load: by default it refuses, rather than emulate a pop
         with a read and a delete that two callers could race.
         """
-        raise UnsupportedOperationError(
-            f"{type(self).__name__} does not support pop(): its backend was written before HistoryStore.pop "
-            "existed; upgrade the plugin that provides it, or ask its author to implement HistoryStore._pop"
-        )
+        raise feature_unsupported_error(self, "pop()", "_pop")
 
     @abc.abstractmethod
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
