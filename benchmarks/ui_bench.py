@@ -19,33 +19,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import socket
 import tempfile
-import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from benchmarks._common import Result, format_table, measure
 from chatkeep.core import Message, SessionKey, open_store
 from chatkeep.core.ui import UIConfig, create_app
+from chatkeep.testing.browser import CHROMIUM, CHROMIUM_ARGS, serving
 
 __all__ = ["main"]
 
 SMALL, FULL, LARGE = 10, 100, 100_000  # FULL: one whole page (the UI shows 100 messages to a page)
 TEXT = "The quick brown fox jumps over the lazy dog. " * 4
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 async def _seed(url: str, tenant: str) -> None:
@@ -81,31 +68,12 @@ def _responses(url: str, tenant: str, iterations: int) -> list[Result]:
     return results
 
 
-@contextlib.contextmanager
-def _served(url: str, tenant: str) -> Iterator[str]:
-    import uvicorn
-
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    app = create_app(UIConfig(url, tenant=tenant))
-    config = uvicorn.Config(app, ws="none", access_log=False, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join()
-        listener.close()
-
-
 def _first_paint(url: str, tenant: str, iterations: int) -> list[Result]:
     from playwright.sync_api import sync_playwright
 
-    with _served(url, tenant) as base, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+    app = create_app(UIConfig(url, tenant=tenant))
+    with serving(app) as base, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
         page = browser.new_page()
         metrics = {
             "response end": "performance.getEntriesByType('navigation')[0].responseEnd",

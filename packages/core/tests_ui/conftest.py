@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +29,7 @@ from chatkeep.core import (
 )
 from chatkeep.core.backend import HistoryStore, embed_messages
 from chatkeep.core.ui import UIConfig, create_app
+from chatkeep.testing.browser import serving
 
 pytest.importorskip("starlette", reason='chatkeep ui needs "chatkeep-core[ui]"')
 pytest.importorskip("sqlite_vec", reason='the SQLite search index needs "chatkeep-sql[recall]"')
@@ -161,36 +160,13 @@ class Served:
     """A UI server running in a thread of this process: the URL to open (with a trailing slash)."""
 
     base: str
-    port: int
 
 
 @contextlib.contextmanager
 def serve(config: UIConfig, host: str = "127.0.0.1") -> Iterator[Served]:
-    """Serve ``config`` with uvicorn on a free port of ``host``, in a thread, until the block ends.
-
-    The socket is bound and listening before uvicorn starts, so a client may connect at once: the kernel holds
-    the connection until uvicorn, its store open, accepts it. Nothing waits on a clock.
-    """
-    import uvicorn
-
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((host, 0))
-    listener.listen(64)
-    port = listener.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(config), ws="none", access_log=False, log_level="warning", lifespan="on", server_header=False
-        )
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    try:
-        yield Served(f"http://127.0.0.1:{port}/", port)
-    finally:
-        server.should_exit = True
-        thread.join()
-        listener.close()
+    """Serve ``config`` with uvicorn on a free port of ``host``, in a thread, until the block ends."""
+    with serving(create_app(config), host) as base:
+        yield Served(base)
 
 
 @pytest.fixture(scope="session")

@@ -17,19 +17,9 @@ from typing import Any
 import pytest
 
 from chatkeep.core.ui import UIConfig
+from chatkeep.testing.browser import CHROMIUM, CHROMIUM_ARGS
 from chatkeep.testing.services import missing_service
 
-CHROMIUM = os.environ.get("CHATKEEP_CHROMIUM", "/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 TENANT = "acme"  # as conftest seeds it
 TOKEN = "browser-token-0123456789abcdef"
 
@@ -43,7 +33,7 @@ def browser() -> Iterator[Any]:
     if not shutil.which(CHROMIUM):
         missing_service(f"no Chromium at {CHROMIUM}: run scripts/chromium install (apt-get install chromium)")
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
         yield launched
         launched.close()
 
