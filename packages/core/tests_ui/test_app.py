@@ -357,3 +357,16 @@ def test_a_long_session_is_shown_whole_in_pages(seeded: Any, client: TestClient)
         path = older[1] if older else None
     assert seen == seeded.long_ids
     assert len(seen) == LONG
+
+
+def test_a_session_beyond_the_listing_walk_still_opens_with_its_usage(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatkeep.core.ui import _views
+
+    monkeypatch.setattr(_views, "INFO_WALK", 0)  # as if the tenant had more recent sessions than the walk reads
+    page = client.get("/session", params={"id": "tool-chat-fork"}).text
+    assert "not looked up: the session is not among the tenant's 0 most recently updated" in page
+    assert "150 (120 in, 30 out, 1 model call)" in page  # usage, read directly
+    assert "what about Porto" in page
+    assert 'id="fork-point"' not in page

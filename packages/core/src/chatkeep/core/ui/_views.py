@@ -26,6 +26,7 @@ from chatkeep.core._errors import (
     InvalidArgumentError,
     InvalidSessionKeyError,
     StoreUnavailableError,
+    UnsupportedOperationError,
     redact_url,
 )
 from chatkeep.core.backend import (
@@ -44,7 +45,7 @@ from chatkeep.core.cli._output import plural, when
 from chatkeep.core.cli._transfer import session_lines
 from chatkeep.core.plugins import open_store
 from chatkeep.core.ui._app import UIState
-from chatkeep.core.ui._transcript import PAGE_SIZE, message_page, read_page, shown
+from chatkeep.core.ui._transcript import message_page, read_page, shown
 
 __all__ = ["EXCEPTION_HANDLERS", "export", "session", "sessions", "static", "store_page", "tenants"]
 
@@ -52,6 +53,8 @@ __all__ = ["EXCEPTION_HANDLERS", "export", "session", "sessions", "static", "sto
 LIMIT, MAX_LIMIT = 50, 500
 #: Search results shown.
 HITS = 20
+#: How many of a tenant's most recently updated sessions a session's page looks through for its listing entry.
+INFO_WALK, INFO_PAGE = 20_000, 500
 #: The store page counts a tenant's sessions up to this many.
 COUNT_CAP = 10_000
 _STATIC = {
@@ -200,15 +203,16 @@ def _snippet(text: str, limit: int = 240) -> str:
 
 
 async def find_info(store: HistoryStore, key: SessionKey) -> SessionInfo | None:
-    """The listing entry of ``key``: its title, tags, usage and fork parent.
+    """The listing entry of ``key``: its title, tags, usage and fork parent (``None``: not found).
 
     The store contract reads these only through ``list_sessions``, so the tenant's pages are walked, newest
-    first, until the session is found: a session being read is usually among the newest.
+    first, until the session is found: a session being read is usually among the newest. The walk stops after
+    :data:`INFO_WALK` sessions, so that a page of an old session in a huge tenant still opens at once.
     """
     cursor: str | None = None
-    while True:
+    for _ in range(INFO_WALK // INFO_PAGE):
         try:
-            page = await store.list_sessions(key.tenant, limit=500, cursor=cursor)
+            page = await store.list_sessions(key.tenant, limit=INFO_PAGE, cursor=cursor)
         except DamagedListingError as exc:
             page = exc.page
         for info in page.items:
@@ -217,6 +221,7 @@ async def find_info(store: HistoryStore, key: SessionKey) -> SessionInfo | None:
         cursor = page.next_cursor
         if cursor is None:
             return None
+    return None
 
 
 async def _exists(store: HistoryStore, key: SessionKey) -> bool:
@@ -246,6 +251,10 @@ async def session(request: Request) -> Response:
     page, messages = await read_page(state.store, key, None if before is None else int(before))
     info = await find_info(state.store, key)
     fields = None if info is None else info_fields(info)
+    if fields is None:  # not among the newest: the usage at least (kept by append, read at once)
+        with contextlib.suppress(UnsupportedOperationError):
+            used = await state.store.usage(key)
+            fields = {"title": None, "tags": [], "usage": used.to_dict(), "forked_from": None, "unlisted": True}
     return _page(
         request,
         "session.html",
@@ -253,7 +262,7 @@ async def session(request: Request) -> Response:
         tenant=key.tenant,
         info=fields,
         page=page,
-        page_size=PAGE_SIZE,
+        info_walk=INFO_WALK,
         messages=shown(messages),
         session_link=lambda **more: _session_link(key, **more),
         parent_link=None if info is None or info.forked_from is None else _parent_link(key, info),
