@@ -370,3 +370,30 @@ def test_a_session_beyond_the_listing_walk_still_opens_with_its_usage(
     assert "150 (120 in, 30 out, 1 model call)" in page  # usage, read directly
     assert "what about Porto" in page
     assert 'id="fork-point"' not in page
+
+
+def test_an_encrypted_session_is_refused_as_text_and_exported_sealed(tmp_path: Path) -> None:
+    pytest.importorskip("cryptography", reason='EncryptedStore needs "chatkeep-core[encryption]"')
+    import asyncio
+    import os
+
+    from chatkeep.core import Message
+    from chatkeep.core.encryption import EncryptedStore
+
+    data, keys = f"sqlite:///{tmp_path / 'data.db'}", f"sqlite:///{tmp_path / 'keys.db'}"
+
+    async def seal() -> None:
+        store = EncryptedStore(open_store(data), key_store=open_store(keys), master_keys={"k1": os.urandom(32)})
+        async with store:
+            await store.append(SessionKey(TENANT, "sealed"), [Message(role="user", text="my card number")])
+
+    asyncio.run(seal())
+    with TestClient(create_app(UIConfig(data, tenant=TENANT)), base_url="http://127.0.0.1") as client:
+        assert "sealed" in client.get("/").text
+        refused = client.get("/session", params={"id": "sealed"})
+        assert refused.status_code == 409
+        assert "chatkeep ui holds no keys" in refused.text
+        assert "my card number" not in refused.text
+        exported = client.get("/session/export", params={"id": "sealed"}).text
+        assert "my card number" not in exported
+        assert json.loads(exported.splitlines()[-1])["messages"] == 1  # moved as stored, sealed
