@@ -132,10 +132,12 @@ def test_another_tenant_is_not_shown_without_all_tenants(seeded: Any, client: Te
     assert client.get("/session/export", params={"tenant": OTHER_TENANT, "id": "secret"}).status_code == 404
     assert client.get("/session", params={"id": "secret"}).status_code == 404  # not in acme
     assert "globex" not in client.get("/tenants").text
+    assert "<th>Tenants</th>" not in client.get("/store").text  # not even how many others there are
     every_tenant = create_app(UIConfig(seeded.url, tenant=TENANT, all_tenants=True))
     with TestClient(every_tenant, base_url="http://127.0.0.1") as every:
         assert "globex only" in every.get("/session", params={"tenant": OTHER_TENANT, "id": "secret"}).text
         assert "globex" in every.get("/tenants").text
+        assert "<tr><th>Tenants</th><td>2</td></tr>" in every.get("/store").text
 
 
 def test_a_transcript_pairs_each_tool_call_with_its_result(client: TestClient) -> None:

@@ -328,10 +328,10 @@ async def store_page(request: Request) -> Response:
     sample = await sample_sessions(store, tenant)
     sampled = (perf_counter() - started) * 1000
     counted, more = await _count_sessions(store, tenant)
-    try:
-        tenant_count: int | None = len(await store.list_tenants())
-    except ChatkeepError:
-        tenant_count = None
+    tenant_count: int | None = None
+    if state.config.all_tenants:  # one tenant's UI tells nothing of the others, not even how many there are
+        with contextlib.suppress(UnsupportedOperationError):
+            tenant_count = len(await store.list_tenants())
     return _page(
         request,
         "store.html",
