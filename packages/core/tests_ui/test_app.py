@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -269,23 +273,16 @@ def test_a_password_in_the_store_url_is_never_on_a_page_nor_printed(
                     page = client.get(path).text
                     assert "hunter2" not in page, path
                     assert "postgres:***@127.0.0.1" in page, path
-            served: list[dict[str, Any]] = []
-            monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.append(options))
-            assert main(["ui", "--store", url, "--tenant", TENANT]) == 0
-            assert served == [
-                {
-                    "host": "127.0.0.1",
-                    "port": 8765,
-                    "ws": "none",
-                    "access_log": False,
-                    "server_header": False,
-                    "log_level": "warning",
-                }
-            ]
+            served: list[Any] = []
+            monkeypatch.setattr(uvicorn.Server, "run", lambda server, sockets: served.append(server.config))
+            port = _free_port()
+            assert main(["ui", "--store", url, "--tenant", TENANT, "--port", str(port)]) == 0
+            [config] = served
+            assert (config.access_log, config.server_header, config.ws) == (False, False, "none")
             printed = capsys.readouterr()
             assert "hunter2" not in printed.out + printed.err
             assert "serving postgresql+asyncpg://postgres:***@127.0.0.1:5432/test" in printed.out
-            assert "open http://127.0.0.1:8765/" in printed.out
+            assert f"open http://127.0.0.1:{port}/" in printed.out
         finally:
             admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
@@ -399,3 +396,44 @@ def test_an_encrypted_session_is_refused_as_text_and_exported_sealed(tmp_path: P
         exported = client.get("/session/export", params={"id": "sealed"}).text
         assert "my card number" not in exported
         assert json.loads(exported.splitlines()[-1])["messages"] == 1  # moved as stored, sealed
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_command_serves_the_printed_url_until_interrupted(seeded: Any) -> None:
+    """``chatkeep ui`` as a user runs it: a process that prints the URL, serves it, and stops on Ctrl-C."""
+    import httpx
+
+    command = [sys.executable, "-m", "chatkeep.core.cli", "ui", "--store", seeded.url, "--tenant", TENANT]
+    process = subprocess.Popen(
+        [*command, "--port", str(_free_port()), "--token"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # printed once the socket listens
+        url = line.rsplit("open ", 1)[1].strip()
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/\?token=[A-Za-z0-9_-]{43}", url), line
+        with httpx.Client(timeout=30) as client:
+            assert client.get(url.split("?", 1)[0]).status_code == 401
+            page = client.get(url, follow_redirects=True)
+            assert page.status_code == 200
+            assert "Planning a trip to Lisbon" in page.text
+            assert client.get(url.split("?", 1)[0] + "store").status_code == 200  # the cookie
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, errors = process.communicate(timeout=60)
+    assert process.returncode == 130, errors  # stopped by Ctrl-C, as every chatkeep command reports it
+    assert "Traceback" not in errors
+
+
+def test_a_port_in_use_is_refused_with_what_to_do(seeded: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert main(["ui", "--store", seeded.url, "--tenant", TENANT, "--port", str(port)]) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err

@@ -7,8 +7,9 @@ import asyncio
 import os
 import re
 import secrets
+import socket
 
-from chatkeep.core._errors import InvalidArgumentError, MissingExtraError
+from chatkeep.core._errors import ChatkeepError, InvalidArgumentError, MissingExtraError
 from chatkeep.core.backend import SessionKey
 from chatkeep.core.cli._app import store_url
 from chatkeep.core.cli._inspect import first_round_trip, open_existing_store, tenant_of
@@ -16,7 +17,7 @@ from chatkeep.core.cli._output import UsageError, emit_json, say
 from chatkeep.core.ui._app import UI_EXTRA, UIConfig, create_app
 from chatkeep.core.ui._guard import check_bind
 
-__all__ = ["TOKEN_ENV", "ui", "ui_token", "ui_url"]
+__all__ = ["TOKEN_ENV", "UIListenError", "ui", "ui_token", "ui_url"]
 
 TOKEN_ENV = "CHATKEEP_UI_TOKEN"
 #: What a token given by the user must look like: long enough not to be guessed, safe in a cookie and a URL.
@@ -61,16 +62,47 @@ def ui(args: argparse.Namespace) -> int:
     config = UIConfig(store_url(args), tenant=tenant_of(args), all_tenants=args.all_tenants, token=token)
     app = create_app(config)
     asyncio.run(_reachable(config))
+    listener = _listen(args.host, args.port)
     url = ui_url(args.host, args.port, token)
+    # Printed once the socket listens: whoever reads the URL can connect at once.
     if args.json:
         emit_json({"store": config.shown_url, "tenant": config.tenant, "all_tenants": config.all_tenants, "url": url})
     else:
         say(f"chatkeep ui: serving {config.shown_url} read-only; open {url}")
     # No access log: a request's query may carry the token. uvicorn's own errors still go to stderr.
-    uvicorn.run(
-        app, host=args.host, port=args.port, ws="none", access_log=False, server_header=False, log_level="warning"
+    server = uvicorn.Server(
+        uvicorn.Config(app, ws="none", access_log=False, server_header=False, log_level="warning", lifespan="on")
     )
+    with listener:
+        server.run(sockets=[listener])
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port``, for uvicorn to serve on.
+
+    Raises:
+        UIListenError: the address cannot be listened on (in use, not this machine's, not allowed).
+    """
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UIListenError(f"cannot listen on {host}: {exc}; give --host an address of this machine") from None
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        raise UIListenError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port (or stop what uses it)"
+        ) from None
+    return listener
+
+
+class UIListenError(ChatkeepError):
+    """``chatkeep ui`` could not listen on the address it was given."""
 
 
 async def _reachable(config: UIConfig) -> None:
