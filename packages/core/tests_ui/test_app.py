@@ -437,3 +437,32 @@ def test_a_port_in_use_is_refused_with_what_to_do(seeded: Any, capsys: pytest.Ca
         port = taken.getsockname()[1]
         assert main(["ui", "--store", seeded.url, "--tenant", TENANT, "--port", str(port)]) == 1
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_ids_with_slashes_and_url_characters_are_reached(tmp_path: Path) -> None:
+    import asyncio
+    import html
+
+    from chatkeep.core import Message
+
+    url, odd = f"sqlite:///{tmp_path / 'odd.db'}", "a/b?c=1&d#e %2F é"
+
+    async def store_it() -> str:
+        async with open_store(url) as store:
+            message = Message(role="user", text="found me")
+            await store.append(SessionKey("t/1?x#y", odd), [message])
+            return message.message_id
+
+    message_id = asyncio.run(store_it())
+    with TestClient(create_app(UIConfig(url, tenant="t/1?x#y")), base_url="http://127.0.0.1") as client:
+        listing = client.get("/", params={"tenant": "t/1?x#y"}).text
+        link = re.search(r'class="session-link" href="([^"]+)"', listing)
+        assert link is not None
+        href = html.unescape(link[1])
+        assert "found me" in client.get(href).text
+        jump = client.get(href + "&message=" + message_id, follow_redirects=False)
+        assert jump.status_code == 302
+        assert "found me" in client.get(jump.headers["location"]).text
+        exported = client.get(href.replace("/session?", "/session/export?"))
+        assert exported.headers["content-disposition"] == 'attachment; filename="a_b_c_1_d_e_2F.jsonl"'
+        assert json.loads(exported.text.splitlines()[0])["session_id"] == odd
