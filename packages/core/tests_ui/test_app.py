@@ -70,6 +70,14 @@ def test_every_route_with_every_method_writes_nothing_and_only_reads(
     assert snapshot(seeded.url) == before
 
 
+def test_a_websocket_is_refused(client: TestClient) -> None:
+    from starlette.websockets import WebSocketDisconnect
+
+    with pytest.raises(WebSocketDisconnect) as closed, client.websocket_connect("/"):
+        pass
+    assert closed.value.code == 1008
+
+
 def test_every_response_carries_the_security_headers(client: TestClient) -> None:
     for path, status in (("/", 200), ("/static/ui.css", 200), ("/session?id=nope", 404), ("/nope", 404)):
         response = client.get(path)

@@ -97,7 +97,11 @@ class Guard:
         return self._app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":  # the UI has none: refused before any route sees it
+            await receive()
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":  # lifespan: the store opens and closes
             await self._app(scope, receive, send)
             return
 
