@@ -13,6 +13,8 @@ nox -s interop               the framework adapters, each with its framework's r
                              against the adapter, on memory, SQLite, PostgreSQL and Redis
 nox -s interop_peers         only the frameworks' own history tests
 nox -s interop_bench         the adapters beside each framework's own stores (not in the default run)
+nox -s ui                    chatkeep ui: its routes, headers and token through Starlette's test client, and its
+                             pages in Debian's headless Chromium (scripts/chromium installs it), with screenshots
 nox -s failover              a master of a private replicated Redis Cluster killed under 8 writers, 3 rounds
                              with and without wait_replicas, printing the appends lost without it (not in the
                              default run, which does one: wait_replicas=1, lagging replica; -- --rounds N)
@@ -30,7 +32,7 @@ import nox
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["tests", "interop", "lint", "typecheck", "docs"]
+nox.options.sessions = ["tests", "interop", "ui", "lint", "typecheck", "docs"]
 
 PYTHON = "3.11"  # the only interpreter this project's machines have; the code supports 3.10+
 
@@ -244,6 +246,18 @@ def interop_bench(session: nox.Session, framework: str) -> None:
     """Benchmark one adapter beside its framework's own history stores, measured in the same run."""
     install_framework(session, framework)
     session.run("python", "-m", "benchmarks", f"interop-{framework}", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def ui(session: nox.Session) -> None:
+    """Test chatkeep ui: every route read-only, headers, token, escaping; then its pages in headless Chromium.
+
+    The browser is Debian's (scripts/chromium installs it when missing), driven by Playwright pointed at it; no
+    browser is downloaded. Screenshots go to $CHATKEEP_UI_SCREENSHOTS when set (docs/assets/ui holds copies).
+    """
+    sync(session, "dev", "ui")
+    session.run("scripts/chromium", "install", external=True)
+    session.run(*PYTEST, "packages/core/tests_ui", *session.posargs, env={"CHATKEEP_TEST_BACKEND": "ui"})
 
 
 @nox.session(python=PYTHON)

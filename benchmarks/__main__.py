@@ -12,8 +12,8 @@ import inspect
 import sys
 from typing import Any
 
-# codec, sync, telemetry, embedders and forks (on memory://) need no server; sql, drivers, layers, search, redis,
-# blob and the interop-* suites need the services scripts/ starts.
+# codec, sync, telemetry, embedders, forks (on memory://) and ui (a SQLite file) need no server; sql, drivers,
+# layers, search, redis, blob and the interop-* suites need the services scripts/ starts.
 SUITES = {
     "codec": "benchmarks.codec_bench",
     "sql": "benchmarks.sql_bench",
@@ -26,6 +26,7 @@ SUITES = {
     "telemetry": "benchmarks.telemetry_bench",
     "embedders": "benchmarks.embedders_bench",
     "forks": "benchmarks.forks_bench",
+    "ui": "benchmarks.ui_bench",
 }
 # An adapter beside its framework's own stores; run one at a time by name (nox -s interop_bench installs the pins).
 INTEROP_SUITES = {

@@ -180,6 +180,22 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--openai-model", metavar="MODEL", help="embed with this model of OPENAI_BASE_URL")
         command.add_argument("--dimensions", type=_positive, help="the width of --openai-model's vectors")
 
+    # The handler lives in chatkeep.core.ui, the layer above the CLI (it reuses the CLI's readers), named by its
+    # full module path: the parser imports nothing of it until the command runs.
+    ui_help = "browse the store's sessions in a web browser, read-only (extra ui)"
+    browse = _command(commands, "ui", "chatkeep.core.ui._command:ui", ui_help, parents=[common])
+    browse.add_argument("--all-tenants", action="store_true", help="let the pages show every tenant, not only --tenant")
+    browse.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)")
+    browse.add_argument("--port", type=_port, default=8765, help="the port to listen on (default: %(default)s)")
+    browse.add_argument(
+        "--token",
+        nargs="?",
+        const="",
+        default=None,
+        help="require this token on every request (a bare --token makes a random one; default: $CHATKEEP_UI_TOKEN); "
+        "needed to listen on any address but loopback",
+    )
+
     _command(
         commands, "migrate", "_inspect:migrate", "create or upgrade a store's schema (SQL databases)", parents=[common]
     )
@@ -287,6 +303,13 @@ def _tag(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _port(text: str) -> int:
+    port = _positive(text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"a port is at most 65535, got {port}")
+    return port
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -325,7 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         module, _, name = str(args.handler).partition(":")
-        handler = getattr(importlib.import_module(f"chatkeep.core.cli.{module}"), name)
+        package = "" if module.startswith("chatkeep.") else "chatkeep.core.cli."
+        handler = getattr(importlib.import_module(f"{package}{module}"), name)
         result = handler(args)
         if inspect.iscoroutine(result):
             result = asyncio.run(result)

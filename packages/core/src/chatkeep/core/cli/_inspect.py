@@ -53,12 +53,17 @@ from chatkeep.core.cli._output import UsageError, emit_json, iso, plural, printa
 from chatkeep.core.plugins import default_registry, installed_backends, open_store, plugin_failures
 
 __all__ = [
+    "DOCTOR_SAMPLE",
+    "backend_label",
     "backends",
     "doctor",
+    "first_round_trip",
     "migrate",
     "open_existing_store",
     "prune",
     "render",
+    "sample_detail",
+    "sample_sessions",
     "sessions_delete",
     "sessions_list",
     "sessions_show",
@@ -153,7 +158,29 @@ def _hint(exc: BaseException, shown: str) -> str:
     return "the error above names what failed"
 
 
-async def _sample_sessions(store: HistoryStore, tenant: str) -> dict[str, Any]:
+def backend_label(url: str) -> str:
+    """The backend a URL names and the distribution providing it, e.g. ``sql, chatkeep-sql 0.1.0``.
+
+    Raises:
+        UnknownBackendError: no installed backend handles the URL's scheme.
+    """
+    spec = default_registry().resolve(url)
+    info = next((b for b in installed_backends() if b.name == spec.name), None)
+    return spec.name if info is None else f"{spec.name}, {info.distribution} {info.version}"
+
+
+async def first_round_trip(store: HistoryStore, key: SessionKey) -> str | None:
+    """The first call to a store, which connects: the schema revision when the store keeps one, else a count.
+
+    It reads only, so ``chatkeep ui`` takes its latency as ``doctor`` does without writing a probe.
+    """
+    revision = await store.schema_revision() if isinstance(store, SupportsSchemaRevision) else None
+    if revision is None:
+        await store.count(key)
+    return revision
+
+
+async def sample_sessions(store: HistoryStore, tenant: str) -> dict[str, Any]:
     """Read the newest message of the tenant's newest sessions: which are encrypted, and whether this is a key store.
 
     A store opened without keys cannot read what ``EncryptedStore`` sealed; saying so here spares a surprise in
@@ -170,7 +197,7 @@ async def _sample_sessions(store: HistoryStore, tenant: str) -> dict[str, Any]:
     return {"tenant": tenant, "sampled": len(page.items), "encrypted": encrypted, "key_store": key_store}
 
 
-def _sample_detail(sample: dict[str, Any]) -> str:
+def sample_detail(sample: dict[str, Any]) -> str:
     tenant, sampled, encrypted = repr(sample["tenant"]), sample["sampled"], sample["encrypted"]
     if not sampled:
         detail = f"tenant {tenant} has no sessions"
@@ -228,9 +255,7 @@ async def doctor(args: argparse.Namespace) -> int:
         return 0 if failure is None else 1
 
     try:
-        spec = default_registry().resolve(url)
-        info = next((b for b in installed_backends() if b.name == spec.name), None)
-        report["backend"] = spec.name if info is None else f"{spec.name}, {info.distribution} {info.version}"
+        report["backend"] = backend_label(url)
         store = open_store(url)
     except ChatkeepError as exc:
         check("open", None, "the URL names no usable store", ok=False)
@@ -245,9 +270,7 @@ async def doctor(args: argparse.Namespace) -> int:
                 started = perf_counter()
                 try:
                     # The first round trip connects; a store with a schema checks it on that call anyway.
-                    revision = await store.schema_revision() if isinstance(store, SupportsSchemaRevision) else None
-                    if revision is None:
-                        await store.count(key)
+                    revision = await first_round_trip(store, key)
                 except StoreConfigurationError as exc:
                     if type(exc).__name__ == "SchemaVersionError":
                         step = "schema"
@@ -282,8 +305,8 @@ async def doctor(args: argparse.Namespace) -> int:
                     )
             step = "sessions"
             started = perf_counter()
-            report["sessions"] = await _sample_sessions(store, tenant_of(args))
-            check("sessions", (perf_counter() - started) * 1000, _sample_detail(report["sessions"]))
+            report["sessions"] = await sample_sessions(store, tenant_of(args))
+            check("sessions", (perf_counter() - started) * 1000, sample_detail(report["sessions"]))
     except ChatkeepError as exc:
         check(step, None, "see the error below", ok=False)
         return finish(exc)

@@ -40,7 +40,7 @@ from chatkeep.core.cli._lineage import carry_info, fork_in_target, parents_first
 from chatkeep.core.cli._output import Progress, UsageError, emit_json, plural, printable, progress, say
 from chatkeep.core.plugins import open_store
 
-__all__ = ["ExportFormatError", "copy", "export", "import_", "session_checksum"]
+__all__ = ["ExportFormatError", "copy", "export", "import_", "session_checksum", "session_lines"]
 
 #: Messages per append: big enough to amortize a round trip, small enough to keep memory flat.
 APPEND_BATCH = 500
@@ -72,6 +72,27 @@ async def _sessions_of(store: HistoryStore, tenant: str, damage: DamagedSessions
 
 async def _one(key: SessionKey) -> AsyncIterator[SessionKey]:
     yield key
+
+
+async def session_lines(store: HistoryStore, key: SessionKey, info: str | None) -> AsyncIterator[tuple[str, str]]:
+    """The export lines of one session, in the file's order, each with its kind: ``session``, ``info``, ``message``.
+
+    ``info`` is the session's info line (:func:`~chatkeep.core.cli._jsonl.info_line`), or ``None``. The messages
+    are read with ``iter_messages``, so memory stays flat whatever the history's length.
+
+    Raises:
+        SessionFormatError, MessageFormatError: the session is damaged (lines may have been yielded before).
+    """
+    stored = await store.load_session(key)
+    if stored is not None:
+        owner = json.dumps(stored.owner, ensure_ascii=False)
+        document = json.dumps(stored.session.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        yield "session", f'{_jsonl.prefix("session", key)}"owner":{owner},"document":{document}}}\n'
+    if info is not None:
+        yield "info", info
+    prefix = _jsonl.prefix("message", key)
+    async for message in store.iter_messages(key, batch=1000):
+        yield "message", f'{prefix}"record":{message.to_record()}}}\n'
 
 
 def export(args: argparse.Namespace) -> int:
@@ -126,20 +147,15 @@ async def _export(args: argparse.Namespace, out: IO[str], damage: DamagedSession
                 info = None if isinstance(listed, SessionKey) else _jsonl.info_line(key, listed)
                 document_lines = info_lines = message_lines = 0
                 try:
-                    stored = await store.load_session(key)
-                    if stored is not None:
-                        owner = json.dumps(stored.owner, ensure_ascii=False)
-                        document = json.dumps(stored.session.to_dict(), ensure_ascii=False, separators=(",", ":"))
-                        out.write(f'{_jsonl.prefix("session", key)}"owner":{owner},"document":{document}}}\n')
-                        document_lines = 1
-                    if info is not None:
-                        out.write(info)
-                        info_lines = 1
-                    prefix = _jsonl.prefix("message", key)
-                    async for message in store.iter_messages(key, batch=1000):
-                        out.write(f'{prefix}"record":{message.to_record()}}}\n')
-                        message_lines += 1
-                        bar.advance()
+                    async for kind, line in session_lines(store, key, info):
+                        out.write(line)
+                        if kind == "message":
+                            message_lines += 1
+                            bar.advance()
+                        elif kind == "session":
+                            document_lines = 1
+                        else:
+                            info_lines = 1
                 except DAMAGE as exc:
                     written = document_lines + info_lines + message_lines
                     damage.found(key, exc, note=f" ({written} of its lines written before)" if written else "")
