@@ -122,3 +122,32 @@ def test_up_never_stops_a_redis_it_did_not_start(tmp_path: Path) -> None:
     finally:
         foreign.terminate()
         foreign.wait(timeout=30)
+
+
+def test_down_under_the_requirement_stops_only_the_nodes_this_checkout_started(tmp_path: Path) -> None:
+    # .ci/run stops its services on exit: it must not stop a Redis it refused to use (without the requirement,
+    # `down` stops whatever answers on the cluster's ports, as it always did).
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        missing_service("redis-server and redis-cli are not installed (Debian: apt-get install redis-server)")
+    port, *others = free_cluster_ports(3)
+    foreign = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        ping = ["redis-cli", "-p", str(port), "ping"]
+        while subprocess.run(ping, capture_output=True, text=True).stdout.strip() != "PONG":
+            assert foreign.poll() is None, "the test's redis-server did not start"
+        env = {
+            "CHATKEEP_REDIS_CLUSTER_PORTS": " ".join(map(str, [port, *others])),
+            "CHATKEEP_REDIS_CLUSTER_DIR": str(tmp_path / "c"),
+            "CHATKEEP_REQUIRE_OWN_SERVICES": "1",
+        }
+        done = run("redis-cluster", "down", env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert subprocess.run(ping, capture_output=True, text=True).stdout.strip() == "PONG"  # still running
+        assert foreign.poll() is None
+    finally:
+        foreign.terminate()
+        foreign.wait(timeout=30)
