@@ -402,22 +402,7 @@ def test_sqlite_runs_a_sync_views_call_in_the_callers_thread_and_an_async_one_in
         ran_in.clear()
         assert asyncio.run(view.store.count(key)) == 20  # an application's loop: never blocked
         assert threading.get_ident() not in ran_in
-        errors: list[BaseException] = []
-
-        def writer(n: int) -> None:  # calls from other threads meanwhile are handed to the loop, and all land
-            try:
-                for i in range(25):
-                    view.append(key, [Message(role="user", text=f"t{n}-{i}")])
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-        assert not errors
-        assert view.count(key) == 120
+        # (calls from many threads at once: tests/test_sync_backends.py, on this transport too)
     finally:
         view.close()
     for conn in opened:  # closing the store closed every connection, those of the callers' calls too
