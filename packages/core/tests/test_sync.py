@@ -388,36 +388,6 @@ def test_a_call_from_a_plain_thread_runs_the_loop_right_there_without_a_helper_t
         view.close()
 
 
-def test_only_a_views_call_run_in_the_callers_own_thread_may_block() -> None:
-    """``in_blocking_call`` is what lets a backend block in place (SQLite): only where the caller waits anyway."""
-    from chatkeep.core._loop_thread import LoopThread
-    from chatkeep.core.backend import in_blocking_call
-
-    async def probe() -> bool:
-        return in_blocking_call()
-
-    async def probe_children() -> list[bool]:
-        return list(await asyncio.gather(probe(), probe()))
-
-    view = SyncHistoryStore(MemoryHistoryStore(namespace=namespace()))
-    try:
-        assert view.run(probe()) is True  # a plain thread's call: it runs the loop and waits
-        assert view.run(probe_children()) == [True, True]  # what that call starts is its own
-
-        async def in_a_running_loop() -> tuple[bool, bool]:  # a notebook cell: the call is handed over
-            return view.run(probe()), await view.arun(probe())
-
-        assert asyncio.run(in_a_running_loop()) == (False, False)
-        assert asyncio.run(probe()) is False  # the application's own loop
-    finally:
-        view.close()
-    agents_loop = LoopThread("chatkeep-test-agent")  # an agent's run_sync: its streamed answer must keep moving
-    try:
-        assert agents_loop.run(probe()) is False
-    finally:
-        agents_loop.stop()
-
-
 def test_a_call_whose_coroutine_stops_the_views_loop_still_runs_to_its_end(view: SyncHistoryStore) -> None:
     async def stop_then_count() -> int:
         asyncio.get_running_loop().stop()

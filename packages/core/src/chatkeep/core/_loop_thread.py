@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import contextvars
 import threading
 import time
 import weakref
@@ -27,24 +26,9 @@ from typing import Any, TypeVar
 
 from chatkeep.core._errors import SyncCallError
 
-__all__ = ["LoopThread", "in_blocking_call"]
+__all__ = ["LoopThread"]
 
 T = TypeVar("T")
-
-#: True in the task of a blocking call that runs the private loop in the caller's own thread (``_Drive.drive``),
-#: for a loop made with ``caller_may_block``; every other task (a handed call, an async caller's) sees False.
-_BLOCKING_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar("chatkeep_blocking_call", default=False)
-
-
-def in_blocking_call() -> bool:
-    """Whether the running code is a blocking call's own, run by a store's sync view in the caller's thread.
-
-    The caller waits for it in any case, and no application's event loop runs there: a short blocking operation
-    (a SQLite statement) may run in place, holding up only that caller and the calls other threads hand to the
-    loop meanwhile (which wait their turn), instead of hopping to a worker thread and back.
-    """
-    return _BLOCKING_CALL.get()
-
 
 #: A loop nobody ran for this long first handles what arrived meanwhile (a server closing an idle
 #: connection, a due timer) before it runs a call, as a loop that never stopped would have.
@@ -54,9 +38,8 @@ _SETTLE_AFTER_S = 0.5
 class _Drive:
     """The private loop and who runs it now; shared with the helper thread, which must not keep its owner alive."""
 
-    def __init__(self, name: str, *, caller_may_block: bool = False) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.caller_may_block = caller_may_block  # mark a driving caller's task (in_blocking_call)
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # the driver, the handed calls or the state changed
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -157,12 +140,7 @@ class _Drive:
         try:
             if time.monotonic() - self.idle_since > _SETTLE_AFTER_S:
                 loop.run_until_complete(_settle())
-            marked = _BLOCKING_CALL.set(True) if self.caller_may_block else None
-            try:
-                task = loop.create_task(_then_stop(loop, coro))  # the task keeps the context it was made in
-            finally:
-                if marked is not None:
-                    _BLOCKING_CALL.reset(marked)
+            task = loop.create_task(_then_stop(loop, coro))
             try:
                 while not task.done():  # (a coroutine of the call may have stopped the loop itself)
                     loop.run_forever()
@@ -287,17 +265,12 @@ class LoopThread:
     Args:
         name: the helper thread's name (shown in thread dumps and in error messages).
         stopped_error: builds the error a call made after :meth:`stop` raises (default: :class:`SyncCallError`).
-        caller_may_block: a blocking call that runs the loop in its own thread may block it
-            (:func:`in_blocking_call` is true there): set for a store's sync view, whose calls are store
-            operations; not for an agent's run, whose concurrent tasks (a streamed answer) must keep moving.
     """
 
-    def __init__(
-        self, name: str, *, stopped_error: Callable[[], Exception] | None = None, caller_may_block: bool = False
-    ) -> None:
+    def __init__(self, name: str, *, stopped_error: Callable[[], Exception] | None = None) -> None:
         self.name = name
         self._stopped_error = stopped_error or self._default_stopped_error
-        self._drive = _Drive(name, caller_may_block=caller_may_block)
+        self._drive = _Drive(name)
         # Dropped without stop() (say, an agent made per request and never closed): end its thread with it.
         weakref.finalize(self, _abandon, self._drive).atexit = False
 

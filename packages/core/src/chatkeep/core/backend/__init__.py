@@ -13,7 +13,6 @@ User code imports :mod:`chatkeep.core` instead.
 """
 
 from chatkeep.core._errors import redact_url
-from chatkeep.core._loop_thread import in_blocking_call
 from chatkeep.core._messages import decode_records, encode_records
 from chatkeep.core._telemetry import TelemetryTarget, record_retry
 from chatkeep.core.backend import hookspecs
@@ -152,7 +151,6 @@ __all__ = [
     "hashed_key",
     "hookimpl",
     "hookspecs",
-    "in_blocking_call",
     "keyword_terms",
     "lazy_exports",
     "length_prefixed",
