@@ -1,7 +1,7 @@
 """LangChain's own chat histories beside ChatkeepChatMessageHistory, on the same servers, in one run.
 
-Run with ``python -m benchmarks interop-langchain [--quick] [--backends redis,sqlite,postgresql]`` after
-installing the pins of ``INTEROP["langchain"]`` in noxfile.py (``nox -s "interop_bench(framework='langchain')"``).
+Run with ``python -m benchmarks interop-langchain [--quick] [--backends redis,sqlite,postgresql] [--sizes 10,1000]``
+after installing the pins of ``INTEROP["langchain"]`` in noxfile.py (``nox -s "interop_bench(framework='langchain')"``).
 
 The turn is what ``RunnableWithMessageHistory`` asks of a history per run: read the history the prompt gets
 (the newest 20 messages), then ``add_messages`` of the question and the answer. LangChain's stores have no
@@ -23,28 +23,19 @@ busy machine slows them alike.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import math
 import os
-import sys
-import tempfile
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from benchmarks._common import (
-    Result,
-    adapter_targets,
-    analyze_schema,
-    interleaved_rounds,
-    round_robin,
-    versus_frameworks,
-)
+from benchmarks._common import Result, analyze_schema, interleaved_rounds, round_robin
+from benchmarks._sync_adapters import Backend, plan, postgres_schema, redis_cleanup, run, scratch_folder
 from chatkeep.core import SyncHistoryStore, open_store
 from chatkeep.interop.langchain import ChatkeepChatMessageHistory
 
@@ -90,20 +81,6 @@ class Path:
     uuid_ids: bool = False  # langchain-postgres takes only UUIDs as session ids
 
 
-@dataclass
-class Backend:
-    """A server (or file) and every path measured on it; ``close`` releases and removes what the run made."""
-
-    name: str
-    paths: list[Path]
-    closers: list[Callable[[], None]] = field(default_factory=list)
-    seeded: Callable[[], None] | None = None  # after seeding, before timing (PostgreSQL: ANALYZE)
-
-    def close(self) -> None:
-        for close in reversed(self.closers):
-            close()
-
-
 def _adapter_paths(view: SyncHistoryStore) -> list[Path]:
     def make(session_id: str) -> BaseChatMessageHistory:
         return ChatkeepChatMessageHistory(session_id, view, tenant=TENANT, max_messages=WINDOW)
@@ -111,8 +88,7 @@ def _adapter_paths(view: SyncHistoryStore) -> list[Path]:
     return [Path(ADAPTER, make, _adapter_turn), Path(ADAPTER_ASYNC, make, _adapter_async_turn)]
 
 
-def _redis(run_id: str) -> Backend:
-    import redis
+def _redis(run_id: str) -> Backend[Path]:
     from langchain_community.chat_message_histories import RedisChatMessageHistory
 
     prefix = f"lcbench-{run_id}"
@@ -121,24 +97,16 @@ def _redis(run_id: str) -> Backend:
     def community(session_id: str) -> BaseChatMessageHistory:
         return RedisChatMessageHistory(session_id, url=REDIS_URL, key_prefix=f"{prefix}-lc:")
 
-    def cleanup() -> None:
-        client = redis.Redis.from_url(REDIS_URL)
-        for key in client.scan_iter(f"{prefix}-*", count=1_000):
-            client.delete(key)
-        client.close()
-
     backend = Backend("Redis", [Path("langchain-community RedisChatMessageHistory", community, _framework_turn)])
     backend.paths += _adapter_paths(view)
-    backend.closers += [cleanup, view.close]
+    backend.closers += [redis_cleanup(REDIS_URL, prefix), view.close]
     return backend
 
 
-def _sqlite(run_id: str) -> Backend:
-    import shutil
-
+def _sqlite(run_id: str) -> Backend[Path]:
     from sqlalchemy import create_engine
 
-    folder = tempfile.mkdtemp(prefix="chatkeep-lcbench-")
+    folder, remove = scratch_folder("chatkeep-lcbench-")
     engine = create_engine(f"sqlite:///{folder}/langchain.db")
     view = open_store(f"sqlite:///{folder}/chatkeep.db").sync()
     backend = Backend(
@@ -146,7 +114,7 @@ def _sqlite(run_id: str) -> Backend:
         [Path("langchain-community SQLChatMessageHistory", _sql_history(engine, run_id), _framework_turn)],
     )
     backend.paths += _adapter_paths(view)
-    backend.closers += [lambda: shutil.rmtree(folder, ignore_errors=True), engine.dispose, view.close]
+    backend.closers += [remove, engine.dispose, view.close]
     return backend
 
 
@@ -161,14 +129,13 @@ def _sql_history(engine: Any, run_id: str) -> Callable[[str], BaseChatMessageHis
     return make
 
 
-def _postgresql(run_id: str) -> Backend:
+def _postgresql(run_id: str) -> Backend[Path]:
     import psycopg
     from langchain_postgres import PostgresChatMessageHistory
     from sqlalchemy import create_engine
 
     schema = f"ck_lcbench_{run_id}"
-    with psycopg.connect(PG_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
+    drop = postgres_schema(PG_URL, schema)
     engine = create_engine(
         PG_URL.replace("postgresql://", "postgresql+psycopg://", 1), connect_args={"options": f"-csearch_path={schema}"}
     )
@@ -178,10 +145,6 @@ def _postgresql(run_id: str) -> Backend:
 
     def langchain_postgres(session_id: str) -> BaseChatMessageHistory:
         return PostgresChatMessageHistory("lc_postgres", session_id, sync_connection=connection)
-
-    def drop() -> None:
-        with psycopg.connect(PG_URL, autocommit=True) as admin:
-            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
     backend = Backend(
         "PostgreSQL",
@@ -197,15 +160,10 @@ def _postgresql(run_id: str) -> Backend:
     return backend
 
 
-BACKENDS: dict[str, Callable[[str], Backend]] = {"redis": _redis, "sqlite": _sqlite, "postgresql": _postgresql}
+BACKENDS: dict[str, Callable[[str], Backend[Path]]] = {"redis": _redis, "sqlite": _sqlite, "postgresql": _postgresql}
 
 
-def _plan(size: int, quick: bool) -> tuple[int, int]:
-    """(iterations, warmup) per round for a size: fewer at 10,000, where LangChain's stores take long per turn."""
-    iterations = {10: 200, 1_000: 100, 10_000: 30}[size]
-    if quick:
-        iterations = max(5, iterations // 5)
-    return iterations, max(2, iterations // 10)
+ITERATIONS = {10: 200, 1_000: 100, 10_000: 30}  # per round, before --quick: LangChain's stores are slow at 10,000
 
 
 def _sessions(path: Path, size: int, count: int) -> list[BaseChatMessageHistory]:
@@ -220,10 +178,10 @@ def _sessions(path: Path, size: int, count: int) -> list[BaseChatMessageHistory]
     return histories
 
 
-def _run_backend(backend: Backend, rounds: int, quick: bool) -> list[Result]:
+def _run_backend(backend: Backend[Path], sizes: tuple[int, ...], rounds: int, quick: bool) -> list[Result]:
     results: list[Result] = []
-    for size in SIZES:
-        iterations, warmup = _plan(size, quick)
+    for size in sizes:
+        iterations, warmup = plan(ITERATIONS, size, quick)
         turns_per_path = rounds * (iterations + warmup)
         turns_per_session = max(2, size // 10)  # each turn adds 2 messages: growth of at most a fifth
         count = math.ceil(turns_per_path / turns_per_session)
@@ -237,41 +195,16 @@ def _run_backend(backend: Backend, rounds: int, quick: bool) -> list[Result]:
 
 def main(argv: list[str]) -> int:
     """Run the benchmark and print a Markdown table per backend, then the targets."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks interop-langchain", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisy numbers)")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated, of {', '.join(BACKENDS)}")
-    args = parser.parse_args(argv)
-    names = [n.strip() for n in args.backends.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(BACKENDS))
-    if unknown:
-        parser.error(f"unknown backends {unknown}; choose from {', '.join(BACKENDS)}")
-    try:
-        import langchain_community  # noqa: F401
-        import langchain_postgres  # noqa: F401
-    except ImportError as exc:
-        print(
-            f"{exc.name} is not installed: run nox -s \"interop_bench(framework='langchain')\", or install the pins of "
-            "INTEROP['langchain'] in noxfile.py",
-            file=sys.stderr,
-        )
-        return 2
-    rounds = 1 if args.quick else 3
-    run_id = uuid.uuid4().hex[:8]
-    targets: list[str] = []
-    for name in names:
-        backend = BACKENDS[name](run_id)
-        try:
-            results = _run_backend(backend, rounds, args.quick)
-        finally:
-            backend.close()
-        print(
-            versus_frameworks(
-                f"{backend.name}: the turn (read the newest {WINDOW}, add_messages of 2)", results, ADAPTER
-            )
-        )
-        print()
-        targets += adapter_targets(backend.name, results, ADAPTER, SIZES)
-    print("### Targets (the sync adapter against each LangChain store)")
-    print()
-    print("\n".join(targets))
-    return 0
+    return run(
+        argv,
+        prog="python -m benchmarks interop-langchain",
+        description=__doc__.splitlines()[0],
+        backends=BACKENDS,
+        sizes=SIZES,
+        measure=_run_backend,
+        title=lambda backend: f"{backend.name}: the turn (read the newest {WINDOW}, add_messages of 2)",
+        adapter=ADAPTER,
+        stores="LangChain store",
+        framework="langchain",
+        needs=("langchain_community", "langchain_postgres"),
+    )

@@ -19,17 +19,14 @@ Checkpointers compared (LangGraph's own, as installed by the pins):
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
 import math
 import os
 import sqlite3
-import sys
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -38,14 +35,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-from benchmarks._common import (
-    Result,
-    adapter_targets,
-    analyze_schema,
-    interleaved_rounds,
-    round_robin,
-    versus_frameworks,
-)
+from benchmarks._common import Result, analyze_schema, interleaved_rounds, round_robin
+from benchmarks._sync_adapters import Backend, plan, postgres_schema, redis_cleanup, run, scratch_folder
 from chatkeep.core import open_store
 from chatkeep.interop.langgraph import ChatkeepSaver
 
@@ -118,59 +109,36 @@ class Path:
     turn: Callable[[BaseCheckpointSaver[Any], str], Any]
 
 
-@dataclass
-class Backend:
-    """A server (or file) and every path measured on it; ``close`` releases and removes what the run made."""
-
-    name: str
-    paths: list[Path]
-    closers: list[Callable[[], None]] = field(default_factory=list)
-    seeded: Callable[[], None] | None = None  # after seeding, before timing (PostgreSQL: ANALYZE)
-    note: str = ""
-
-    def close(self) -> None:
-        for close in reversed(self.closers):
-            close()
-
-
-def _adapter(backend: Backend, url: str, **options: Any) -> None:
+def _adapter(backend: Backend[Path], url: str, **options: Any) -> None:
     view = open_store(url, **options).sync()
     saver = ChatkeepSaver(view, tenant=TENANT)
     backend.paths += [Path(ADAPTER, saver, _turn), Path(ADAPTER_ASYNC, saver, _aturn)]
     backend.closers.append(view.close)
 
 
-def _sqlite(run_id: str) -> Backend:
-    import shutil
-
+def _sqlite(run_id: str) -> Backend[Path]:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    folder = tempfile.mkdtemp(prefix="chatkeep-lgbench-")
+    folder, remove = scratch_folder("chatkeep-lgbench-")
     connection = sqlite3.connect(f"{folder}/langgraph.db", check_same_thread=False)
     backend = Backend("SQLite file", [Path("langgraph-checkpoint-sqlite SqliteSaver", SqliteSaver(connection), _turn)])
     _adapter(backend, f"sqlite:///{folder}/chatkeep.db")
-    backend.closers += [lambda: shutil.rmtree(folder, ignore_errors=True), connection.close]
+    backend.closers += [remove, connection.close]
     return backend
 
 
-def _postgresql(run_id: str) -> Backend:
+def _postgresql(run_id: str) -> Backend[Path]:
     import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg.rows import dict_row
 
     schema = f"ck_lgbench_{run_id}"
-    with psycopg.connect(PG_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
+    drop = postgres_schema(PG_URL, schema)
     connection = psycopg.connect(
         PG_URL, autocommit=True, prepare_threshold=0, row_factory=dict_row, options=f"-csearch_path={schema}"
     )
     theirs = PostgresSaver(connection)  # type: ignore[arg-type]
     theirs.setup()
-
-    def drop() -> None:
-        with psycopg.connect(PG_URL, autocommit=True) as admin:
-            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
     backend = Backend("PostgreSQL", [Path("langgraph-checkpoint-postgres PostgresSaver", theirs, _turn)])
     _adapter(backend, f"{PG_URL}?schema={schema}")
     backend.seeded = lambda: asyncio.run(analyze_schema(PG_URL, schema))
@@ -178,13 +146,14 @@ def _postgresql(run_id: str) -> Backend:
     return backend
 
 
-def _redis(run_id: str) -> Backend:
+def _redis(run_id: str) -> Backend[Path]:
     import redis
 
     prefix = f"lgbench-{run_id}"
     client = redis.Redis.from_url(REDIS_URL)
     modules = {str(m.get(b"name", m.get("name", b"")), "utf-8", "replace").lower() for m in client.module_list()}
-    backend = Backend("Redis", [])
+    client.close()
+    backend: Backend[Path] = Backend("Redis", [])
     if {"search", "rejson"} <= modules or {"search", "redisjson"} <= modules:
         from langgraph.checkpoint.redis import RedisSaver
 
@@ -196,26 +165,15 @@ def _redis(run_id: str) -> Backend:
             "langgraph-checkpoint-redis RedisSaver left out: this Redis has no RediSearch and RedisJSON modules "
             f"(MODULE LIST: {sorted(modules) or 'none'}), which it needs"
         )
-
-    def cleanup() -> None:
-        for key in client.scan_iter(f"{prefix}-*", count=1_000):
-            client.delete(key)
-        client.close()
-
     _adapter(backend, REDIS_URL, prefix=f"{prefix}-ck")
-    backend.closers.append(cleanup)
+    backend.closers.append(redis_cleanup(REDIS_URL, prefix))
     return backend
 
 
-BACKENDS: dict[str, Callable[[str], Backend]] = {"sqlite": _sqlite, "postgresql": _postgresql, "redis": _redis}
+BACKENDS: dict[str, Callable[[str], Backend[Path]]] = {"sqlite": _sqlite, "postgresql": _postgresql, "redis": _redis}
 
 
-def _plan(size: int, quick: bool) -> tuple[int, int]:
-    """(iterations, warmup) per round for a size."""
-    iterations = {10: 200, 1_000: 100, 10_000: 50}[size]
-    if quick:
-        iterations = max(5, iterations // 5)
-    return iterations, max(2, iterations // 10)
+ITERATIONS = {10: 200, 1_000: 100, 10_000: 50}  # per round, before --quick
 
 
 def _threads(path: Path, size: int, count: int) -> list[str]:
@@ -231,11 +189,11 @@ def _threads(path: Path, size: int, count: int) -> list[str]:
     return threads
 
 
-def _run_backend(backend: Backend, sizes: tuple[int, ...], rounds: int, quick: bool) -> list[Result]:
+def _run_backend(backend: Backend[Path], sizes: tuple[int, ...], rounds: int, quick: bool) -> list[Result]:
     results: list[Result] = []
     shared: dict[int, list[str]] = {}
     for size in sizes:
-        iterations, warmup = _plan(size, quick)
+        iterations, warmup = plan(ITERATIONS, size, quick)
         turns_per_path = rounds * (iterations + warmup)
         turns_per_thread = max(2, size // 5)  # each turn adds a step: growth of at most a fifth
         count = math.ceil(turns_per_path / turns_per_thread)
@@ -259,44 +217,16 @@ def _run_backend(backend: Backend, sizes: tuple[int, ...], rounds: int, quick: b
 
 def main(argv: list[str]) -> int:
     """Run the benchmark and print a Markdown table per backend, then the targets."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks interop-langgraph", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisy numbers)")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated, of {', '.join(BACKENDS)}")
-    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated, of 10,1000,10000")
-    args = parser.parse_args(argv)
-    names = [n.strip() for n in args.backends.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(BACKENDS))
-    if unknown:
-        parser.error(f"unknown backends {unknown}; choose from {', '.join(BACKENDS)}")
-    sizes = tuple(int(s) for s in args.sizes.split(",") if s.strip())
-    if not sizes or set(sizes) - set(SIZES):
-        parser.error(f"sizes must be among {', '.join(map(str, SIZES))}")
-    try:
-        import langgraph.checkpoint.postgres
-        import langgraph.checkpoint.sqlite  # noqa: F401
-    except ImportError as exc:
-        print(
-            f"{exc.name} is not installed: run nox -s \"interop_bench(framework='langgraph')\", or install the pins of "
-            "INTEROP['langgraph'] in noxfile.py",
-            file=sys.stderr,
-        )
-        return 2
-    rounds = 1 if args.quick else 3
-    run_id = uuid.uuid4().hex[:8]
-    targets: list[str] = []
-    for name in names:
-        backend = BACKENDS[name](run_id)
-        try:
-            results = _run_backend(backend, sizes, rounds, args.quick)
-        finally:
-            backend.close()
-        title = f"{backend.name}: the turn (get_tuple of the latest checkpoint, put, put_writes)"
-        print(versus_frameworks(title, results, ADAPTER))
-        if backend.note:
-            print(f"\n{backend.note}")
-        print()
-        targets += adapter_targets(backend.name, results, ADAPTER, sizes)
-    print("### Targets (the sync adapter against each LangGraph checkpointer)")
-    print()
-    print("\n".join(targets) or "(no LangGraph checkpointer ran on these backends)")
-    return 0
+    return run(
+        argv,
+        prog="python -m benchmarks interop-langgraph",
+        description=__doc__.splitlines()[0],
+        backends=BACKENDS,
+        sizes=SIZES,
+        measure=_run_backend,
+        title=lambda backend: f"{backend.name}: the turn (get_tuple of the latest checkpoint, put, put_writes)",
+        adapter=ADAPTER,
+        stores="LangGraph checkpointer",
+        framework="langgraph",
+        needs=("langgraph.checkpoint.postgres", "langgraph.checkpoint.sqlite"),
+    )

@@ -24,10 +24,12 @@ import chatkeep.core
 from chatkeep.core import (
     AgentSession,
     ChatkeepError,
+    ConcurrencyConflictError,
     Message,
     MissingExtraError,
     SessionFormatError,
     SessionKey,
+    SessionOwnershipError,
     StoreConfigurationError,
     StoreUnavailableError,
 )
@@ -742,6 +744,66 @@ async def test_appends_on_this_server_use_the_upsert_its_version_takes(sql_targe
             assert store._sql.row_alias is (numbers >= _sql.MYSQL_ROW_ALIAS)
         await store.delete(key)
     finally:
+        await store.close()
+
+
+async def test_postgresql_writes_over_a_stored_document_in_one_statement(
+    sql_target: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if sql_target.family != "postgresql":
+        pytest.skip("a document's write in one statement is PostgreSQL's (the others take a transaction)")
+    from chatkeep.sql._transport import Connection
+
+    statements: list[str] = []
+    fetch, execute = Connection.fetch, Connection.execute
+
+    async def counted_fetch(self: Connection, statement: str, params: Any = ()) -> Any:
+        statements.append(statement)
+        return await fetch(self, statement, params)
+
+    async def counted_execute(self: Connection, statement: str, params: Any = ()) -> Any:
+        statements.append(statement)
+        return await execute(self, statement, params)
+
+    tenant = f"doc-one-{random.getrandbits(48):x}"
+    key = SessionKey(tenant, "s")
+    store = SQLHistoryStore(sql_target.url)
+
+    def doc(n: int) -> AgentSession:
+        return AgentSession(session_id="s", tenant=tenant, state={"n": n})
+
+    try:
+        first = await store.save_session(key, doc(1), owner="alice")  # the first document: the transaction
+        monkeypatch.setattr(Connection, "fetch", counted_fetch)
+        monkeypatch.setattr(Connection, "execute", counted_execute)
+        second = await store.save_session(key, doc(2), expected_version=first, owner="alice")
+        third = await store.save_session(key, doc(3))  # no version, no owner: whatever is stored
+        assert statements == [store._sql.doc_write_one] * 2
+        assert len({first, second, third}) == 3
+        # What the statement refuses goes to the transaction, which says why; nothing is written.
+        for version in (first, "not-a-version", f"{third} ", f"0{third}", f"{third}.0"):
+            with pytest.raises(ConcurrencyConflictError):
+                await store.save_session(key, doc(9), expected_version=version)
+        with pytest.raises(SessionOwnershipError):
+            await store.save_session(key, doc(9), expected_version=third, owner="bob")
+        monkeypatch.undo()
+        stored = await store.load_session(key)
+        assert stored is not None
+        assert (stored.version, stored.session.state, stored.owner) == (third, {"n": 3}, "alice")
+        # Of writers holding one version, exactly one writes; the others are told of the conflict.
+        outcomes = await asyncio.gather(
+            *(store.save_session(key, doc(10 + n), expected_version=third) for n in range(8)), return_exceptions=True
+        )
+        won = [outcome for outcome in outcomes if isinstance(outcome, str)]
+        assert len(won) == 1
+        assert all(isinstance(o, ConcurrencyConflictError) for o in outcomes if not isinstance(o, str))
+        stored = await store.load_session(key)
+        assert stored is not None
+        assert stored.version == won[0]
+        assert stored.session.state == {"n": 10 + outcomes.index(won[0])}
+    finally:
+        monkeypatch.undo()
+        await store.delete_tenant(tenant)
         await store.close()
 
 

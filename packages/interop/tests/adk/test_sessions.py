@@ -16,9 +16,11 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
 from chatkeep.core import (
+    AgentSession,
     Message,
     SessionKey,
     SessionPage,
+    StoredSession,
     StoreUnavailableError,
     UnsupportedOperationError,
     open_store,
@@ -134,6 +136,43 @@ async def test_an_append_interrupted_between_its_two_writes_is_completed(tenant:
     assert [e.id for e in (await _get(service, "s")).events] == [event.id]
     await service.append_event(session, _event("next"))
     assert len((await _get(service, "s")).events) == 2
+    await store.close()
+
+
+class _LaggingDocuments(MemoryHistoryStore):
+    """A memory store whose next document read, once ``lag`` is set, answers as of the write before the newest: a
+    read sent at once with the events' that an append's document write overtook."""
+
+    lag = False
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.before: dict[SessionKey, StoredSession | None] = {}
+
+    async def save_session(self, key: SessionKey, session: AgentSession, **options: Any) -> str:
+        self.before[key] = await super().load_session(key)
+        return await super().save_session(key, session, **options)
+
+    async def load_session(self, key: SessionKey, **options: Any) -> StoredSession | None:
+        if self.lag and self.before.get(key) is not None:
+            self.lag = False
+            return self.before[key]
+        return await super().load_session(key, **options)
+
+
+async def test_a_document_read_older_than_the_events_is_read_again(tenant: str) -> None:
+    store = _LaggingDocuments(namespace=f"adk-{tenant}")
+    service = ChatkeepSessionService(store, tenant=tenant)
+    session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+    for n in range(2):
+        await service.append_event(session, _event(f"e{n}", k=n))
+    store.lag = True  # the document read beside the events answers as of e0, the events reach e1
+    read = await _get(service, "s")
+    assert not store.lag
+    assert [event.content.parts[0].text for event in read.events] == ["e0", "e1"]  # e0 not taken again
+    assert read.state == {"k": 1}
+    await service.append_event(read, _event("e2", k=2))  # the session read is current
+    assert [event.content.parts[0].text for event in (await _get(service, "s")).events] == ["e0", "e1", "e2"]
     await store.close()
 
 

@@ -67,14 +67,11 @@ class StoreBinding:
             await self.store.close()
 
 
-class ClosesItsStore:
-    """``close()`` and ``async with`` for an adapter object holding a :class:`StoreBinding` as ``_binding``."""
+class _LeavesAsyncWith:
+    """``async with`` for an adapter holding either binding as ``_binding``: leaving it closes what the binding
+    opened (both bindings' ``aclose``)."""
 
-    _binding: StoreBinding
-
-    async def close(self) -> None:
-        """Close the store if this object opened it from a URL (a store object you passed stays open)."""
-        await self._binding.aclose()
+    _binding: StoreBinding | SyncStoreBinding
 
     async def __aenter__(self) -> Self:
         return self
@@ -82,7 +79,17 @@ class ClosesItsStore:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.close()
+        await self._binding.aclose()
+
+
+class ClosesItsStore(_LeavesAsyncWith):
+    """``close()`` and ``async with`` for an async adapter object holding a :class:`StoreBinding` as ``_binding``."""
+
+    _binding: StoreBinding
+
+    async def close(self) -> None:
+        """Close the store if this object opened it from a URL (a store object you passed stays open)."""
+        await self._binding.aclose()
 
 
 class SyncStoreBinding:
@@ -136,7 +143,7 @@ class SyncStoreBinding:
             await asyncio.to_thread(self.view.close)
 
 
-class BoundAdapter:
+class BoundAdapter(_LeavesAsyncWith):
     """An adapter that keeps its store in ``self._binding`` (a :class:`SyncStoreBinding`): how it runs a call, and
     its life cycle.
 
@@ -173,11 +180,3 @@ class BoundAdapter:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()

@@ -401,8 +401,17 @@ async def save_document(
     """Store a session document under optimistic concurrency and owner binding; returns the new version.
 
     A version is ``"<row id>.<counter>"``: the row id is never reused (a deleted and re-created session
-    gets a new one), so a version from before a delete can never match again.
+    gets a new one), so a version from before a delete can never match again. On PostgreSQL a document written
+    over a stored one is one statement (``Statements.doc_write_one``); the first document of a session, and a
+    write the statement refuses (another version, another owner), take the transaction, which says why.
     """
+    expected = _version_parts(expected_version)
+    if sql.doc_write_one and (expected_version is None or expected is not None):
+        ref, counter = expected or (None, None)
+        params = (document, owner, now, head[0], owner, owner, ref, ref, counter)
+        found = await one_statement(conn, sql.doc_write_one, params)
+        if found:
+            return f"{found[0][0]}.{found[0][1]}"
 
     async def body() -> str:
         await conn.execute(sql.create_session, (*head, now, now))
@@ -417,6 +426,17 @@ async def save_document(
         return f"{doc_ref}.{doc_version + 1}"
 
     return await transaction(conn, sql, body)
+
+
+def _version_parts(version: str | None) -> tuple[int, int] | None:
+    """``(row id, counter)`` of a version this store made; ``None`` for any other string (it matches no version)."""
+    if version is None:
+        return None
+    ref, _, counter = version.partition(".")
+    if not (ref.isascii() and ref.isdigit() and counter.isascii() and counter.isdigit()):
+        return None
+    parts = int(ref), int(counter)
+    return parts if f"{parts[0]}.{parts[1]}" == version and max(parts) < 2**63 else None
 
 
 async def update_info(

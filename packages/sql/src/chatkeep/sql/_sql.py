@@ -372,6 +372,21 @@ class Statements:
         self.doc_read = c(
             f"SELECT COALESCE(doc_ref, id), doc_version, document, owner FROM {SESSIONS} WHERE key_hash = ?"
         )
+        # PostgreSQL: a document written over a stored one in ONE autocommitted statement (``_ops.save_document``).
+        # The UPDATE locks the row and, after waiting for a concurrent writer, checks its WHERE again on the newest
+        # row version (READ COMMITTED), so of two writers expecting one version exactly one matches. Parameters:
+        # the document, the owner, the time, the key's hash, the owner twice more, the expected row id twice and
+        # version (all ``NULL``: write whatever the version). No row back: the transaction says why (or creates).
+        self.doc_write_one = ""
+        if family == "postgresql":
+            self.doc_write_one = c(
+                f"UPDATE {SESSIONS} SET document = ?, doc_version = doc_version + 1, "
+                "owner = COALESCE(?::bytea, owner), updated_at = GREATEST(updated_at, ?) "
+                "WHERE key_hash = ? AND document IS NOT NULL "
+                "AND (?::bytea IS NULL OR owner IS NULL OR owner = ?::bytea) "
+                "AND (?::bigint IS NULL OR (COALESCE(doc_ref, id) = ? AND doc_version = ?)) "
+                "RETURNING COALESCE(doc_ref, id), doc_version"
+            )
         self.old_sessions = c(f"SELECT id FROM {SESSIONS} WHERE updated_at < ? AND tenant_hash <> ? LIMIT ?")
         self.old_tenant_sessions = c(f"SELECT id FROM {SESSIONS} WHERE tenant_hash = ? AND updated_at < ? LIMIT ?")
         self.tenant_sessions = c(f"SELECT id FROM {SESSIONS} WHERE tenant_hash = ? LIMIT ?")

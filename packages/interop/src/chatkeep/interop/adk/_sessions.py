@@ -154,20 +154,23 @@ class ChatkeepSessionService(ClosesItsStore, BaseSessionService):
     ) -> Session | None:
         """The session with its state and its events (``config``: only the newest, or those after a time).
 
-        Two round trips' time: the events and the shared state are read at once, then the session's document,
-        which is so never older than the events read: an event its writer had not yet stored (or never did,
-        stopped in between) is taken from the document, and stored.
+        One round trip's time: the events, the shared state and the session's document are read at once. When
+        the document's newest event is the newest event read, the two agree. Otherwise an append ran between the
+        reads, and the document is read again, now after the events, so never older than them: an event its
+        writer had not yet stored (or never did, stopped in between) is taken from the document, and stored.
         """
         session_id = session_id.strip() if session_id else session_id  # as create_session stored it
         key = session_key(self.tenant, app_name, user_id, session_id)
         recent = config.num_recent_events if config is not None else None
         after = config.after_timestamp if config is not None else None
-        (window, newest), app_state, user_state = await asyncio.gather(
+        (window, newest), app_state, user_state, stored = await asyncio.gather(
             self._window(key, recent, after),
             self._shared(app_key(self.tenant, app_name)),
             self._shared(user_key(self.tenant, app_name, user_id)),
+            self.store.load_session(key),
         )
-        stored = await self.store.load_session(key)
+        if stored is not None and Document.of(stored.session).newest_id != newest:
+            stored = await self.store.load_session(key)
         if stored is None:
             return None
         self._remember(key, stored)

@@ -24,7 +24,6 @@ import hashlib
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from pydantic_ai.conversation_store import (
@@ -43,7 +42,7 @@ from chatkeep.core import (
     MessageFormatError,
     SessionKey,
 )
-from chatkeep.interop._binding import StoreBinding
+from chatkeep.interop._binding import ClosesItsStore, StoreBinding
 from chatkeep.interop.pydantic_ai._entries import entries_of, history_items, messages_of, record_json, record_of
 
 __all__ = ["ChatkeepConversationStore"]
@@ -98,7 +97,7 @@ def _tags(scope: str | None) -> set[str]:
     return {TAG} if scope is None else {TAG, _scope_tag(scope)}
 
 
-class ChatkeepConversationStore(ConversationStore):
+class ChatkeepConversationStore(ClosesItsStore, ConversationStore):
     """A Pydantic AI conversation store whose conversations live in a chatkeep store.
 
     A drop-in for ``InMemoryConversationStore``: ``load`` a conversation before a run and ``save`` the run's
@@ -390,20 +389,6 @@ class ChatkeepConversationStore(ConversationStore):
             f"entry {entry_id!r} is in no conversation this store has read; load its conversation first "
             "(store.load_entries returns its entries with their ids)"
         )
-
-    # -- lifetime --------------------------------------------------------------------------------
-
-    async def close(self) -> None:
-        """Close the chatkeep store if this store opened it from a URL (a store object you passed stays open)."""
-        await self._binding.aclose()
-
-    async def __aenter__(self) -> ChatkeepConversationStore:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return f"ChatkeepConversationStore(tenant={self.tenant!r}, store={type(self.store).__name__})"
