@@ -7,7 +7,9 @@ Three tables, each measured in one run on one store:
 * ``load(last=20)``: on a plain session of 100,000 messages and on a fork of a fork of a fork of one (each fork
   with 5 messages of its own); the ratio is to the plain session;
 * ``list_sessions``: one page of 20 over 100,000 sessions of a tenant, unfiltered and with a tag 1 in 100 of them
-  carry (``tag=``); the ratio is to the unfiltered page.
+  carry (``tag=``); and one session's entry: ``session_info`` of the oldest session (read by key), and the walk
+  of the listing's pages of 500 that finds it without ``session_info`` (what the base's default does, and what
+  ``chatkeep ui`` did); the ratio is to the unfiltered page.
 
 Run with ``python -m benchmarks forks [--url URL] [--iterations N]``.
 """
@@ -19,12 +21,12 @@ import uuid
 from collections.abc import Iterator
 
 from benchmarks._common import Result, format_table, measure_async
-from chatkeep.core import HistoryStore, Message, SessionKey, open_store
+from chatkeep.core import HistoryStore, Message, SessionInfo, SessionKey, open_store
 
 __all__ = ["main"]
 
 SIZES = (10, 10_000, 100_000)
-SESSIONS, TAGGED_EVERY, PAGE, WINDOW = 100_000, 100, 20, 20
+SESSIONS, TAGGED_EVERY, PAGE, WINDOW, WALK_PAGE = 100_000, 100, 20, 20, 500
 TEXT = "The quick brown fox jumps over the lazy dog. " * 4
 
 
@@ -67,12 +69,26 @@ async def _windows(store: HistoryStore, tenant: str, iterations: int) -> list[Re
     ]
 
 
+async def _walk(store: HistoryStore, key: SessionKey) -> SessionInfo:
+    """``key``'s entry found by paging the listing, as a store without ``session_info`` finds it."""
+    cursor: str | None = None
+    while True:
+        page = await store.list_sessions(key.tenant, limit=WALK_PAGE, cursor=cursor)
+        for info in page.items:
+            if info.session_id == key.session_id:
+                return info
+        assert page.next_cursor is not None, f"{key} is not listed"
+        cursor = page.next_cursor
+
+
 async def _listing(store: HistoryStore, tenant: str, iterations: int) -> list[Result]:
     for n in range(SESSIONS):
         key = SessionKey(tenant, f"s{n:06}")
         await store.append(key, [Message(role="user", text=TEXT)])
         if n % TAGGED_EVERY == 0:
             await store.update_info(key, tags={"billing"})
+    oldest = SessionKey(tenant, "s000001")  # s000000 carries a tag, so its update moved it up
+    assert await store.session_info(oldest) == await _walk(store, oldest)
     return [
         await measure_async(
             "unfiltered", SESSIONS, lambda: store.list_sessions(tenant, limit=PAGE), iterations=iterations
@@ -82,6 +98,12 @@ async def _listing(store: HistoryStore, tenant: str, iterations: int) -> list[Re
             SESSIONS,
             lambda: store.list_sessions(tenant, tag="billing", limit=PAGE),
             iterations=iterations,
+        ),
+        await measure_async(
+            "session_info (oldest)", SESSIONS, lambda: store.session_info(oldest), iterations=iterations
+        ),
+        await measure_async(
+            f"walk of pages of {WALK_PAGE} (oldest)", SESSIONS, lambda: _walk(store, oldest), iterations=3, warmup=1
         ),
     ]
 

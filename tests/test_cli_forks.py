@@ -142,3 +142,32 @@ def test_export_and_import_carry_title_tags_and_metadata(capsys: pytest.CaptureF
     assert {k: v[0] for k, v in copied.items()} == {k: v[0] for k, v in original.items()}
     assert {k: v[2:] for k, v in copied.items()} == {k: v[2:] for k, v in original.items()}
     assert copied["b1"][1] is None, "an imported fork is an equal copy (the file is read as a stream)"
+
+
+def test_export_of_one_session_keeps_its_title_tags_and_fork_parent(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source, target = f"memory://one-src-{uuid.uuid4().hex}", f"memory://one-dst-{uuid.uuid4().hex}"
+    messages = asyncio.run(seed(source))
+
+    async def shape() -> None:
+        async with open_store(source) as store:
+            await store.fork(SessionKey("acme", "chat"), SessionKey("acme", "b1"), through=messages[1].message_id)
+            await store.append(SessionKey("acme", "b1"), [answer("b1 own", 3)])
+            await store.update_info(SessionKey("acme", "b1"), title="branch", tags={"x", "y"}, metadata={"k": 1})
+
+    asyncio.run(shape())
+    exported = tmp_path / "b1.jsonl"
+    code, _, err = cli(capsys, "export", "--store", source, "--tenant", "acme", "--session", "b1", "-o", str(exported))
+    assert code == 0, err
+    lines = [json.loads(line) for line in exported.read_text(encoding="utf-8").splitlines()]
+    assert [line["type"] for line in lines] == ["info", "message", "message", "message", "end"]
+    assert (lines[0]["title"], lines[0]["tags"], lines[0]["metadata"]) == ("branch", ["x", "y"], {"k": 1})
+    assert lines[0]["forked_from"] == {"session_id": "chat", "through": messages[1].message_id}
+    code, _, err = cli(capsys, "import", "--store", target, "-i", str(exported))
+    assert code == 0, err
+    copied, original = asyncio.run(snapshot(target)), asyncio.run(snapshot(source))
+    assert list(copied) == ["b1"]
+    assert copied["b1"][0] == original["b1"][0]
+    assert copied["b1"][2:] == original["b1"][2:] == ("branch", frozenset({"x", "y"}), original["b1"][4])
+    assert copied["b1"][1] is None, "an imported fork is an equal copy, as from a whole-tenant export"

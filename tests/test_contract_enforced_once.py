@@ -42,6 +42,12 @@ def test_no_backend_overrides_a_contract_method(backend: type[HistoryStore]) -> 
     assert overridden == [], f"{backend.__name__} overrides {overridden}: implement the protected hooks instead"
 
 
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda cls: cls.__name__)
+def test_every_bundled_backend_reads_session_info_by_key(backend: type[HistoryStore]) -> None:
+    # The base's default walks the tenant's listing (for plugins written before session_info): O(sessions).
+    assert backend._session_info is not HistoryStore._session_info, f"{backend.__name__} walks the listing"
+
+
 def test_no_backend_source_calls_a_check_by_hand() -> None:
     hand_checks = re.compile(r"_check_usable\(|_check_session_tenant\(|check_tenant\(|SessionKey\([^)]*\"-\"\)")
     sources = [*ROOT.glob("packages/*/src/chatkeep/*/**/*.py")]

@@ -48,6 +48,7 @@ async def test_every_public_operation_is_a_client_span_with_the_database_convent
     await store.save_session(key, AgentSession(session_id=key.session_id, tenant="acme", state={"pin": SECRET}))
     await store.load_session(key)
     await store.list_sessions("acme")
+    await store.session_info(key)
     await store.pop(key)
     await store.trim(key, 0)
     await store.delete(key)
@@ -57,7 +58,7 @@ async def test_every_public_operation_is_a_client_span_with_the_database_convent
 
     operations = [
         "append", "load", "iter_messages", "count", "save_session", "load_session",
-        "list_sessions", "pop", "trim", "delete", "prune", "list_tenants", "delete_tenant",
+        "list_sessions", "session_info", "pop", "trim", "delete", "prune", "list_tenants", "delete_tenant",
     ]  # fmt: skip
     spans = [span for span in telemetry.spans() if span.parent is None]
     assert [span.name for span in spans] == operations
@@ -76,6 +77,7 @@ async def test_every_public_operation_is_a_client_span_with_the_database_convent
     assert telemetry.span("pop").attributes == {**_base("pop"), "db.response.returned_rows": 1}
     assert telemetry.span("trim").attributes == {**_base("trim"), "chatkeep.messages.deleted": 1}
     assert telemetry.span("list_sessions").attributes == {**_base("list_sessions"), "db.response.returned_rows": 1}
+    assert telemetry.span("session_info").attributes == {**_base("session_info"), "db.response.returned_rows": 1}
 
     durations = telemetry.points("db.client.operation.duration")
     assert sorted(p.attributes["db.operation.name"] for p in durations) == sorted(operations)

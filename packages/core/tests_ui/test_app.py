@@ -366,17 +366,22 @@ def test_a_long_session_is_shown_whole_in_pages(seeded: Any, client: TestClient)
     assert len(seen) == LONG
 
 
-def test_a_session_beyond_the_listing_walk_still_opens_with_its_usage(
+def test_a_session_page_reads_its_info_by_key_never_by_walking_the_listing(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chatkeep.core.ui import _views
+    store = client.app.app.state.ui.store  # type: ignore[attr-defined]
 
-    monkeypatch.setattr(_views, "INFO_WALK", 0)  # as if the tenant had more recent sessions than the walk reads
+    async def no_listing(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a session's page walked list_sessions for its title, tags and usage")
+
+    monkeypatch.setattr(store, "list_sessions", no_listing)  # a tenant of millions of sessions costs the same
     page = client.get("/session", params={"id": "tool-chat-fork"}).text
-    assert "not looked up: the session is not among the tenant's 0 most recently updated" in page
-    assert "150 (120 in, 30 out, 1 model call)" in page  # usage, read directly
-    assert "what about Porto" in page
-    assert 'id="fork-point"' not in page
+    assert "<h1>Weather tools</h1>" in page  # the title the fork took from its parent
+    assert "150 (120 in, 30 out, 1 model call)" in page
+    assert 'href="/?tenant=acme&amp;tag=tools"' in page
+    assert 'id="fork-point"' in page
+    export = client.get("/session/export", params={"id": "tool-chat-fork"}).text
+    assert json.loads(export.splitlines()[0])["title"] == "Weather tools"
 
 
 def test_an_encrypted_session_is_refused_as_text_and_exported_sealed(tmp_path: Path) -> None:

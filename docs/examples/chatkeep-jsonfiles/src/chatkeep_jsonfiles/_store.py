@@ -552,6 +552,11 @@ class JsonFilesHistoryStore(HistoryStore):
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         return _page(await self._run(self._metas, self._folder(tenant)), limit, cursor)
 
+    async def _session_info(self, key: SessionKey) -> SessionInfo | None:
+        """The session's entry from its metadata file alone (``list_sessions`` reads every file of the tenant)."""
+        meta = await self._run(_Meta.read, self._paths(key).meta, key)
+        return None if meta is None else _info(meta)
+
     async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
         """The sessions in the tag's folder (its index: only they are read), whose metadata still carries it."""
         return _page(await self._run(self._tagged_metas, self._folder(tenant), tag), limit, cursor)
@@ -661,22 +666,24 @@ def _page(metas: list[_Meta], limit: int, cursor: str | None) -> SessionPage:
     metas = sorted(metas, reverse=True, key=_newest)
     # Keyset pagination on (updated_at, session_id): stable while sessions are added between pages.
     rows = [meta for meta in metas if after is None or _newest(meta) < after][: limit + 1]
-    page = [
-        SessionInfo(
-            m.session_id,
-            m.tenant,
-            m.total,
-            m.created_at,
-            m.updated_at,
-            forked_from=None if m.forked_from is None else ForkInfo(*m.forked_from),
-            usage=m.used,
-            title=m.title,
-            tags=frozenset(m.tags),
-            metadata=m.metadata,
-        )
-        for m in rows[:limit]
-    ]
+    page = [_info(meta) for meta in rows[:limit]]
     return SessionPage(page, encode_cursor(*_newest(rows[limit - 1])) if len(rows) > limit else None)
+
+
+def _info(meta: _Meta) -> SessionInfo:
+    """The listing entry of a session (``list_sessions`` and ``session_info``)."""
+    return SessionInfo(
+        meta.session_id,
+        meta.tenant,
+        meta.total,
+        meta.created_at,
+        meta.updated_at,
+        forked_from=None if meta.forked_from is None else ForkInfo(*meta.forked_from),
+        usage=meta.used,
+        title=meta.title,
+        tags=frozenset(meta.tags),
+        metadata=meta.metadata,
+    )
 
 
 def _tag_folder(tenant_folder: str, tag: str) -> str:

@@ -52,6 +52,7 @@ from chatkeep.core import (
     InvalidArgumentError,
     Message,
     SessionFormatError,
+    SessionInfo,
     SessionKey,
     SessionPage,
     SessionUsage,
@@ -998,19 +999,13 @@ class BlobHistoryStore(HistoryStore):
     async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
         """A page of the sessions in the tag's index: one listing of it, and the listing fields of each (a HEAD)."""
         names = await self._names(self.layout.tagged(tenant, tag))
-        container, gate = self._container(), asyncio.Semaphore(_DELETE_CONCURRENCY)
+        gate = asyncio.Semaphore(_DELETE_CONCURRENCY)
 
         async def row(entry: str) -> _Row | None:
-            name = f"{self.layout.metas(tenant)}{entry.rsplit('/', 1)[-1]}"
             async with gate:
-                try:
-                    properties = await container.get_blob_client(name).get_blob_properties()
-                except ResourceNotFoundError:
-                    return None  # deleted since (its entries go after its metadata)
-            fields = {field.lower(): value for field, value in (properties.metadata or {}).items()}
-            if not {"sid", "count", "created", "updated"} <= set(fields):
-                return None
-            found = self._row(fields, name, str(properties.etag))
+                found = await self._row_at(f"{self.layout.metas(tenant)}{entry.rsplit('/', 1)[-1]}")
+            if found is None:
+                return None  # deleted since (its entries go after its metadata)
             info = await self._info_of(found)
             return found._replace(info=info) if tag in info.get("tags", ()) else None  # entries of an old tag wait
 
@@ -1089,6 +1084,34 @@ class BlobHistoryStore(HistoryStore):
             return None
         info = meta.info()
         return _Row(meta.updated, meta.session_id, meta.count, meta.created, str(blob.name), str(blob.etag), info)
+
+    async def _row_at(self, name: str, tenant: str | None = None) -> _Row | None:
+        """The listing row of the metadata blob ``name``, from its properties (one HEAD); ``None``: no such blob.
+
+        A blob without listing fields is read as a listing of ``tenant`` reads it when ``tenant`` is given (one so
+        damaged that it names no session raises :class:`SessionFormatError` saying so); else it is ``None``.
+        """
+        try:
+            properties = await self._container().get_blob_client(name).get_blob_properties()
+        except ResourceNotFoundError:
+            return None
+        fields = {field.lower(): value for field, value in (properties.metadata or {}).items()}
+        if {"sid", "count", "created", "updated"} <= set(fields):
+            return self._row(fields, name, str(properties.etag))
+        found = None if tenant is None else await self._unlisted_row(tenant, properties)
+        if isinstance(found, str):
+            raise SessionFormatError(found)
+        return found
+
+    async def _session_info(self, key: SessionKey) -> SessionInfo | None:
+        """The session's listing entry, from its metadata blob's properties (one HEAD; its info, when too large for
+        them, from the blob), decoded as ``list_sessions`` decodes its rows."""
+        with driver_errors(self.config):
+            row = await self._row_at(self.layout.meta(key.tenant, key.session_id), key.tenant)
+            if row is None:
+                return None
+            info = await self._info_of(row)
+        return session_info(key.tenant, row.session_id, row.messages, row.created, row.updated, info)
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One page, newest first: one listing of the tenant's metadata folder, sorted here (see the docs)."""

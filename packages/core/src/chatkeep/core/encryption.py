@@ -54,6 +54,7 @@ from chatkeep.core.backend import (
     Rankings,
     SearchableStore,
     SearchScope,
+    SessionInfo,
     SessionKey,
     SessionPage,
     SessionUsage,
@@ -429,6 +430,10 @@ class EncryptedStore(HistoryStore):
 
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         return await self.inner.list_sessions(tenant, limit=limit, cursor=cursor)
+
+    async def _session_info(self, key: SessionKey) -> SessionInfo | None:
+        """As ``inner``, as ``list_sessions`` is (an entry holds no message: nothing in it is sealed)."""
+        return await self.inner.session_info(key)
 
     async def _save_session(
         self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None

@@ -594,6 +594,11 @@ class MemoryHistoryStore(SearchableStore):
             listed = list(self._data.live(tenant, self._clock()))
         return _page(tenant, listed, limit, cursor)
 
+    async def _session_info(self, key: SessionKey) -> SessionInfo | None:
+        with self._data.lock:
+            session = self._data.get(key, self._clock())
+            return None if session is None else session.info(key.session_id, key.tenant)
+
     async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
         data = self._data
         with data.lock:

@@ -81,6 +81,9 @@ _RETRY_FORK = (
     "Do not retry the fork: the target exists now, so a retry raises ConcurrencyConflictError; load the target "
     "to use it."
 )
+#: The session hash's fields a listing reads (``_info_of`` decodes them); ``updated`` only stands in for a missing
+#: index entry.
+_INFO_FIELDS = ("created", "usage", "title", "meta", "src", "thru", "log", "segs", "updated")
 _RETRY_INFO = "Retrying the same update_info is safe: it sets the same title, tags and metadata again."
 
 
@@ -773,6 +776,49 @@ class RedisHistoryStore(HistoryStore):
             return SessionPage(items[:limit], encode_cursor(last_score, last_info.session_id))
         return SessionPage(items)
 
+    async def _session_info(self, key: SessionKey) -> SessionInfo | None:
+        """What a listing reads of the session, and its score in the tenant's index, in one round trip."""
+        member = key.session_id.encode()
+        index, tags_map = self._tenant_keys(key.tenant)
+        commands = [
+            *self._info_reads(key.tenant, key.session_id),
+            ("HGET", tags_map, member),
+            ("ZSCORE", index, member),
+        ]
+        fields, count, tags, score = await self._pipeline(commands)
+        if fields[0] is None:  # no such session, or it expired
+            return None
+        # The index's score is what list_sessions reports (a write updates it first); the hash's stamp stands in
+        # for an entry not written yet.
+        stamp = int(float(score)) if score is not None else int(fields[-1] or fields[0])
+        return await self._info_of(key.tenant, member, fields, count, tags, stamp)
+
+    def _info_reads(self, tenant: str, session_id: str) -> list[tuple[str, ...]]:
+        """The commands that read what a listing tells of a session (:meth:`_info_of` decodes their replies)."""
+        h, m, _, _ = _layout.session_keys(self.prefix, tenant, session_id)
+        return [("HMGET", h, *_INFO_FIELDS), ("LLEN", m)]
+
+    async def _info_of(
+        self, tenant: str, member: bytes, fields: Sequence[Any], count: int, tags: bytes | None, score: int
+    ) -> SessionInfo:
+        """The :class:`SessionInfo` of a session from the replies of :meth:`_info_reads`, its tags and index score."""
+        created, usage, title, metadata, source, through, log, segs, _ = fields
+        created_at = stamp_time(int(created))
+        if log is not None or segs is not None:  # a fork, or a shared log: count its segments and own log
+            count = await self._count(SessionKey(tenant, member.decode()))
+        return SessionInfo(
+            member.decode(),
+            tenant,
+            int(count),
+            created_at,
+            max(stamp_time(score), created_at),
+            forked_from=None if source is None else ForkInfo(source.decode(), through.decode()),
+            usage=SessionUsage() if usage is None else SessionUsage.from_dict(json.loads(usage)),
+            title=None if title is None else title.decode(),
+            tags=frozenset() if tags is None else frozenset(json.loads(tags)),
+            metadata={} if metadata is None else json.loads(metadata),
+        )
+
     async def _describe(
         self, tenant: str, entries: list[tuple[bytes, int]], index: str, stale_before: int
     ) -> list[tuple[SessionInfo, int]]:
@@ -781,35 +827,18 @@ class RedisHistoryStore(HistoryStore):
         tags_map = _layout.tags_map(self.prefix, tenant)
         commands: list[tuple[str | bytes, ...]] = []
         for member, _ in entries:
-            h, m, _, _ = _layout.session_keys(self.prefix, tenant, member.decode())
-            commands += [("HMGET", h, "created", "usage", "title", "meta", "src", "thru", "log", "segs"), ("LLEN", m)]
+            commands += self._info_reads(tenant, member.decode())
         commands.append(("HMGET", tags_map, *(member for member, _ in entries)))
         replies = await self._pipeline(commands)
         found: list[tuple[SessionInfo, int]] = []
         dead: list[tuple[Sequence[str], Sequence[Any]]] = []
         for n, (member, score) in enumerate(entries):
-            (created, usage, title, metadata, source, through, log, segs), count = replies[2 * n], replies[2 * n + 1]
-            if created is None:  # expired or deleted: an old entry goes, a young one may be a write under way
+            fields, count = replies[2 * n], replies[2 * n + 1]
+            if fields[0] is None:  # expired or deleted: an old entry goes, a young one may be a write under way
                 if score < stale_before:
                     dead.append(((index, tags_map), (member, int(score))))
                 continue
-            created_at = stamp_time(int(created))
-            updated_at = max(stamp_time(score), created_at)
-            tags = replies[-1][n]
-            if log is not None or segs is not None:  # a fork, or a shared log: count its segments and own log
-                count = await self._count(SessionKey(tenant, member.decode()))
-            info = SessionInfo(
-                member.decode(),
-                tenant,
-                int(count),
-                created_at,
-                updated_at,
-                forked_from=None if source is None else ForkInfo(source.decode(), through.decode()),
-                usage=SessionUsage() if usage is None else SessionUsage.from_dict(json.loads(usage)),
-                title=None if title is None else title.decode(),
-                tags=frozenset() if tags is None else frozenset(json.loads(tags)),
-                metadata={} if metadata is None else json.loads(metadata),
-            )
+            info = await self._info_of(tenant, member, fields, count, replies[-1][n], score)
             found.append((info, score))
         await self._scripts(_scripts.DROP_INDEX_ENTRY, dead)
         return found

@@ -269,6 +269,8 @@ class Statements:
         order = " ORDER BY updated_at DESC, id DESC LIMIT ?"
         self.list_first = c(listing + order)
         self.list_after = c(listing + " AND (updated_at < ? OR (updated_at = ? AND id < ?))" + order)
+        # One session's listing row, by its key (session_info): the key hash is unique, a hidden row has its own.
+        self.info_by_key = c(f"SELECT {info} FROM {SESSIONS} WHERE key_hash = ?")
         # By tag: the tag index gives the tagged sessions (never the whole tenant); the tenant's hash is in the tag's.
         tagged = f"SELECT {info} FROM {SESSIONS} WHERE id IN (SELECT session_ref FROM {TAGS} WHERE tag_hash = ?)"
         self.tagged_first = c(tagged + order)

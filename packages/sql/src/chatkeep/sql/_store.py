@@ -290,6 +290,11 @@ class SQLHistoryStore(HistoryStore):
         sql = self._sql
         return await self._page(tenant, (sql.list_first, sql.list_after), tenant_hash(tenant), limit, cursor)
 
+    async def _session_info(self, key: SessionKey) -> SessionInfo | None:
+        """The session's listing row, read by its key hash (one statement on the unique key index)."""
+        rows = await self._fetch(self._sql.info_by_key, (key_hash(key.tenant, key.session_id),))
+        return _session_info(key.tenant, rows[0]) if rows else None
+
     async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
         """One tenant's sessions carrying ``tag``, newest first: the tag index names them, no other row is read."""
         sql = self._sql

@@ -3,8 +3,9 @@
 :class:`StoreHooks` declares them: the abstract ones every backend writes (``_append``, ``_load``, ...), and the
 optional ones with a default. The defaults of calls a backend may lack (``_pop``, ``_fork``, ``_usage``,
 ``_update_info``, ``_list_tagged_sessions``, ``_list_tenants``) refuse with the upgrade to ask for, rather than
-emulate an atomic step with several racing ones; ``_prune`` and ``_delete_tenant`` are derived from hooks every
-backend has (:mod:`._retention`). A hook is only called by the public methods, with checked arguments.
+emulate an atomic step with several racing ones; ``_prune``, ``_delete_tenant`` and ``_session_info`` are derived
+from hooks every backend has (:mod:`._retention`, :func:`~._paging.listed_sessions`). A hook is only called by the
+public methods, with checked arguments.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from chatkeep.core._messages import Message
 from chatkeep.core._session import AgentSession
 from chatkeep.core._telemetry import TelemetryTarget
 from chatkeep.core.backend._info import SessionUsage
+from chatkeep.core.backend._paging import listed_sessions
 from chatkeep.core.backend._refusals import feature_unsupported_error, search_unsupported_error
 from chatkeep.core.backend._retention import delete_listed_sessions, prune_listed_sessions
-from chatkeep.core.backend._sessions import SessionKey, SessionPage, StoredSession
+from chatkeep.core.backend._sessions import SessionInfo, SessionKey, SessionPage, StoredSession
 
 if TYPE_CHECKING:
     from chatkeep.core.backend._search import Embeddings
@@ -103,6 +105,19 @@ class StoreHooks(abc.ABC):
     @abc.abstractmethod
     async def _list_sessions(self, tenant: str, limit: int, cursor: str | None) -> SessionPage:
         """One page of ``tenant``'s sessions, newest first; raise ``ValueError`` for a cursor it cannot read."""
+
+    async def _session_info(self, key: SessionKey) -> SessionInfo | None:
+        """``key``'s entry as ``_list_sessions`` gives it (``None``: no such session), read by key in one step.
+
+        Override it: read the session's listing row (or keys, or metadata) by its key, decoded by the same code as
+        ``_list_sessions``'s rows, so the two always agree. This default, for a backend written before
+        ``session_info`` existed, walks the tenant's ``_list_sessions`` pages until it finds the session: correct,
+        but its cost grows with the tenant's sessions (O(sessions), a page per 500).
+        """
+        async for info in listed_sessions(self, key.tenant, past_damage=True):
+            if info.session_id == key.session_id:
+                return info
+        return None
 
     async def _list_tagged_sessions(self, tenant: str, tag: str, limit: int, cursor: str | None) -> SessionPage:
         """One page of ``tenant``'s sessions carrying ``tag``, newest first, found through an index of tags.

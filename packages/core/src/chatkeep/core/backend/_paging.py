@@ -1,12 +1,24 @@
-"""The ``list_sessions`` cursor: the fields a backend needs to resume a page, as an opaque URL-safe string."""
+"""Paging ``list_sessions``: the cursor (the fields a backend needs to resume a page, as an opaque URL-safe string),
+and the walk through a tenant's pages that the base class's derived hooks share (:func:`listed_sessions`)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
-__all__ = ["decode_cursor", "encode_cursor"]
+from chatkeep.core._errors import DamagedListingError
+
+if TYPE_CHECKING:
+    from chatkeep.core.backend._hooks import StoreHooks
+    from chatkeep.core.backend._sessions import SessionInfo, SessionPage
+
+__all__ = ["decode_cursor", "encode_cursor", "listed_sessions"]
+
+#: Sessions listed per ``_list_sessions`` call by :func:`listed_sessions`.
+PAGE = 500
 
 
 def encode_cursor(*fields: int | str) -> str:
@@ -32,3 +44,28 @@ def decode_cursor(cursor: str, *types: type[int] | type[str]) -> tuple[int | str
     ):
         raise ValueError(f"{cursor!r} is not a list_sessions cursor")
     return tuple(fields)
+
+
+async def listed_sessions(store: StoreHooks, tenant: str, *, past_damage: bool = False) -> AsyncIterator[SessionInfo]:
+    """Every session of ``tenant``, newest first, read a page at a time from the store's ``_list_sessions`` hook.
+
+    Args:
+        store: the store whose hook is called (with checked arguments, as the base class would).
+        tenant: the tenant to walk.
+        past_damage: go on past entries that name no session (:class:`DamagedListingError`), with the rest of
+            each page; else such an entry stops the walk with that error.
+    """
+    cursor: str | None = None
+    while True:
+        page: SessionPage
+        try:
+            page = await store._list_sessions(tenant, PAGE, cursor)
+        except DamagedListingError as exc:
+            if not past_damage or exc.page is None:
+                raise
+            page = exc.page
+        for info in page.items:
+            yield info
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor

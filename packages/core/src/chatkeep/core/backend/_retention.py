@@ -8,30 +8,16 @@ and the id makes it), not an offset: deleting sessions already listed must not m
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from chatkeep.core.backend._sessions import SessionInfo, SessionKey
+from chatkeep.core.backend._paging import listed_sessions
+from chatkeep.core.backend._sessions import SessionKey
 
 if TYPE_CHECKING:
     from chatkeep.core.backend._hooks import StoreHooks
 
 __all__ = ["delete_listed_sessions", "prune_listed_sessions"]
-
-#: Sessions listed per ``_list_sessions`` call.
-PAGE = 500
-
-
-async def _listed(store: StoreHooks, tenant: str) -> AsyncIterator[SessionInfo]:
-    cursor: str | None = None
-    while True:
-        page = await store._list_sessions(tenant, PAGE, cursor)
-        for info in page.items:
-            yield info
-        if page.next_cursor is None:
-            return
-        cursor = page.next_cursor
 
 
 async def prune_listed_sessions(store: StoreHooks, cutoff: datetime, tenant: str | None) -> int:
@@ -44,7 +30,7 @@ async def prune_listed_sessions(store: StoreHooks, cutoff: datetime, tenant: str
     tenants = [tenant] if tenant is not None else await store._list_tenants()
     removed = 0
     for name in tenants:
-        async for info in _listed(store, name):
+        async for info in listed_sessions(store, name):
             if info.updated_at < cutoff:
                 removed += await store._prune_session(SessionKey(name, info.session_id), cutoff)
     return removed
@@ -53,6 +39,6 @@ async def prune_listed_sessions(store: StoreHooks, cutoff: datetime, tenant: str
 async def delete_listed_sessions(store: StoreHooks, tenant: str) -> int:
     """Delete, with ``_delete``, every listed session of ``tenant``; a session created meanwhile may stay."""
     removed = 0
-    async for info in _listed(store, tenant):
+    async for info in listed_sessions(store, tenant):
         removed += await store._delete(SessionKey(tenant, info.session_id))
     return removed

@@ -34,7 +34,7 @@ from chatkeep.core.backend._hooks import StoreHooks
 from chatkeep.core.backend._info import SessionUsage, check_metadata, check_tag, check_tags, check_title
 from chatkeep.core.backend._refusals import owner_error
 from chatkeep.core.backend._sealed import SealedSessions, is_sealed
-from chatkeep.core.backend._sessions import SessionKey, SessionPage, StoredSession
+from chatkeep.core.backend._sessions import SessionInfo, SessionKey, SessionPage, StoredSession
 
 if TYPE_CHECKING:
     from chatkeep.core.backend._search import Embeddings
@@ -72,13 +72,13 @@ class HistoryStore(StoreHooks):
     The public methods are the contract users call. Each checks its arguments and the store's state once,
     then calls the hook a backend implements: ``_append``, ``_load``, ``_iter_messages``, ``_count``,
     ``_delete``, ``_trim``, ``_list_sessions``, ``_save_session`` and ``_load_session`` (and optionally
-    ``_pop``, ``_prune``, ``_prune_session``, ``_list_tenants``, ``_delete_tenant``, ``_aclose`` and
+    ``_session_info``, ``_pop``, ``_prune``, ``_prune_session``, ``_list_tenants``, ``_delete_tenant``, ``_aclose`` and
     ``_on_loop_change``; and ``_fork``, ``_usage``, ``_update_info``, ``_list_tagged_sessions`` for forks, usage,
     titles and tags). A hook is only called with valid arguments, on an open store, on the store's own event loop
     (on any running loop when :attr:`serves_any_loop` is set). ``_pop``'s default refuses (a backend written before
     ``pop`` existed raises :class:`UnsupportedOperationError`), and so do the defaults of the fork, usage and info
     hooks; ``_prune`` and ``_delete_tenant`` default to paging through ``_list_sessions`` and deleting session by
-    session (``_prune_session``, ``_delete``).
+    session (``_prune_session``, ``_delete``), and ``_session_info`` to walking ``_list_sessions``' pages.
 
     The base class keeps the rules every backend shares: ``close()`` is idempotent, and a closed store raises
     :class:`StoreClosedError`. Drivers' connections belong to one event loop: a backend that keeps a driver
@@ -101,7 +101,8 @@ class HistoryStore(StoreHooks):
       messages, none lost, and ``count`` drops by one per message returned. A pop is a write (it restarts
       the TTL and counts as an update for ``list_sessions`` and ``prune``); it leaves the session document
       alone. The popped ``message_id`` is no longer stored, so appending that message again stores it again.
-    * ``list_sessions`` lists one tenant's sessions, newest first, by pages.
+    * ``list_sessions`` lists one tenant's sessions, newest first, by pages; ``session_info`` reads one session's
+      entry of that listing by its key, in time independent of how many sessions the tenant holds.
     * ``save_session``/``load_session`` keep whole-session documents with opaque versions. A version is
       never reused for a key, even after a delete, so a stale writer cannot overwrite a newer document.
     * ``prune`` and ``delete_tenant`` remove old sessions and whole tenants; ``list_tenants`` names the tenants
@@ -341,6 +342,17 @@ class HistoryStore(StoreHooks):
             raise InvalidArgumentError(
                 f"{cursor!r} is not a list_sessions cursor of this store; pass the next_cursor of the previous page"
             ) from exc
+
+    @operation("session_info", lambda info: {"db.response.returned_rows": int(info is not None)})
+    async def session_info(self, key: SessionKey) -> SessionInfo | None:
+        """The session's ``list_sessions`` entry (title, tags, metadata, usage, message count, times, fork parent).
+
+        Read by key: it costs the same in a tenant of ten sessions as in one of a million. ``None`` when there is no
+        such session (never stored, deleted, pruned or expired; or in another tenant). Like ``list_sessions``, it
+        reads no message, so it also describes a session that ``EncryptedStore`` sealed.
+        """
+        self._check_usable()
+        return await self._session_info(check_key(key))
 
     @operation("fork", lambda held: {"chatkeep.messages.new": held})
     async def fork(self, source: SessionKey, target: SessionKey, *, through: str | None = None) -> int:

@@ -125,6 +125,7 @@ class SyncHistoryStore:
     trim = _blocking(HistoryStore.trim)
     pop = _blocking(HistoryStore.pop)
     list_sessions = _blocking(HistoryStore.list_sessions)
+    session_info = _blocking(HistoryStore.session_info)
     save_session = _blocking(HistoryStore.save_session)
     load_session = _blocking(HistoryStore.load_session)
     prune = _blocking(HistoryStore.prune)

@@ -70,8 +70,8 @@ async def _sessions_of(store: HistoryStore, tenant: str, damage: DamagedSessions
         yield SessionKey(tenant, info.session_id)
 
 
-async def _one(key: SessionKey) -> AsyncIterator[SessionKey]:
-    yield key
+async def _one(entry: SessionInfo | SessionKey) -> AsyncIterator[SessionInfo | SessionKey]:
+    yield entry
 
 
 async def session_lines(store: HistoryStore, key: SessionKey, info: str | None) -> AsyncIterator[tuple[str, str]]:
@@ -131,17 +131,18 @@ async def _export(args: argparse.Namespace, out: IO[str], damage: DamagedSession
     async with open_existing_store(url) as store:
         store.sealed_passthrough = True  # encrypted sessions are exported sealed, as stored
         total = None
+        one: SessionInfo | SessionKey | None = None
         if args.session:
             key = SessionKey(tenant, args.session)
             try:
-                total = await store.count(key)
-                missing = total == 0 and await store.load_session(key) is None
+                one = await store.session_info(key)  # read by key: its info line (title, tags, fork parent)
             except DAMAGE:
-                missing = False  # it exists: the export below meets the damage and reports it
-            if missing:
+                one = key  # it exists: the export below meets the damage and reports it
+            if one is None:
                 raise UsageError(f"no session {args.session!r} in tenant {tenant!r} of {redact_url(url)}")
+            total = one.message_count if isinstance(one, SessionInfo) else None
         with progress("export", total=total) as bar:
-            keys = _one(SessionKey(tenant, args.session)) if args.session else _listed(store, tenant, damage)
+            keys = _listed(store, tenant, damage) if one is None else _one(one)
             async for listed in keys:
                 key = listed if isinstance(listed, SessionKey) else SessionKey(tenant, listed.session_id)
                 info = None if isinstance(listed, SessionKey) else _jsonl.info_line(key, listed)

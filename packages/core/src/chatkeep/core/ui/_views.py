@@ -53,8 +53,6 @@ __all__ = ["EXCEPTION_HANDLERS", "export", "session", "sessions", "static", "sto
 LIMIT, MAX_LIMIT = 50, 500
 #: Search results shown.
 HITS = 20
-#: How many of a tenant's most recently updated sessions a session's page looks through for its listing entry.
-INFO_WALK, INFO_PAGE = 20_000, 500
 #: The store page counts a tenant's sessions up to this many.
 COUNT_CAP = 10_000
 _STATIC = {
@@ -202,28 +200,6 @@ def _snippet(text: str, limit: int = 240) -> str:
 # -- one session -----------------------------------------------------------------------------------
 
 
-async def find_info(store: HistoryStore, key: SessionKey) -> SessionInfo | None:
-    """The listing entry of ``key``: its title, tags, usage and fork parent (``None``: not found).
-
-    The store contract reads these only through ``list_sessions``, so the tenant's pages are walked, newest
-    first, until the session is found: a session being read is usually among the newest. The walk stops after
-    :data:`INFO_WALK` sessions, so that a page of an old session in a huge tenant still opens at once.
-    """
-    cursor: str | None = None
-    for _ in range(INFO_WALK // INFO_PAGE):
-        try:
-            page = await store.list_sessions(key.tenant, limit=INFO_PAGE, cursor=cursor)
-        except DamagedListingError as exc:
-            page = exc.page
-        for info in page.items:
-            if info.session_id == key.session_id:
-                return info
-        cursor = page.next_cursor
-        if cursor is None:
-            return None
-    return None
-
-
 async def _exists(store: HistoryStore, key: SessionKey) -> bool:
     return await store.count(key) > 0 or await store.load_session(key) is not None
 
@@ -249,20 +225,14 @@ async def session(request: Request) -> Response:
     if not await _exists(state.store, key):
         raise NotFoundError(f"no session {key.session_id!r} in tenant {key.tenant!r}")
     page, messages = await read_page(state.store, key, None if before is None else int(before))
-    info = await find_info(state.store, key)
-    fields = None if info is None else info_fields(info)
-    if fields is None:  # not among the newest: the usage at least (kept by append, read at once)
-        with contextlib.suppress(UnsupportedOperationError):
-            used = await state.store.usage(key)
-            fields = {"title": None, "tags": [], "usage": used.to_dict(), "forked_from": None, "unlisted": True}
+    info = await state.store.session_info(key)  # title, tags, usage, fork parent: read by key, in one step
     return _page(
         request,
         "session.html",
         key=key,
         tenant=key.tenant,
-        info=fields,
+        info=None if info is None else info_fields(info),
         page=page,
-        info_walk=INFO_WALK,
         messages=shown(messages),
         session_link=lambda **more: _session_link(key, **more),
         parent_link=None if info is None or info.forked_from is None else _parent_link(key, info),
@@ -284,7 +254,7 @@ async def export(request: Request) -> Response:
     key = _key(request)
     if not await _exists(state.store, key):
         raise NotFoundError(f"no session {key.session_id!r} in tenant {key.tenant!r}")
-    info = await find_info(state.store, key)
+    info = await state.store.session_info(key)
     filename = (_UNSAFE_NAME.sub("_", key.session_id)[:100].strip("._") or "session") + ".jsonl"
     return StreamingResponse(
         _export_lines(state.config.store_url, key, None if info is None else _jsonl.info_line(key, info)),

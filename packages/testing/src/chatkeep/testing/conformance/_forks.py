@@ -25,19 +25,23 @@ from chatkeep.testing.conformance._base import (
     texts,
 )
 
-__all__ = ["ForkConformance", "session_info"]
+__all__ = ["ForkConformance", "listed_info"]
 
 FORK_WRITERS, FORK_APPENDS, FORK_BATCH = 8, 12, 5
 LARGE_SOURCE, LARGE_BATCH, WINDOW = 100_000, 1_000, 20
 
 
-async def session_info(store: HistoryStore, key: SessionKey) -> SessionInfo:
-    """``key``'s entry in ``list_sessions`` of its tenant (the test's tenants hold a few sessions)."""
+async def listed_info(store: HistoryStore, key: SessionKey) -> SessionInfo:
+    """``key``'s entry in ``list_sessions`` of its tenant (the test's tenants hold a few sessions).
+
+    It also checks that ``session_info(key)`` reads that same entry, so every test that looks at an entry checks both.
+    """
     cursor = None
     while True:
         page = await store.list_sessions(key.tenant, limit=100, cursor=cursor)
         for info in page.items:
             if info.session_id == key.session_id:
+                assert await store.session_info(key) == info, "session_info differs from the list_sessions entry"
                 return info
         if page.next_cursor is None:
             raise AssertionError(f"session {key.session_id!r} is not listed")
@@ -92,10 +96,10 @@ class ForkConformance(ConformanceBase):
         assert await fresh.load(target) == batch[:5], "a forked message differs from the source's"
         assert message_ids(await fresh.load(whole)) == message_ids(batch)
         assert message_ids(await fresh.load(source)) == message_ids(batch), "the fork changed its source"
-        assert (await session_info(fresh, target)).forked_from == ForkInfo(source.session_id, batch[4].message_id)
-        assert (await session_info(fresh, whole)).forked_from == ForkInfo(source.session_id, batch[-1].message_id)
-        assert (await session_info(fresh, source)).forked_from is None
-        assert (await session_info(fresh, target)).message_count == 5
+        assert (await listed_info(fresh, target)).forked_from == ForkInfo(source.session_id, batch[4].message_id)
+        assert (await listed_info(fresh, whole)).forked_from == ForkInfo(source.session_id, batch[-1].message_id)
+        assert (await listed_info(fresh, source)).forked_from is None
+        assert (await listed_info(fresh, target)).message_count == 5
 
     async def test_appends_to_either_side_never_show_in_the_other(self, kit: StoreKit, store: HistoryStore) -> None:
         source = kit.key()
@@ -136,8 +140,8 @@ class ForkConformance(ConformanceBase):
         assert texts(await fresh.load(fourth)) == texts(roots[:2])
         assert texts(await fresh.load(second)) == texts([*roots[:4], *own])
         assert texts(await fresh.load(first)) == texts(roots)
-        assert (await session_info(fresh, third)).forked_from == ForkInfo(second.session_id, own[0].message_id)
-        assert (await session_info(fresh, fourth)).forked_from == ForkInfo(second.session_id, roots[1].message_id)
+        assert (await listed_info(fresh, third)).forked_from == ForkInfo(second.session_id, own[0].message_id)
+        assert (await listed_info(fresh, fourth)).forked_from == ForkInfo(second.session_id, roots[1].message_id)
 
     async def test_deleting_trimming_or_popping_the_source_never_changes_a_fork(self, kit: StoreKit) -> None:
         store = await kit.open()
@@ -180,8 +184,8 @@ class ForkConformance(ConformanceBase):
         await store.append(source, batch)
         await asyncio.sleep(0.01)
         await store.fork(source, fork, through=batch[2].message_id)
-        cutoff = (await session_info(store, fork)).updated_at - timedelta(microseconds=1)
-        assert (await session_info(store, source)).updated_at < cutoff, "the fork was stamped before its source"
+        cutoff = (await listed_info(store, fork)).updated_at - timedelta(microseconds=1)
+        assert (await listed_info(store, source)).updated_at < cutoff, "the fork was stamped before its source"
         assert await store.prune(older_than=cutoff, tenant=source.tenant) == 1
         fresh = await kit.open()
         assert await fresh.count(source) == 0

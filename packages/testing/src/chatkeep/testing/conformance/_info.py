@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import random
 
-from chatkeep.core import Message, SessionUsage, TextContent, Usage, UsageContent
+from chatkeep.core import ForkInfo, Message, SessionUsage, TextContent, Usage, UsageContent
 from chatkeep.core.backend import HistoryStore, usage_of
 from chatkeep.testing.conformance._base import WINDOW_SLACK, ConformanceBase, StoreKit, make_messages
-from chatkeep.testing.conformance._forks import session_info
+from chatkeep.testing.conformance._forks import listed_info
 
 __all__ = ["InfoConformance", "UsageConformance", "costly_messages"]
 
@@ -42,7 +42,7 @@ class UsageConformance(ConformanceBase):
         assert dict(used.models) == dict(usage_of(costly).models)
         assert set(used.models) == {"model-a", "model-b"}
         assert used.models["model-a"].calls == 2
-        assert (await session_info(fresh, key)).usage == used
+        assert (await listed_info(fresh, key)).usage == used
 
     async def test_usage_is_read_without_reading_the_messages(self, kit: StoreKit, store: HistoryStore) -> None:
         key = kit.key()
@@ -113,25 +113,26 @@ class UsageConformance(ConformanceBase):
 
 
 class InfoConformance(ConformanceBase):
-    """``update_info`` and ``list_sessions(tag=...)``: titles, tags and metadata, kept and found by tag."""
+    """``update_info``, ``list_sessions(tag=...)`` and ``session_info``: titles, tags and metadata, kept, found by tag,
+    read by key."""
 
     async def test_update_info_sets_title_tags_and_metadata(self, kit: StoreKit, store: HistoryStore) -> None:
         key = kit.key()
         await store.append(key, make_messages(2))
-        assert (await session_info(store, key)).title is None
+        assert (await listed_info(store, key)).title is None
         assert await store.update_info(key, title="Trip to Lisbon", tags={"travel", "ünïcode"}, metadata={"a": [1]})
         fresh = await kit.open()
-        info = await session_info(fresh, key)
+        info = await listed_info(fresh, key)
         assert (info.title, info.tags, info.metadata) == (
             "Trip to Lisbon",
             frozenset({"travel", "ünïcode"}),
             {"a": [1]},
         )
         assert await store.update_info(key, tags={"work"})  # only what is given changes
-        info = await session_info(await kit.open(), key)
+        info = await listed_info(await kit.open(), key)
         assert (info.title, info.tags, info.metadata) == ("Trip to Lisbon", frozenset({"work"}), {"a": [1]})
         assert await store.update_info(key, title="", tags=set(), metadata={})
-        info = await session_info(await kit.open(), key)
+        info = await listed_info(await kit.open(), key)
         assert (info.title, info.tags, info.metadata) == (None, frozenset(), {})
         assert info.message_count == 2
 
@@ -153,12 +154,12 @@ class InfoConformance(ConformanceBase):
         await store.update_info(key, title="kept", tags={"t"}, metadata={"k": 1})
         await store.pop(key)
         await store.trim(key, 1)
-        info = await session_info(await kit.open(), key)
+        info = await listed_info(await kit.open(), key)
         assert (info.title, info.tags, info.metadata) == ("kept", frozenset({"t"}), {"k": 1})
         assert await store.delete(key)
         await store.append(key, make_messages(1, "new"))
         fresh = await kit.open()
-        info = await session_info(fresh, key)
+        info = await listed_info(fresh, key)
         assert (info.title, info.tags, info.metadata) == (None, frozenset(), {}), "a deleted session's info came back"
         assert (await fresh.list_sessions(key.tenant, tag="t")).items == []
 
@@ -168,7 +169,7 @@ class InfoConformance(ConformanceBase):
         await store.append(older, make_messages(1))
         await asyncio.sleep(0.002)
         await store.append(newer, make_messages(1))
-        before = await session_info(store, older)
+        before = await listed_info(store, older)
         await asyncio.sleep(0.002)
         await store.update_info(older, title="moved up")
         listed = (await (await kit.open()).list_sessions(tenant)).items
@@ -216,10 +217,33 @@ class InfoConformance(ConformanceBase):
         await store.fork(source, fork)
         await store.update_info(fork, title="plan B", tags={"draft", "b"})
         fresh = await kit.open()
-        info = await session_info(fresh, fork)
+        info = await listed_info(fresh, fork)
         assert (info.title, info.tags, info.metadata) == ("plan B", frozenset({"draft", "b"}), {"v": 1})
-        info = await session_info(fresh, source)
+        info = await listed_info(fresh, source)
         assert (info.title, info.tags, info.metadata) == ("plan", frozenset({"draft"}), {"v": 1})
         assert sorted(i.session_id for i in (await fresh.list_sessions(source.tenant, tag="draft")).items) == sorted(
             [source.session_id, fork.session_id]
         )
+
+    async def test_session_info_tells_title_tags_usage_and_parent(self, kit: StoreKit, store: HistoryStore) -> None:
+        source = kit.key()
+        fork = kit.key(tenant=source.tenant)
+        costly = costly_messages(4)
+        await store.append(source, costly)
+        await store.update_info(source, title="Trip", tags={"travel", "ünïcode"}, metadata={"k": [1]})
+        await store.fork(source, fork, through=costly[2].message_id)
+        await store.append(fork, make_messages(1, "own"))
+        fresh = await kit.open()
+        info = await fresh.session_info(fork)
+        assert info == await listed_info(fresh, fork)
+        assert info is not None
+        assert info.forked_from == ForkInfo(source.session_id, costly[2].message_id)
+        assert (info.message_count, info.usage) == (4, usage_of(costly[:3]))
+        assert (info.title, info.tags, info.metadata) == ("Trip", frozenset({"travel", "ünïcode"}), {"k": [1]})
+        assert await fresh.session_info(source) == await listed_info(fresh, source)
+        assert await store.delete(source)
+        assert await fresh.session_info(source) is None
+        kept = await fresh.session_info(fork)
+        assert kept is not None
+        assert kept.forked_from == info.forked_from, "deleting the source changed its fork's parent"
+        assert kept == await listed_info(fresh, fork)

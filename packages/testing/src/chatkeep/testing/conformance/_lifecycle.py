@@ -35,6 +35,7 @@ async def _gone(store: HistoryStore, key: SessionKey) -> bool:
         and await store.count(key) == 0
         and await store.load_session(key) is None
         and key.session_id not in [i.session_id for i in (await store.list_sessions(key.tenant)).items]
+        and await store.session_info(key) is None
     )
 
 
@@ -238,6 +239,7 @@ class LifecycleConformance(ConformanceBase):
             "trim": lambda: store.trim(key, 1),
             "pop": lambda: store.pop(key),
             "list_sessions": lambda: store.list_sessions(key.tenant),
+            "session_info": lambda: store.session_info(key),
             "save_session": lambda: store.save_session(key, AgentSession(session_id=key.session_id, tenant=key.tenant)),
             "load_session": lambda: store.load_session(key),
             "prune": lambda: store.prune(older_than=timedelta(days=1), tenant=key.tenant),

@@ -1,4 +1,5 @@
-"""Conformance of session documents (versions, owners) and of ``list_sessions`` (order, pages, counts, times)."""
+"""Conformance of session documents (versions, owners) and of ``list_sessions`` (order, pages, counts, times) and
+``session_info`` (one session's listing entry, read by key)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import pytest
 
 from chatkeep.core import AgentSession, ConcurrencyConflictError, SessionFormatError, SessionOwnershipError
 from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession
-from chatkeep.testing.conformance._base import ConformanceBase, DocumentDamager, StoreKit, make_messages
+from chatkeep.testing.conformance._base import (
+    WINDOW_SLACK,
+    ConformanceBase,
+    DocumentDamager,
+    StoreKit,
+    make_messages,
+)
 
 __all__ = ["ListingConformance", "SessionDocumentConformance"]
 
@@ -147,7 +154,8 @@ def _ids(pages: list[SessionPage]) -> list[str]:
 
 
 class ListingConformance(ConformanceBase):
-    """``list_sessions``: one tenant's sessions, newest first, every one exactly once across pages."""
+    """``list_sessions``: one tenant's sessions, newest first, every one exactly once across pages; ``session_info``:
+    one session's entry of that listing, read by key."""
 
     async def test_list_sessions_newest_first_by_pages(self, kit: StoreKit, store: HistoryStore) -> None:
         tenant = kit.tenant("list")
@@ -198,6 +206,56 @@ class ListingConformance(ConformanceBase):
             cursor = page.next_cursor
         assert seen == ["s5", "s4", "s3", "s2", "s1", "s0"]
         assert _ids(await _pages(store, tenant, limit=4)) == ["new", "s5", "s4", "s3", "s2", "s1", "s0"]
+
+    async def test_session_info_is_the_sessions_listing_entry(self, kit: StoreKit, store: HistoryStore) -> None:
+        tenant = kit.tenant("info")
+        keys = [SessionKey(tenant, f"s{n}") for n in range(3)]
+        for n, key in enumerate(keys):
+            await store.append(key, make_messages(n + 1))
+            await asyncio.sleep(TICK)
+        documented = SessionKey(tenant, "document only")
+        await store.save_session(documented, _session(documented, step=1))
+        await store.append(keys[0], make_messages(2, "more"))  # updated after it was created, and newest
+        await store.append(SessionKey(kit.tenant("other"), "s0"), make_messages(5))  # its namesake elsewhere
+        fresh = await kit.open()
+        listed = {info.session_id: info for page in await _pages(fresh, tenant, limit=2) for info in page.items}
+        assert set(listed) == {"s0", "s1", "s2", "document only"}
+        for key in [*keys, documented]:
+            assert await fresh.session_info(key) == listed[key.session_id]
+            assert await store.session_info(key) == listed[key.session_id]
+        s0 = listed["s0"]
+        assert (s0.tenant, s0.message_count) == (tenant, 3)
+        assert s0.updated_at > s0.created_at
+        assert listed["document only"].message_count == 0
+
+    async def test_session_info_reads_no_message(self, kit: StoreKit, store: HistoryStore) -> None:
+        key = kit.key()
+        for n in range(5):
+            await store.append(key, make_messages(200, f"b{n}"))
+        reader = await kit.open()
+        before = await self.messages_read(reader)
+        info = await reader.session_info(key)
+        assert info is not None
+        assert info.message_count == 1_000
+        assert await self.messages_read(reader) - before <= WINDOW_SLACK, "session_info read the messages"
+
+    async def test_session_info_of_a_missing_or_deleted_session_is_none(
+        self, kit: StoreKit, store: HistoryStore
+    ) -> None:
+        key = kit.key()
+        assert await store.session_info(key) is None
+        await store.append(key, make_messages(2))
+        assert await store.session_info(SessionKey(kit.tenant("other"), key.session_id)) is None
+        assert await store.session_info(SessionKey(key.tenant, key.session_id + " ")) is None
+        reader = await kit.open()
+        assert await reader.session_info(key) is not None
+        assert await store.delete(key)
+        assert await store.session_info(key) is None
+        assert await reader.session_info(key) is None
+        await store.save_session(key, _session(key))  # a document alone is a session again, without messages
+        found = await (await kit.open()).session_info(key)
+        assert found is not None
+        assert found.message_count == 0
 
     async def test_list_sessions_of_empty_tenant(self, kit: StoreKit, store: HistoryStore) -> None:
         await store.append(kit.key(), make_messages(1))
