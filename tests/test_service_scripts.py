@@ -92,62 +92,65 @@ def test_a_cluster_this_checkout_started_is_reused_and_another_only_without_the_
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
 
 
-def test_up_never_stops_a_redis_it_did_not_start(tmp_path: Path) -> None:
+@pytest.fixture
+def foreign_redis(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], list[int]]]:
+    """A standalone redis-server on the first of three free cluster ports (no script started it), and the ports."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        missing_service("redis-server and redis-cli are not installed (Debian: apt-get install redis-server)")
+    ports = free_cluster_ports(3)
+    foreign = subprocess.Popen(
+        ["redis-server", "--port", str(ports[0]), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        while _ping(ports[0]) != "PONG":
+            assert foreign.poll() is None, "the test's redis-server did not start"
+        yield foreign, ports
+    finally:
+        foreign.terminate()
+        foreign.wait(timeout=30)
+
+
+def _ping(port: int) -> str:
+    return subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True).stdout.strip()
+
+
+def test_up_never_stops_a_redis_it_did_not_start(
+    tmp_path: Path, foreign_redis: tuple[subprocess.Popen[bytes], list[int]]
+) -> None:
     # A server on one of the cluster's ports that is no healthy cluster: up used to shut it down (SHUTDOWN NOSAVE)
     # and put a node of its own there. It fails instead, with or without the requirement, and leaves it running.
-    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
-        missing_service("redis-server and redis-cli are not installed (Debian: apt-get install redis-server)")
-    port, *others = free_cluster_ports(3)
-    foreign = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
+    foreign, ports = foreign_redis
+    port = ports[0]
+    done = run(
+        "redis-cluster",
+        "up",
+        env={
+            "CHATKEEP_REDIS_CLUSTER_PORTS": " ".join(map(str, ports)),
+            "CHATKEEP_REDIS_CLUSTER_DIR": str(tmp_path / "c"),
+        },
     )
-    try:
-        ping = ["redis-cli", "-p", str(port), "ping"]
-        while subprocess.run(ping, capture_output=True, text=True).stdout.strip() != "PONG":
-            assert foreign.poll() is None, "the test's redis-server did not start"
-        ports = " ".join(map(str, [port, *others]))
-        done = run(
-            "redis-cluster",
-            "up",
-            env={"CHATKEEP_REDIS_CLUSTER_PORTS": ports, "CHATKEEP_REDIS_CLUSTER_DIR": str(tmp_path / "c")},
-        )
-        assert done.returncode == 1, done.stdout + done.stderr
-        assert f"127.0.0.1:{port} is taken by a server this checkout did not start (pid {foreign.pid}: " in done.stderr
-        assert "it is no healthy cluster, and this script stops only the nodes it started" in done.stderr
-        info = subprocess.run(["redis-cli", "-p", str(port), "info", "server"], capture_output=True, text=True)
-        assert f"process_id:{foreign.pid}\n" in info.stdout  # the same server, still running
-        assert "redis_mode:standalone" in info.stdout
-    finally:
-        foreign.terminate()
-        foreign.wait(timeout=30)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"127.0.0.1:{port} is taken by a server this checkout did not start (pid {foreign.pid}: " in done.stderr
+    assert "it is no healthy cluster, and this script stops only the nodes it started" in done.stderr
+    info = subprocess.run(["redis-cli", "-p", str(port), "info", "server"], capture_output=True, text=True)
+    assert f"process_id:{foreign.pid}\n" in info.stdout  # the same server, still running
+    assert "redis_mode:standalone" in info.stdout
 
 
-def test_down_under_the_requirement_stops_only_the_nodes_this_checkout_started(tmp_path: Path) -> None:
+def test_down_under_the_requirement_stops_only_the_nodes_this_checkout_started(
+    tmp_path: Path, foreign_redis: tuple[subprocess.Popen[bytes], list[int]]
+) -> None:
     # .ci/run stops its services on exit: it must not stop a Redis it refused to use (without the requirement,
     # `down` stops whatever answers on the cluster's ports, as it always did).
-    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
-        missing_service("redis-server and redis-cli are not installed (Debian: apt-get install redis-server)")
-    port, *others = free_cluster_ports(3)
-    foreign = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        ping = ["redis-cli", "-p", str(port), "ping"]
-        while subprocess.run(ping, capture_output=True, text=True).stdout.strip() != "PONG":
-            assert foreign.poll() is None, "the test's redis-server did not start"
-        env = {
-            "CHATKEEP_REDIS_CLUSTER_PORTS": " ".join(map(str, [port, *others])),
-            "CHATKEEP_REDIS_CLUSTER_DIR": str(tmp_path / "c"),
-            "CHATKEEP_REQUIRE_OWN_SERVICES": "1",
-        }
-        done = run("redis-cluster", "down", env=env)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert subprocess.run(ping, capture_output=True, text=True).stdout.strip() == "PONG"  # still running
-        assert foreign.poll() is None
-    finally:
-        foreign.terminate()
-        foreign.wait(timeout=30)
+    foreign, ports = foreign_redis
+    env = {
+        "CHATKEEP_REDIS_CLUSTER_PORTS": " ".join(map(str, ports)),
+        "CHATKEEP_REDIS_CLUSTER_DIR": str(tmp_path / "c"),
+        "CHATKEEP_REQUIRE_OWN_SERVICES": "1",
+    }
+    done = run("redis-cluster", "down", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _ping(ports[0]) == "PONG"  # still running
+    assert foreign.poll() is None
