@@ -110,7 +110,9 @@ def test_following_a_fork_to_its_parent(page: Any, served: Any, seeded: Any, sho
     page.locator("td.fork a.parent").click()
     assert page.locator("h1").inner_text() == "Weather tools"
     assert page.url.endswith(f"#m-{seeded.through}")
-    assert page.locator(f"#m-{seeded.through}").evaluate("node => node.matches(':target')")
+    # The fragment's target is set as the page settles, not always when the click returns: wait for it (a timeout
+    # fails the test, as the assertion did).
+    page.wait_for_function("id => document.getElementById(id)?.matches(':target')", arg=f"m-{seeded.through}")
 
 
 def test_a_tag_filter(page: Any, served: Any) -> None:
