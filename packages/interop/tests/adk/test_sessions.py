@@ -4,6 +4,7 @@ windowed reads, the events kept exactly, and what chatkeep's own tools see."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -136,6 +137,64 @@ async def test_an_append_interrupted_between_its_two_writes_is_completed(tenant:
     assert [e.id for e in (await _get(service, "s")).events] == [event.id]
     await service.append_event(session, _event("next"))
     assert len((await _get(service, "s")).events) == 2
+    await store.close()
+
+
+class _HeldCalls(MemoryHistoryStore):
+    """A memory store that holds chosen calls until the test releases them: the append of the message of the
+    event id in ``held_event`` (any writer's), and the reads of a user's shared state by tasks marked ``reader``
+    after their first (the read of a read-modify-write)."""
+
+    held_event: str | None = None
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.appending, self.append_released = asyncio.Event(), asyncio.Event()
+        self.sharing, self.share_released = asyncio.Event(), asyncio.Event()
+        self.reader: contextvars.ContextVar[bool] = contextvars.ContextVar("reader", default=False)
+        self.reads = 0
+
+    async def append(self, key: SessionKey, messages: Sequence[Message], **kwargs: object) -> int:
+        if any(message.message_id == f"adk.event:{self.held_event}" for message in messages):
+            self.appending.set()
+            await self.append_released.wait()
+        return await super().append(key, messages, **kwargs)  # type: ignore[arg-type]
+
+    async def load_session(self, key: SessionKey, **options: Any) -> StoredSession | None:
+        if self.reader.get() and key.session_id.startswith('["adk.user"'):
+            self.reads += 1
+            if self.reads > 1:
+                self.sharing.set()
+                await self.share_released.wait()
+        return await super().load_session(key, **options)
+
+
+async def test_a_reader_completing_an_append_late_does_not_undo_a_later_event(tenant: str) -> None:
+    # A reader finds e1 in the document but not among the messages (its writer is between its two writes) and
+    # completes it, applying e1's shared delta; it reads the shared state after the writer has stored e2.
+    store = _HeldCalls(namespace=f"adk-{tenant}")
+    writer, reader = ChatkeepSessionService(store, tenant=tenant), ChatkeepSessionService(store, tenant=tenant)
+    session = await writer.create_session(app_name=APP, user_id=USER, session_id="s")
+    first, second = _event("e1", **{"user:n": 1}), _event("e2", **{"user:n": 2})
+    store.held_event = first.id
+    writing = asyncio.create_task(writer.append_event(session, first))
+    await store.appending.wait()  # e1's document and shared state are written, its message is held
+
+    async def read() -> Session:
+        store.reader.set(True)
+        return await _get(reader, "s")
+
+    reading = asyncio.create_task(read())
+    await store.sharing.wait()  # the reader is about to read the user's state, to apply e1's delta to it
+    store.append_released.set()
+    await writing
+    await writer.append_event(session, second)
+    store.share_released.set()
+    read_early = await reading
+    assert [event.content.parts[0].text for event in read_early.events] == ["e1"]
+    final = await _get(reader, "s")
+    assert [event.content.parts[0].text for event in final.events] == ["e1", "e2"]
+    assert final.state == {"user:n": 2}
     await store.close()
 
 

@@ -213,13 +213,15 @@ class Document:
     """What this adapter keeps in a chatkeep session document.
 
     For a session: its own state, its create and update times, and its newest event (the event JSON), whose id
-    is the session's revision. For an app's or a user's shared state: ``state`` only.
+    is the session's revision. For an app's or a user's shared state: ``state``, and in ``stamps`` the time of
+    the event that last set each key (so a late delta cannot undo a later event's).
     """
 
     state: dict[str, Any] = field(default_factory=dict)
     created: float = 0.0
     updated: float = 0.0
     newest: dict[str, Any] | None = None
+    stamps: dict[str, float] = field(default_factory=dict)
 
     @property
     def newest_id(self) -> str | None:
@@ -240,15 +242,26 @@ class Document:
                 "ADK's sessions in keys of their own"
             )
         newest = data.get("newest")
-        return cls(data["state"], float(data.get("created", 0.0)), float(data.get("updated", 0.0)), newest)
+        stamps = data.get("stamps") or {}  # none yet: every key as if set long ago
+        created, updated = float(data.get("created", 0.0)), float(data.get("updated", 0.0))
+        return cls(data["state"], created, updated, newest, {name: float(at) for name, at in stamps.items()})
 
     def to_session(self, key: SessionKey) -> AgentSession:
         """The chatkeep session document that keeps this."""
         data: dict[str, Any] = {"state": self.state}
         if self.created or self.updated:
             data.update(created=self.created, updated=self.updated, newest=self.newest)
+        if self.stamps:
+            data["stamps"] = self.stamps
         return AgentSession(session_id=key.session_id, tenant=key.tenant, state={_DOCUMENT_KEY: data})
 
-    def with_state(self, delta: Mapping[str, Any]) -> Document:
-        """This document with ``delta`` applied to its state."""
-        return replace(self, state={**self.state, **delta})
+    def with_delta(self, delta: Mapping[str, Any], at: float, *, late: bool = False) -> Document:
+        """This document with ``delta``, from an event of time ``at``, applied to its state.
+
+        A ``late`` delta is one that may already have been applied, by the writer of its event, before later
+        events changed the same keys (a reader completing an interrupted append): it leaves every key that an
+        event of the same time or later has set.
+        """
+        if late:
+            delta = {name: value for name, value in delta.items() if self.stamps.get(name, float("-inf")) < at}
+        return replace(self, state={**self.state, **delta}, stamps={**self.stamps, **dict.fromkeys(delta, at)})

@@ -54,7 +54,7 @@ STALE_SESSION_MESSAGE = (
     "more events."
 )
 _CAS_ATTEMPTS = 50  # compare-and-set rounds of a shared state document before giving up
-_CREATOR_WAIT = 2.0  # seconds a writer waits for another writer's first document of a key
+_CREATOR_WAIT = 10.0  # seconds a writer waits for another writer's first document of a key (then makes it)
 _LIST_CONCURRENCY = 16  # session documents read at once by list_sessions
 _FIRST_WINDOW = 64  # events read first when looking for those after a timestamp
 _REMEMBERED = 256  # session documents kept from the last read or write, to skip a read before an append
@@ -132,8 +132,8 @@ class ChatkeepSessionService(ClosesItsStore, BaseSessionService):
         with contextlib.suppress(UnsupportedOperationError):
             await self.store.update_info(key, tags=tags_of(app_name, user_id))
         app_state, user_state = await asyncio.gather(
-            self._update_shared(app_key(self.tenant, app_name), app_delta),
-            self._update_shared(user_key(self.tenant, app_name, user_id), user_delta),
+            self._update_shared(app_key(self.tenant, app_name), app_delta, now),
+            self._update_shared(user_key(self.tenant, app_name, user_id), user_delta, now),
         )
         return Session(
             id=session_id,
@@ -329,7 +329,7 @@ class ChatkeepSessionService(ClosesItsStore, BaseSessionService):
             self._remember(key, StoredSession(updated, version))
             break
         # The shared state before the event: a stored event always has its shared state stored.
-        await self._share(session.app_name, session.user_id, app_delta, user_delta)
+        await self._share(session.app_name, session.user_id, app_delta, user_delta, event.timestamp)
         await self.store.append(key, [message])
 
     def _remember(self, key: SessionKey, stored: StoredSession) -> None:
@@ -339,10 +339,15 @@ class ChatkeepSessionService(ClosesItsStore, BaseSessionService):
             self._documents.popitem(last=False)
 
     async def _complete(self, key: SessionKey, item: dict[str, Any], app_name: str, user_id: str) -> None:
-        """Store an event the document names but the messages lack, with its shared state."""
+        """Store an event the document names but the messages lack, with its shared state.
+
+        Its writer may be between its two writes still, or have stopped there, with its shared state applied or
+        not; later events may have changed the same keys since. The delta is applied late: only to keys no event
+        of its time or later has set.
+        """
         event = event_of(item)
         app_delta, user_delta, _ = split_delta(event.actions.state_delta if event.actions else None)
-        await self._share(app_name, user_id, app_delta, user_delta)
+        await self._share(app_name, user_id, app_delta, user_delta, event.timestamp, late=True)
         await self.store.append(key, [message_of(event, item)])
 
     async def _window(
@@ -369,26 +374,39 @@ class ChatkeepSessionService(ClosesItsStore, BaseSessionService):
     # -- the state every session of an app, or of a user, shares --------------------------------------------
 
     async def _share(
-        self, app_name: str, user_id: str, app_delta: Mapping[str, Any], user_delta: Mapping[str, Any]
+        self,
+        app_name: str,
+        user_id: str,
+        app_delta: Mapping[str, Any],
+        user_delta: Mapping[str, Any],
+        at: float,
+        *,
+        late: bool = False,
     ) -> None:
-        """Apply an event's deltas to the app's and the user's shared state (nothing to do without them)."""
+        """Apply the deltas of an event of time ``at`` to the app's and the user's shared state (see
+        :meth:`Document.with_delta` for ``late``)."""
         updates = []
         if app_delta:
-            updates.append(self._update_shared(app_key(self.tenant, app_name), app_delta))
+            updates.append(self._update_shared(app_key(self.tenant, app_name), app_delta, at, late=late))
         if user_delta:
-            updates.append(self._update_shared(user_key(self.tenant, app_name, user_id), user_delta))
+            updates.append(self._update_shared(user_key(self.tenant, app_name, user_id), user_delta, at, late=late))
         await asyncio.gather(*updates)
 
     async def _shared(self, key: SessionKey) -> dict[str, Any]:
         return _state_of(await self.store.load_session(key))
 
-    async def _update_shared(self, key: SessionKey, delta: Mapping[str, Any]) -> dict[str, Any]:
-        """Apply ``delta`` to a shared state document (compare and set, retried) and return the state."""
+    async def _update_shared(
+        self, key: SessionKey, delta: Mapping[str, Any], at: float, *, late: bool = False
+    ) -> dict[str, Any]:
+        """Apply ``delta`` of time ``at`` to a shared state document (compare and set, retried); return the state."""
         if not delta:
             return await self._shared(key)
         stored = await self._first_document(key)
         for _ in range(_CAS_ATTEMPTS):
-            updated = Document.of(stored.session).with_state(delta)
+            current = Document.of(stored.session)
+            updated = current.with_delta(delta, at, late=late)
+            if updated == current:
+                return updated.state  # a late delta every key of which a later event has set
             try:
                 await self.store.save_session(key, updated.to_session(key), expected_version=stored.version)
             except ConcurrencyConflictError:
