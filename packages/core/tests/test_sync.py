@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import inspect
 import threading
@@ -384,6 +385,81 @@ def test_a_call_from_a_plain_thread_runs_the_loop_right_there_without_a_helper_t
         assert view.count(KEY) == 0
         assert ran_in == [threading.get_ident()], "the call was handed to another thread"
         assert loop_threads() == before, "a helper thread started for a call that did not need one"
+    finally:
+        view.close()
+
+
+def test_only_a_views_call_run_in_the_callers_own_thread_may_block() -> None:
+    """``in_blocking_call`` is what lets a backend block in place (SQLite): only where the caller waits anyway."""
+    from chatkeep.core._loop_thread import LoopThread
+    from chatkeep.core.backend import in_blocking_call
+
+    async def probe() -> bool:
+        return in_blocking_call()
+
+    async def probe_children() -> list[bool]:
+        return list(await asyncio.gather(probe(), probe()))
+
+    view = SyncHistoryStore(MemoryHistoryStore(namespace=namespace()))
+    try:
+        assert view.run(probe()) is True  # a plain thread's call: it runs the loop and waits
+        assert view.run(probe_children()) == [True, True]  # what that call starts is its own
+
+        async def in_a_running_loop() -> tuple[bool, bool]:  # a notebook cell: the call is handed over
+            return view.run(probe()), await view.arun(probe())
+
+        assert asyncio.run(in_a_running_loop()) == (False, False)
+        assert asyncio.run(probe()) is False  # the application's own loop
+    finally:
+        view.close()
+    agents_loop = LoopThread("chatkeep-test-agent")  # an agent's run_sync: its streamed answer must keep moving
+    try:
+        assert agents_loop.run(probe()) is False
+    finally:
+        agents_loop.stop()
+
+
+def test_run_in_place_runs_in_the_callers_thread_with_no_loop_running() -> None:
+    """What a blocking call runs in place runs while its loop is stopped: a blocking-call guard sees no loop."""
+    from chatkeep.core.backend import run_in_place
+
+    def blocking(n: int) -> tuple[int, bool, str]:
+        try:
+            asyncio.get_running_loop()
+            running = True
+        except RuntimeError:
+            running = False
+        return threading.get_ident(), running, f"{n}:{marker.get()}"
+
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="-")
+
+    async def task(n: int) -> tuple[int, bool, str]:
+        marker.set(f"task{n}")  # the function runs in its task's context
+        await asyncio.sleep(0)
+        return await run_in_place(lambda: blocking(n))
+
+    async def failing() -> None:
+        await run_in_place(lambda: 1 / 0)
+
+    async def many() -> list[tuple[int, bool, str]]:
+        return list(await asyncio.gather(*(task(n) for n in range(3))))
+
+    view = SyncHistoryStore(MemoryHistoryStore(namespace=namespace()))
+    try:
+        here = threading.get_ident()
+        assert view.run(many()) == [(here, False, f"{n}:task{n}") for n in range(3)]
+        with pytest.raises(ZeroDivisionError):
+            view.run(failing())
+        assert view.run(task(7)) == (here, False, "7:task7")  # the loop goes on after a failure
+
+        async def handed() -> None:  # a call handed to the loop's helper thread may not block in place
+            await run_in_place(lambda: None)
+
+        async def in_a_running_loop() -> None:
+            await view.arun(handed())
+
+        with pytest.raises(RuntimeError, match="in_blocking_call"):
+            asyncio.run(in_a_running_loop())
     finally:
         view.close()
 

@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from datetime import timedelta
@@ -371,6 +372,46 @@ async def test_outage_raises_unavailable_and_recovers(sql_target: Any, telemetry
     finally:
         await store.close()
         await proxy.aclose()
+
+
+def test_sqlite_runs_a_sync_views_call_in_the_callers_thread_and_an_async_one_in_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatkeep.sql import _sqlite
+    from chatkeep.sql._sqlite import SQLiteTransport
+
+    opened: list[Any] = []
+    ran_in: list[int] = []
+    connect, run_through = SQLiteTransport.connect, _sqlite._run_through
+
+    def recorded_connect(self: SQLiteTransport) -> Any:
+        opened.append(connect(self))
+        return opened[-1]
+
+    def recorded_run(operation: Any) -> Any:
+        ran_in.append(threading.get_ident())
+        return run_through(operation)
+
+    monkeypatch.setattr(SQLiteTransport, "connect", recorded_connect)
+    monkeypatch.setattr(_sqlite, "_run_through", recorded_run)
+    key = SessionKey("t", "s")
+    view = open_store(f"sqlite:///{tmp_path / 'sync.db'}").sync()
+    try:
+        view.count(key)  # the schema is made in a worker thread, once
+        ran_in.clear()
+        for n in range(20):
+            assert view.append(key, [Message(role="user", text=f"m{n}")]) == 1
+            assert [m.text for m in view.load(key, last=1)] == [f"m{n}"]
+        assert set(ran_in) == {threading.get_ident()}  # no hop to a worker and back
+        ran_in.clear()
+        assert asyncio.run(view.store.count(key)) == 20  # an application's loop: never blocked
+        assert threading.get_ident() not in ran_in
+        # (calls from many threads at once: tests/test_sync_backends.py, on this transport too)
+    finally:
+        view.close()
+    for conn in opened:  # closing the store closed every connection, those of the callers' calls too
+        with pytest.raises(sqlite3.ProgrammingError):
+            conn.execute("SELECT 1")
 
 
 @pytest.mark.parametrize("driver", ["sqlite", "sqlite+aiosqlite"])

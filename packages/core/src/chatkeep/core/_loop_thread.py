@@ -16,8 +16,10 @@ runs it when no caller does. So calls from several threads at once still run con
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import threading
 import time
 import weakref
@@ -26,9 +28,46 @@ from typing import Any, TypeVar
 
 from chatkeep.core._errors import SyncCallError
 
-__all__ = ["LoopThread"]
+__all__ = ["LoopThread", "in_blocking_call", "run_in_place"]
 
 T = TypeVar("T")
+
+#: In the task of a blocking call that runs the private loop in the caller's own thread (``_Drive.drive``), for a
+#: loop made with ``caller_may_block``: that loop's drive; every other task (a handed call, an async caller's)
+#: sees None.
+_BLOCKING_CALL: contextvars.ContextVar[_Drive | None] = contextvars.ContextVar("chatkeep_blocking_call", default=None)
+
+
+def in_blocking_call() -> bool:
+    """Whether the running code is a blocking call's own, run by a store's sync view in the caller's thread.
+
+    The caller waits for it in any case, and no application's event loop runs there: a short blocking operation
+    (a SQLite statement) may run there with :func:`run_in_place`, holding up only that caller and the calls other
+    threads hand to the loop meanwhile (which wait their turn), instead of hopping to a worker thread and back.
+    """
+    drive = _BLOCKING_CALL.get()
+    return drive is not None and drive.pausable and drive.driver == threading.get_ident()
+
+
+async def run_in_place(function: Callable[[], T]) -> T:
+    """Run a blocking ``function`` in the thread of a blocking call (:func:`in_blocking_call`), with the loop paused.
+
+    The loop stops, ``function`` runs in the caller's thread while no event loop runs there (so blocking-call
+    guards such as blockbuster, which refuse blocking calls made while a loop runs, see none), then the loop goes
+    on. It runs in the calling task's context.
+
+    Raises:
+        RuntimeError: not in a blocking call (check :func:`in_blocking_call` first).
+    """
+    drive = _BLOCKING_CALL.get()
+    if drive is None or not in_blocking_call():
+        raise RuntimeError("run_in_place is for the blocking call of a sync view; check in_blocking_call() first")
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+    drive.paused.append((contextvars.copy_context(), function, done))
+    loop.stop()  # run_forever returns after this turn of the loop; drive() runs the function, then the loop again
+    return await done
+
 
 #: A loop nobody ran for this long first handles what arrived meanwhile (a server closing an idle
 #: connection, a due timer) before it runs a call, as a loop that never stopped would have.
@@ -38,8 +77,13 @@ _SETTLE_AFTER_S = 0.5
 class _Drive:
     """The private loop and who runs it now; shared with the helper thread, which must not keep its owner alive."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, caller_may_block: bool = False) -> None:
         self.name = name
+        self.caller_may_block = caller_may_block  # mark a driving caller's task (in_blocking_call)
+        self.pausable = False  # drive() runs the loop in its caller's thread and runs what run_in_place asks
+        self.paused: collections.deque[tuple[contextvars.Context, Callable[[], Any], asyncio.Future[Any]]] = (
+            collections.deque()
+        )
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # the driver, the handed calls or the state changed
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -140,19 +184,48 @@ class _Drive:
         try:
             if time.monotonic() - self.idle_since > _SETTLE_AFTER_S:
                 loop.run_until_complete(_settle())
-            task = loop.create_task(_then_stop(loop, coro))
+            marked = _BLOCKING_CALL.set(self) if self.caller_may_block else None
             try:
-                while not task.done():  # (a coroutine of the call may have stopped the loop itself)
+                task = loop.create_task(_then_stop(loop, coro))  # the task keeps the context it was made in
+            finally:
+                if marked is not None:
+                    _BLOCKING_CALL.reset(marked)
+            self.pausable = True
+            try:
+                while not task.done():  # (a coroutine of the call, or run_in_place, may have stopped the loop)
                     loop.run_forever()
+                    self._run_paused()
             except BaseException:
                 if not task.done():  # interrupted (Ctrl-C): cancel the call rather than leave it half done
                     task.cancel()
                     with contextlib.suppress(BaseException):
                         loop.run_until_complete(asyncio.wait([task]))
                 raise
+            finally:
+                self.pausable = False
+                self._run_paused()  # asked in the call's last turn of the loop, by a task it left running
             return task.result()
         finally:
             self.release()
+
+    def _run_paused(self) -> None:
+        """Run what :func:`run_in_place` asked for, in this thread while the loop is stopped, and set its results."""
+        while self.paused:
+            context, function, done = self.paused.popleft()
+            if done.cancelled():
+                continue
+            try:
+                result = context.run(function)
+            except Exception as exc:
+                done.set_exception(exc)
+            except BaseException:  # Ctrl-C: drive() cancels the call; what else was asked is cancelled with it
+                done.cancel()
+                for _, _, other in self.paused:
+                    other.cancel()
+                self.paused.clear()
+                raise
+            else:
+                done.set_result(result)
 
     def release(self) -> None:
         """Run the loop until every handed call has ended, then stop driving it (this thread is the driver)."""
@@ -265,12 +338,17 @@ class LoopThread:
     Args:
         name: the helper thread's name (shown in thread dumps and in error messages).
         stopped_error: builds the error a call made after :meth:`stop` raises (default: :class:`SyncCallError`).
+        caller_may_block: a blocking call that runs the loop in its own thread may block it
+            (:func:`in_blocking_call` is true there): set for a store's sync view, whose calls are store
+            operations; not for an agent's run, whose concurrent tasks (a streamed answer) must keep moving.
     """
 
-    def __init__(self, name: str, *, stopped_error: Callable[[], Exception] | None = None) -> None:
+    def __init__(
+        self, name: str, *, stopped_error: Callable[[], Exception] | None = None, caller_may_block: bool = False
+    ) -> None:
         self.name = name
         self._stopped_error = stopped_error or self._default_stopped_error
-        self._drive = _Drive(name)
+        self._drive = _Drive(name, caller_may_block=caller_may_block)
         # Dropped without stop() (say, an agent made per request and never closed): end its thread with it.
         weakref.finalize(self, _abandon, self._drive).atexit = False
 

@@ -13,6 +13,7 @@ User code imports :mod:`chatkeep.core` instead.
 """
 
 from chatkeep.core._errors import redact_url
+from chatkeep.core._loop_thread import in_blocking_call, run_in_place
 from chatkeep.core._messages import decode_records, encode_records
 from chatkeep.core._telemetry import TelemetryTarget, record_retry
 from chatkeep.core.backend import hookspecs
@@ -151,6 +152,7 @@ __all__ = [
     "hashed_key",
     "hookimpl",
     "hookspecs",
+    "in_blocking_call",
     "keyword_terms",
     "lazy_exports",
     "length_prefixed",
@@ -160,6 +162,7 @@ __all__ = [
     "positive_seconds",
     "record_retry",
     "redact_url",
+    "run_in_place",
     "searchable",
     "session_document",
     "stamp_time",

@@ -97,7 +97,10 @@ class SyncHistoryStore:
                 f"SyncHistoryStore wraps a HistoryStore (such as open_store(url)), not a {type(store).__name__}"
             )
         self._store = store
-        self._thread = LoopThread(f"chatkeep-sync-{type(store).__name__}", stopped_error=self._closed_error)
+        # Its calls are store operations, run whole for a caller that waits: a backend may block in them.
+        self._thread = LoopThread(
+            f"chatkeep-sync-{type(store).__name__}", stopped_error=self._closed_error, caller_may_block=True
+        )
 
     def _closed_error(self) -> StoreClosedError:
         return StoreClosedError(
