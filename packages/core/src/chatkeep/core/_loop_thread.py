@@ -196,6 +196,7 @@ class _Drive:
                     loop.run_forever()
                     self._run_paused()
             except BaseException:
+                self.pausable = False  # the cancelled call's last steps hop to the worker threads again
                 if not task.done():  # interrupted (Ctrl-C): cancel the call rather than leave it half done
                     task.cancel()
                     with contextlib.suppress(BaseException):
