@@ -24,6 +24,14 @@ TENANT = "acme"  # as conftest seeds it
 TOKEN = "browser-token-0123456789abcdef"
 
 
+def expect(target: Any) -> Any:
+    """Playwright's ``expect`` (imported here: Playwright is only in the ui session), whose assertions retry
+    until they hold or time out: a page a click navigates to may not be shown yet when the click returns."""
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(target)
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     try:
@@ -74,6 +82,7 @@ def test_a_session_with_tool_calls_and_a_long_result(page: Any, served: Any, sho
     page.goto(served.base)
     page.locator("a.session-link[href$='id=tool-chat']").click()
     call = page.locator("#call-call-forecast")
+    expect(call).to_be_visible()
     assert call.locator(".tool-name").inner_text() == "get_forecast"
     result = call.locator(".result details.long")
     assert result.count() == 1
@@ -96,11 +105,12 @@ def test_paging_through_1000_messages(page: Any, served: Any, seeded: Any) -> No
     for n in range(9):
         page.locator("a.older").first.click()
         first, last = 801 - 100 * n, 900 - 100 * n
-        assert f"messages {first:,}–{last:,} of 1,000" in page.locator(".pager .range").first.inner_text()
+        # expect() waits for the next page: right after a click, the one before may still be shown
+        expect(page.locator(".pager .range").first).to_contain_text(f"messages {first:,}–{last:,} of 1,000")
     assert page.locator("article.msg").first.locator(".text").inner_text() == "message 0"
     assert page.locator("a.older").count() == 0
     page.locator("a.newest").first.click()
-    assert page.locator("article.msg").last.get_attribute("id") == f"m-{seeded.long_ids[-1]}"
+    expect(page.locator("article.msg").last).to_have_id(f"m-{seeded.long_ids[-1]}")
 
 
 def test_following_a_fork_to_its_parent(page: Any, served: Any, seeded: Any, shots: Path) -> None:
@@ -108,8 +118,8 @@ def test_following_a_fork_to_its_parent(page: Any, served: Any, seeded: Any, sho
     assert page.locator("#fork-point").is_visible()
     page.screenshot(path=shots / "fork.png", full_page=True)
     page.locator("td.fork a.parent").click()
-    assert page.locator("h1").inner_text() == "Weather tools"
-    assert page.url.endswith(f"#m-{seeded.through}")
+    expect(page.locator("h1")).to_have_text("Weather tools")
+    page.wait_for_url(f"**#m-{seeded.through}")
     # The fragment's target is set as the page settles, not always when the click returns: wait for it (a timeout
     # fails the test, as the assertion did).
     page.wait_for_function("id => document.getElementById(id)?.matches(':target')", arg=f"m-{seeded.through}")
@@ -119,9 +129,9 @@ def test_a_tag_filter(page: Any, served: Any) -> None:
     page.goto(served.base)
     page.locator(".tag-filter input[name=tag]").fill("tools")
     page.locator(".tag-filter button").click()
+    expect(page.locator("h1")).to_have_text("Sessions tagged tools")
     assert "tag=tools" in page.url
-    assert page.locator("h1").inner_text() == "Sessions tagged tools"
-    assert page.locator("table.sessions tbody tr").count() == 2  # tool-chat and its fork (forks keep tags)
+    expect(page.locator("table.sessions tbody tr")).to_have_count(2)  # tool-chat and its fork (forks keep tags)
 
 
 def test_a_search_leads_to_the_message(page: Any, served: Any, shots: Path) -> None:
@@ -129,9 +139,11 @@ def test_a_search_leads_to_the_message(page: Any, served: Any, shots: Path) -> N
     page.locator(".search input[name=q]").fill("will it be warm in Lisbon?")
     page.locator(".search button").click()
     answer = page.locator(".hits li.hit").filter(has_text="sunny and 24 degrees")
-    assert answer.count() >= 1  # the fact, found by meaning: the question shares only "Lisbon" with it
+    # the fact, found by meaning: the question shares only "Lisbon" with it (expect() waits for the results page)
+    expect(answer.first).to_be_visible()
     page.screenshot(path=shots / "search.png", full_page=True)
     answer.first.locator("a").click()
+    page.wait_for_url("**/session?*#*")
     target = page.url.split("#", 1)[1]
     assert page.locator(f"[id='{target}']").evaluate("node => node.matches(':target')")
     assert "24 degrees" in page.locator(f"[id='{target}']").inner_text()
