@@ -45,8 +45,13 @@ def in_blocking_call() -> bool:
     (a SQLite statement) may run there with :func:`run_in_place`, holding up only that caller and the calls other
     threads hand to the loop meanwhile (which wait their turn), instead of hopping to a worker thread and back.
     """
+    return _pausable_drive() is not None
+
+
+def _pausable_drive() -> _Drive | None:
+    """The drive of the blocking call running here, while it may pause its loop for :func:`run_in_place`."""
     drive = _BLOCKING_CALL.get()
-    return drive is not None and drive.pausable and drive.driver == threading.get_ident()
+    return drive if drive is not None and drive.pausable and drive.driver == threading.get_ident() else None
 
 
 async def run_in_place(function: Callable[[], T]) -> T:
@@ -59,8 +64,8 @@ async def run_in_place(function: Callable[[], T]) -> T:
     Raises:
         RuntimeError: not in a blocking call (check :func:`in_blocking_call` first).
     """
-    drive = _BLOCKING_CALL.get()
-    if drive is None or not in_blocking_call():
+    drive = _pausable_drive()
+    if drive is None:
         raise RuntimeError("run_in_place is for the blocking call of a sync view; check in_blocking_call() first")
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
