@@ -12,7 +12,9 @@ With ``--browser`` (Playwright and Debian's Chromium, as ``nox -s ui`` installs 
 browser's own navigation timing of the newest pages, from a real server on loopback: when the response's last
 byte arrived (``responseEnd``) and the first contentful paint, both from the start of the navigation.
 
-Run with ``python -m benchmarks ui [--url URL] [--iterations N] [--browser]``.
+Run with ``python -m benchmarks ui [--url URL] [--iterations N] [--browser]``: N requests of each page (the middle
+page N/10, at least 5), and N/5 browser loads of each (at least 10), after 3 rounds of warm-up. Every response must
+be a 200: a page that answers an error stops the run rather than timing the error page.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 from benchmarks._common import Result, format_table, measure
 from chatkeep.core import Message, SessionKey, open_store
@@ -83,7 +86,11 @@ def _first_paint(url: str, tenant: str, iterations: int) -> list[Result]:
         samples: dict[tuple[str, int], list[float]] = {(metric, size): [] for metric in metrics for size in sizes}
         for n in range(iterations + 3):
             for size in sizes:  # round robin, so that a drift of the machine weighs on every size alike
-                page.goto(f"{base}/session?tenant={tenant}&id=session-{size}")
+                address = urljoin(base, f"session?tenant={tenant}&id=session-{size}")
+                response = page.goto(address)
+                status = None if response is None else response.status
+                if status != 200:  # an error page paints fast too: timing it would be a wrong result
+                    raise RuntimeError(f"GET {address} answered {status}, not 200: the benchmark measures nothing")
                 for metric, script in metrics.items():
                     value: Any = page.evaluate(script)
                     if n >= 3 and value is not None:  # the first rounds warm the server and the browser up
@@ -96,7 +103,13 @@ def _first_paint(url: str, tenant: str, iterations: int) -> list[Result]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks ui")
     parser.add_argument("--url", default=None, help="the store (default: a SQLite file in a temporary folder)")
-    parser.add_argument("--iterations", type=int, default=100)
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=100,
+        help="requests of each page (the middle page: a tenth, at least 5); with --browser, loads of each page in "
+        "Chromium: a fifth, at least 10 (default: 100)",
+    )
     parser.add_argument("--browser", action="store_true", help="also the first paint in headless Chromium")
     args = parser.parse_args(argv)
     tenant = f"uibench-{uuid.uuid4().hex[:8]}"
