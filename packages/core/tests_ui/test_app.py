@@ -211,6 +211,42 @@ def test_search_links_each_match_to_its_message(client: TestClient) -> None:
     assert "/session?tenant=acme&amp;id=trip-lisbon&amp;message=" in page or "id=tool-chat&amp;message=" in page
 
 
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def test_search_finds_a_message_by_meaning_with_no_word_in_common(client: TestClient) -> None:
+    # conftest embeds with the offline MiniLM model (default_embedder), as the page searches: a paraphrase matches.
+    fact = "In Lisbon it is sunny and 24 degrees all week, so pack light clothes."  # as conftest seeds it
+    question = "Should I bring a coat, or expect warm temperatures?"
+    assert not _words(question) & _words("Day one: Alfama and the castle. " + fact)  # no match by words
+    page = client.get("/", params={"q": question}).text
+    snippets = re.findall(r'<div class="snippet">([^<]*)</div>', page)
+    assert snippets, page
+    assert "sunny and 24 degrees" in snippets[0]  # the best match, ahead of the messages that merely name Lisbon
+
+
+def test_no_search_box_on_a_store_that_cannot_search(tmp_path: Path) -> None:
+    import asyncio
+
+    from chatkeep.core import Message, SupportsSearch
+
+    url = f"sqlite:///{tmp_path / 'plain.db'}"  # the default SQLite transport keeps no search index
+
+    async def seed() -> bool:
+        async with open_store(url) as store:
+            await store.append(SessionKey(TENANT, "chat"), [Message(role="user", text="hello")])
+            return isinstance(store, SupportsSearch)
+
+    assert not asyncio.run(seed())
+    with TestClient(create_app(UIConfig(url, tenant=TENANT)), base_url="http://127.0.0.1") as client:
+        listing = client.get("/").text
+        assert "chat" in listing
+        assert 'class="search"' not in listing
+        assert 'name="q"' not in listing
+        assert "no (this store lacks the search capability)" in client.get("/store").text
+
+
 def test_export_is_the_export_format_and_imports_back(seeded: Any, client: TestClient, tmp_path: Path) -> None:
     response = client.get("/session/export", params={"id": "tool-chat-fork"})
     assert response.status_code == 200
