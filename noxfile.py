@@ -253,11 +253,14 @@ def ui(session: nox.Session) -> None:
     """Test chatkeep ui: every route read-only, headers, token, escaping; then its pages in headless Chromium.
 
     The browser is Debian's (scripts/chromium installs it when missing), driven by Playwright pointed at it; no
-    browser is downloaded. Screenshots go to $CHATKEEP_UI_SCREENSHOTS when set (docs/assets/ui holds copies).
+    browser is downloaded. Screenshots go to $CHATKEEP_UI_SCREENSHOTS, by default .artifacts/ui-screenshots/ in the
+    checkout (git-ignored), so that each CI run leaves them behind; docs/assets/ui holds copies.
     """
     sync(session, "dev", "ui")
     session.run("scripts/chromium", "install", external=True)
-    session.run(*PYTEST, "packages/core/tests_ui", *session.posargs, env={"CHATKEEP_TEST_BACKEND": "ui"})
+    shots = os.environ.get("CHATKEEP_UI_SCREENSHOTS") or os.path.abspath(".artifacts/ui-screenshots")
+    env = {"CHATKEEP_TEST_BACKEND": "ui", "CHATKEEP_UI_SCREENSHOTS": shots}
+    session.run(*PYTEST, "packages/core/tests_ui", *session.posargs, env=env)
 
 
 @nox.session(python=PYTHON)
