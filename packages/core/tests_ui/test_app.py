@@ -5,6 +5,7 @@ Starlette's test client runs the application in this process, the store opened b
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import signal
@@ -13,8 +14,10 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from starlette.routing import Route
@@ -22,6 +25,7 @@ from starlette.testclient import TestClient
 
 from chatkeep.core import ChatkeepError, SessionKey, open_store
 from chatkeep.core.cli import main
+from chatkeep.core.cli._app import _parser
 from chatkeep.core.ui import UIConfig, UnsafeBindError, create_app
 from chatkeep.core.ui._command import ui_token, ui_url
 from chatkeep.core.ui._guard import COOKIE, check_bind
@@ -124,6 +128,59 @@ def test_the_sessions_list_shows_title_tags_counts_tokens_and_the_fork_parent(cl
     assert "Weather tools" in tagged
     assert "Planning a trip to Lisbon" not in tagged
     assert "long-chat" not in tagged
+
+
+def _read(url: str, read: Any) -> Any:
+    """What ``read(store)`` returns, on the store at ``url`` opened for it."""
+    import asyncio
+
+    async def run() -> Any:
+        async with open_store(url) as store:
+            return await read(store)
+
+    return asyncio.run(run())
+
+
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def test_the_sessions_list_is_newest_first_with_created_and_updated_times(seeded: Any, client: TestClient) -> None:
+    page = client.get("/").text
+    assert "<th>Created (UTC)</th><th>Updated (UTC)</th>" in page
+    rows = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0].split("<tr>")[1:]
+    links = [re.search(r'class="session-link" href="[^"]*?id=([^"]+)"', row) for row in rows]
+    ids = [unquote(html.unescape(link[1])) for link in links if link is not None]
+    # conftest seeds these sessions in the reverse order: the newest comes first
+    assert ids == ["hostile<script>", "tool-chat-fork", "long-chat", "tool-chat", "trip-lisbon"]
+    listing = _read(seeded.url, lambda store: store.list_sessions(TENANT))
+    infos = {info.session_id: info for info in listing.items}
+    for session_id, row in zip(ids, rows, strict=True):
+        info = infos[session_id]
+        times = re.findall(r"<td><time>([^<]+)</time></td>", row)
+        assert times == [_utc(info.created_at), _utc(info.updated_at)], session_id
+
+
+def test_each_message_shows_its_time_and_a_class_of_its_role(seeded: Any, client: TestClient) -> None:
+    page = client.get("/session", params={"id": "tool-chat"}).text
+    messages = _read(seeded.url, lambda store: store.load(SessionKey(TENANT, "tool-chat")))
+    articles = page.split('<article class="msg ')[1:]
+    assert len(articles) == len(messages)
+    for message, article in zip(messages, articles, strict=True):
+        assert article.startswith(f'role-{message.role}" id="m-{message.message_id}"')
+        moment = message.created_at.astimezone(timezone.utc)
+        assert f'<time datetime="{moment.isoformat()}">{_utc(moment)}</time>' in article
+    roles = ("system", "user", "assistant", "tool")
+    assert {message.role for message in messages} == set(roles)
+    css = client.get("/static/ui.css").text
+    rules = [re.search(rf"\.role-{role} \{{([^}}]+)\}}", css) for role in roles]
+    looks = {rule[1].strip() for rule in rules if rule is not None}
+    assert len(looks) == len(roles), "each role needs a rule of its own, and no two alike"
+
+
+def test_the_port_defaults_to_8765_on_loopback() -> None:
+    args = _parser().parse_args(["ui", "--store", "sqlite:///chat.db"])  # parsed only: nothing is served
+    assert (args.host, args.port) == ("127.0.0.1", 8765)
 
 
 def test_the_sessions_list_is_paged_like_list_sessions(client: TestClient) -> None:
@@ -271,17 +328,14 @@ def test_export_is_the_export_format_and_imports_back(seeded: Any, client: TestC
 
 
 def _records(url: str, session_id: str) -> list[str]:
-    import asyncio
-
-    async def read() -> list[str]:
-        async with open_store(url) as store:
-            return [m.to_record() for m in await store.load(SessionKey(TENANT, session_id))]
-
-    return asyncio.run(read())
+    return [m.to_record() for m in _read(url, lambda store: store.load(SessionKey(TENANT, session_id)))]
 
 
-def test_the_store_page_reports_backend_schema_counts_and_latency(client: TestClient) -> None:
+def test_the_store_page_reports_backend_schema_counts_and_latency(seeded: Any, client: TestClient) -> None:
     page = client.get("/store").text
+    revision = _read(seeded.url, lambda store: store.schema_revision())
+    assert re.fullmatch(r"\d{4}", revision)
+    assert f"<tr><th>Schema revision</th><td>{revision}</td></tr>" in page
     for text in ("sql, chatkeep-sql", "Schema revision", " ms", "Sessions of tenant acme", ">5<", "by meaning"):
         assert text in page, text
     assert "writes no probe" in page
@@ -356,7 +410,10 @@ def test_without_a_token_only_a_loopback_host_is_answered(seeded: Any) -> None:
             assert client.get("/").status_code == 200, host
 
 
-def test_listening_beyond_loopback_needs_a_token(seeded: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_listening_beyond_loopback_needs_a_token(
+    seeded: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CHATKEEP_UI_TOKEN", raising=False)  # a token in the environment would let it start
     for host in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
         check_bind(host, None)
     for host in ("0.0.0.0", "192.0.2.10", "::", "example.com"):
@@ -515,3 +572,53 @@ def test_ids_with_slashes_and_url_characters_are_reached(tmp_path: Path) -> None
         exported = client.get(href.replace("/session?", "/session/export?"))
         assert exported.headers["content-disposition"] == 'attachment; filename="a_b_c_1_d_e_2F.jsonl"'
         assert json.loads(exported.text.splitlines()[0])["session_id"] == odd
+
+
+def test_a_password_in_the_store_url_never_reaches_a_log_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A real server, every logger of uvicorn and chatkeep at DEBUG, a page, a 404, a 400 and a store error."""
+    import logging
+
+    import httpx
+    import uvicorn
+
+    from chatkeep.core import StoreUnavailableError
+    from chatkeep.testing.browser import serving
+
+    url = "memory://operator:hunter2-log-secret@localhost"  # memory:// takes (and ignores) a user and password
+    names = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi", "starlette", "chatkeep")
+    loggers = [logging.getLogger(name) for name in names]
+    configure = uvicorn.Config.configure_logging
+
+    def configure_then_capture(config: uvicorn.Config) -> None:
+        configure(config)  # uvicorn's own set-up first (it replaces its loggers' handlers and levels), then ours
+        for logger in loggers:
+            monkeypatch.setattr(logger, "level", logging.DEBUG)
+            logger.addHandler(caplog.handler)
+
+    monkeypatch.setattr(uvicorn.Config, "configure_logging", configure_then_capture)
+    app = create_app(UIConfig(url, tenant=TENANT))
+    try:
+        with serving(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+            assert client.get("/").status_code == 200
+            assert client.get("/store").status_code == 200
+            assert client.get("/no-such-page").status_code == 404
+            assert client.get("/session", params={"id": "nope"}).status_code == 404
+            assert client.get("/", params={"cursor": "not-a-cursor"}).status_code == 400
+
+            async def unreachable(*args: Any, **kwargs: Any) -> None:
+                raise StoreUnavailableError(f"cannot reach {url}")  # a backend's error that names its URL
+
+            monkeypatch.setattr(app.app.state.ui.store, "list_sessions", unreachable)  # type: ignore[attr-defined]
+            failed = client.get("/")
+            assert failed.status_code == 503
+            assert "hunter2" not in failed.text
+            assert "operator:***@localhost" in failed.text
+    finally:
+        for logger in loggers:
+            logger.removeHandler(caplog.handler)
+    assert caplog.records, "nothing was logged: the capture is not wired to uvicorn's loggers"
+    logged = "\n".join(caplog.handler.format(record) for record in caplog.records)
+    printed = capfd.readouterr()
+    assert "hunter2" not in logged + printed.out + printed.err
