@@ -577,7 +577,7 @@ def test_ids_with_slashes_and_url_characters_are_reached(tmp_path: Path) -> None
 def test_a_password_in_the_store_url_never_reaches_a_log_line(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """A real server, every logger of uvicorn and chatkeep at DEBUG, a page, a 404, a 400 and a store error."""
+    """A real server, every logger of uvicorn and chatkeep at DEBUG: a page, a 404, a 400, a store error, a crash."""
     import logging
 
     import httpx
@@ -615,6 +615,14 @@ def test_a_password_in_the_store_url_never_reaches_a_log_line(
             assert failed.status_code == 503
             assert "hunter2" not in failed.text
             assert "operator:***@localhost" in failed.text
+
+            async def driver_error(*args: Any, **kwargs: Any) -> None:
+                raise OSError(f"connection to {url} refused")  # not chatkeep's: uvicorn would log it whole
+
+            monkeypatch.setattr(app.app.state.ui.store, "list_sessions", driver_error)  # type: ignore[attr-defined]
+            crashed = client.get("/")
+            assert crashed.status_code == 500
+            assert "hunter2" not in crashed.text
     finally:
         for logger in loggers:
             logger.removeHandler(caplog.handler)
@@ -622,3 +630,4 @@ def test_a_password_in_the_store_url_never_reaches_a_log_line(
     logged = "\n".join(caplog.handler.format(record) for record in caplog.records)
     printed = capfd.readouterr()
     assert "hunter2" not in logged + printed.out + printed.err
+    assert "connection to memory://operator:***@localhost refused" in logged  # logged, with the secret hidden

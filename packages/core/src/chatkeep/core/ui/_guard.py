@@ -8,18 +8,22 @@
   domain at 127.0.0.1 (DNS rebinding) then still cannot read the UI.
 * Every response says: no inline script and nothing from elsewhere (CSP), no MIME sniffing, no referrer, no frames,
   no caching.
+* An error that is not chatkeep's (a driver's, say, whose message may hold the store's URL) never reaches the
+  server's log as it is: it is logged here with every URL's secrets hidden, and the request gets a plain 500.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
+import traceback
 from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from chatkeep.core._errors import ChatkeepError
+from chatkeep.core._errors import ChatkeepError, redact_url
 
 __all__ = ["COOKIE", "HEADERS", "READ_METHODS", "Guard", "UnsafeBindError", "check_bind", "is_loopback"]
 
@@ -43,6 +47,7 @@ HEADERS = (
     (b"cache-control", b"no-store"),
 )
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
+_log = logging.getLogger("chatkeep.ui")
 
 
 class UnsafeBindError(ChatkeepError):
@@ -105,9 +110,13 @@ class Guard:
             await self._app(scope, receive, send)
             return
 
+        started = False
+
         async def secured(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", []), *HEADERS]
+                started = True
             await send(message)
 
         if scope["method"] not in READ_METHODS:
@@ -133,7 +142,12 @@ class Guard:
                     [(b"www-authenticate", b'Bearer realm="chatkeep ui"')],
                 )
                 return
-        await self._app(scope, receive, secured)
+        try:
+            await self._app(scope, receive, secured)
+        except Exception as exc:  # not chatkeep's (those are pages): log it with its URLs' secrets hidden
+            _log.error("%s %s failed:\n%s", scope["method"], scope["path"], redact_url(_formatted(exc)))
+            if not started:
+                await _plain(secured, 500, "chatkeep ui met an unexpected error; the server's log says which")
 
     def _matches(self, given: str | None) -> bool:
         assert self._token is not None
@@ -169,3 +183,8 @@ async def _plain(send: Send, status: int, text: str, headers: list[tuple[bytes, 
     start = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": [*start, *(headers or [])]})
     await send({"type": "http.response.body", "body": body})
+
+
+def _formatted(exc: BaseException) -> str:
+    """``exc``'s traceback as the log would print it (with the exceptions it was raised from)."""
+    return "".join(traceback.format_exception(exc)).rstrip()
