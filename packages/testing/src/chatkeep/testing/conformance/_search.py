@@ -9,6 +9,7 @@ vectors come from :class:`~chatkeep.testing.embedding.HashingEmbedder`: determin
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -191,6 +192,12 @@ class SearchConformance(ConformanceBase):
             await searching.trim(key, 0)
         elif removal == "pop":
             assert (await searching.pop(key)) is not None  # the fact was the newest
+        elif removal == "unindex":
+            assert await searching.unindex(key) == len(FILLER) + 1
+            assert await searching.count(key) == len(FILLER) + 1, "unindex removed messages"
+        elif removal == "unindex_tenant":
+            assert await searching.unindex(TenantScope(key.tenant)) == len(FILLER) + 1
+            assert await searching.count(key) == len(FILLER) + 1, "unindex removed messages"
         else:
             await searching.prune(older_than=datetime.now(timezone.utc) + timedelta(seconds=1), tenant=key.tenant)
         fresh = self.searchable_store(await kit.open())
@@ -214,6 +221,48 @@ class SearchConformance(ConformanceBase):
 
     async def test_nothing_is_found_after_prune(self, kit: StoreKit, store: HistoryStore) -> None:
         await self.check_nothing_found_after(kit, store, "prune")
+
+    async def test_nothing_is_found_after_unindex_of_the_session(self, kit: StoreKit, store: HistoryStore) -> None:
+        await self.check_nothing_found_after(kit, store, "unindex")
+
+    async def test_nothing_is_found_after_unindex_of_the_tenant(self, kit: StoreKit, store: HistoryStore) -> None:
+        await self.check_nothing_found_after(kit, store, "unindex_tenant")
+
+    async def test_crypto_shredding_a_tenant_deletes_its_index_entries(
+        self, kit: StoreKit, store: HistoryStore
+    ) -> None:
+        # allow_plaintext_index=True keeps index entries made from the plaintext: shredding the tenant's key
+        # leaves its sealed messages unreadable, and must leave nothing readable in the index.
+        pytest.importorskip("cryptography", reason="EncryptedStore needs the encryption extra (cryptography)")
+        from chatkeep.core.encryption import EncryptedStore
+
+        searching = self.searchable_store(store)
+        if isinstance(store, EncryptedStore):
+            encrypted = store  # the backend under test is the wrapper itself
+        else:  # wrap a store on the backing under test; its data keys go to another instance beside it
+            encrypted = EncryptedStore(
+                await kit.open(),
+                key_store=await kit.open(),
+                master_keys={"k1": os.urandom(32)},
+                allow_plaintext_index=True,
+                owns_stores=False,
+            )
+        wrapped = self.searchable_store(encrypted)
+        key, other = kit.key(), kit.key()
+        for session in (key, other):
+            await self.append_indexed(wrapped, session, [*FILLER, FACT])
+        assert FACT in await self.ask(wrapped, TenantScope(key.tenant))
+        assert await self.index_entries_in_raw_storage(searching, key.tenant) == len(FILLER) + 1
+        await encrypted.shred_tenant(key.tenant)
+        left = await self.index_entries_in_raw_storage(searching, key.tenant)
+        assert left == 0, f"shred_tenant left {left} index entries in storage"
+        [vector] = await _embedder().embed([QUESTION])
+        fresh = self.searchable_store(await kit.open())
+        assert await fresh.search(TenantScope(key.tenant), vector, QUESTION, 10) == []
+        assert await self.index_entries_in_raw_storage(searching, other.tenant) == len(FILLER) + 1, (
+            "shredding a tenant removed another tenant's index entries"
+        )
+        assert (await self.ask(wrapped, TenantScope(other.tenant)))[0] == FACT
 
     async def test_nothing_is_found_after_the_ttl_expires(self, kit: StoreKit, store: HistoryStore) -> None:
         self.skip_without_native_ttl()
