@@ -295,6 +295,27 @@ class SearchConformance(ConformanceBase):
         assert {hit.message.role for hit in users} == {"user"}
         assert FACT not in [hit.message.text for hit in users]
 
+    async def test_a_recency_half_life_ranks_a_newer_match_above_an_older_better_one(
+        self, kit: StoreKit, store: HistoryStore
+    ) -> None:
+        searching = self.searchable_store(store)
+        key = kit.key()
+        now = datetime.now(timezone.utc)
+        older = Message(role="user", text=FACT, created_at=now - timedelta(days=30))  # the better match
+        newer = Message(role="user", text=FACT + " since this morning", created_at=now - timedelta(minutes=5))
+        messages = [older, *(Message(role="assistant", text=t) for t in FILLER), newer]
+        await searching.append(key, messages, embeddings=await embed_messages(_embedder(), messages))
+        [vector] = await _embedder().embed([QUESTION])
+        plain = [hit.message.message_id for hit in await searching.search(key, vector, QUESTION, 2)]
+        assert plain == [older.message_id, newer.message_id], "without a recency weight, the better match leads"
+        recent = await searching.search(key, vector, QUESTION, len(messages), recency_half_life=timedelta(days=1))
+        ranked = [hit.message.message_id for hit in recent]
+        assert ranked[0] == newer.message_id, "with a recency weight, the newer match leads"
+        assert recent[0].score > next(hit.score for hit in recent if hit.message.message_id == older.message_id)
+        # A half-life far longer than both ages changes nothing: the weight is by age, not by position.
+        slow = await searching.search(key, vector, QUESTION, 2, recency_half_life=timedelta(days=3650))
+        assert [hit.message.message_id for hit in slow] == plain
+
     async def test_an_index_built_with_another_embedder_is_refused(self, kit: StoreKit, store: HistoryStore) -> None:
         searching = self.searchable_store(store)
         key = kit.key()
