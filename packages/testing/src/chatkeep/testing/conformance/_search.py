@@ -42,6 +42,10 @@ FILLER = [
 ]
 
 
+class _Interrupted(Exception):
+    """Stands for whatever stops a reindex midway (a crash, a cancelled job)."""
+
+
 def _embedder() -> HashingEmbedder:
     return HashingEmbedder()
 
@@ -352,6 +356,38 @@ class SearchConformance(ConformanceBase):
         info = await searching.index_info()
         assert info is not None
         assert (info.embedder, info.dimensions) == (embedder.name, embedder.dimensions)
+
+    async def test_an_interrupted_reindex_resumes_where_it_stopped(self, kit: StoreKit, store: HistoryStore) -> None:
+        # The embedder stays the kit's: switching it would drop the index of every tenant on a shared backing (the
+        # memory store's tests cover a switch interrupted midway).
+        searching = self.searchable_store(store)
+        await self.append_indexed(searching, kit.key(), FILLER[:1])  # the index is built with the kit's embedder
+        key = kit.key()
+        other = SessionKey(key.tenant, "another-session")
+        await searching.append(key, [Message(role="user", text=f"note {n} about the garden shed") for n in range(10)])
+        await searching.append(other, [Message(role="user", text="the shed key is blue")])
+        seen: list[int] = []
+
+        def stop_after_the_first_batch(done: int) -> None:
+            seen.append(done)
+            raise _Interrupted
+
+        embedder = _embedder()
+        with pytest.raises(_Interrupted):
+            await searching.reindex(embedder, key.tenant, batch=4, progress=stop_after_the_first_batch)
+        [first] = seen
+        assert 0 < first <= 4
+        [vector] = await embedder.embed(["garden shed"])
+        assert len(await searching.search(TenantScope(key.tenant), vector, None, 20)) == first, (
+            "what the interrupted run indexed is not searchable, or more was"
+        )
+        embedder.texts_embedded = 0
+        assert await searching.reindex(embedder, key.tenant, batch=4) == 11 - first, "it did not resume"
+        assert embedder.texts_embedded == 11 - first, "the resumed run embedded messages indexed already"
+        [vector] = await embedder.embed(["shed key"])
+        hits = await searching.search(TenantScope(key.tenant), vector, "shed key", 1, embedder=embedder.name)
+        assert [hit.message.text for hit in hits] == ["the shed key is blue"]
+        assert await self.index_entries_in_raw_storage(searching, key.tenant) == 11
 
     async def test_wrong_search_arguments_are_refused_with_a_chatkeep_error(
         self, kit: StoreKit, store: HistoryStore
