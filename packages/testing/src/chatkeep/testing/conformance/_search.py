@@ -274,9 +274,13 @@ class SearchConformance(ConformanceBase):
         key = kit.key()
         await self.append_indexed(searching, key, [*FILLER, FACT])
         assert FACT in await self.ask(searching, key)
+        assert await self.index_entries_in_raw_storage(searching, key.tenant) == len(FILLER) + 1
         await kit.clock.sleep(1.5)  # the backend's time (the ttl_clock fixture): real, or a fake clock's
         for scope in (key, TenantScope(key.tenant)):
             assert FACT not in await self.ask(searching, scope, k=10), "the index outlived the session's TTL"
+        # In storage too, once a search has looked (a store may drop what expired when it is next read).
+        left = await self.index_entries_in_raw_storage(searching, key.tenant)
+        assert left == 0, f"{left} index entries of the expired session are still in storage"
 
     async def test_a_trim_keeps_the_newest_messages_searchable(self, kit: StoreKit, store: HistoryStore) -> None:
         searching = self.searchable_store(store)
