@@ -1,7 +1,7 @@
 """The offline embedders side by side: ``MiniLMEmbedder`` (the default) and ``WordLlamaEmbedder``.
 
 Run with ``python -m benchmarks embedders [--iterations N]``; it needs no server, only the extras
-``chatkeep-core[recall]`` and ``chatkeep-core[wordllama]``. The texts are the 480 chat messages of the testing
+``chatkeep-core[recall]`` and ``chatkeep-core[wordllama]``. The texts are the 640 chat messages of the testing
 kit's recall set (:mod:`chatkeep.testing.recall`). Each embedder is timed embedding one message (what an agent's
 turn embeds) and a batch of 64 (what ``reindex`` or an import embeds at a time), through its public async
 ``embed``, so the worker thread's hand-off is counted. The baseline is WordLlama, the fast static model MiniLM

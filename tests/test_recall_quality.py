@@ -1,7 +1,8 @@
 """Recall quality of semantic search on the memory store with the offline embedders, on the labelled set.
 
-The set is the testing kit's (:mod:`chatkeep.testing.recall`): a conversation of 480 messages with 40 planted
-facts, and 40 questions that paraphrase them, most of which share no content word with their fact. recall@5 asks
+The set is the testing kit's (:mod:`chatkeep.testing.recall`): a conversation of 640 messages with 40 planted
+facts, and 40 questions that paraphrase them, most of which share no content word with their fact; ten facts hinge
+on a rare identifier among eight near-identical messages of other identifiers each. recall@5 asks
 whether a question's fact is among the five best results: by keywords only, by vector only, and hybrid (the two
 fused). docs/recall.md keeps the tables this test prints, for the default embedder (MiniLM) and for WordLlama.
 """
@@ -46,11 +47,11 @@ async def test_the_default_embedder_recalls_at_least_90_percent_hybrid(capsys: p
     embedder = default_embedder()
     assert isinstance(embedder, MiniLMEmbedder)
     result = await _recall_at_5(embedder, capsys)
-    # Issue 21's target. The vector ranking alone finds all 40 facts here, so hybrid can at best equal it: the
-    # fusion must not lose any of them to messages that merely share a word with the question.
+    # Issue 21's target: the vector ranking misses facts that hinge on an identifier among near-identical
+    # messages, the keyword ranking misses paraphrases; the fusion must find both kinds.
     assert result.recall("hybrid") >= 0.9
     assert result.recall("hybrid") > result.recall("keyword only")
-    assert result.recall("hybrid") >= result.recall("vector only")
+    assert result.recall("hybrid") > result.recall("vector only")
 
 
 async def test_wordllama_keeps_its_recall(capsys: pytest.CaptureFixture[str]) -> None:
@@ -61,4 +62,4 @@ async def test_wordllama_keeps_its_recall(capsys: pytest.CaptureFixture[str]) ->
     # What the former default reaches (docs/recall.md): a floor, so that a change that loses recall fails.
     assert result.recall("hybrid") >= 0.7
     assert result.recall("hybrid") > result.recall("keyword only")
-    assert result.recall("vector only") >= 0.7
+    assert result.recall("vector only") >= 0.65  # 27/40: the identifier facts cost it 3 of the former 30

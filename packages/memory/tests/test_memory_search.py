@@ -1,4 +1,8 @@
-"""Search on the memory store beyond the kit: switching embedders with reindex, and resuming an interrupted one."""
+"""Search on the memory store beyond the kit: a reindex that switches embedders, interrupted and resumed.
+
+The kit's ``test_an_interrupted_reindex_resumes_where_it_stopped`` runs the resume on every backend with the
+index's own embedder; a switch drops every tenant's entries, which only a backing of the test's own can afford.
+"""
 
 from __future__ import annotations
 

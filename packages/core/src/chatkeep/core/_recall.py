@@ -13,7 +13,7 @@ from chatkeep.core._default_embedder import default_embedder
 from chatkeep.core._embedding import Embedder
 from chatkeep.core._errors import InvalidArgumentError
 from chatkeep.core._messages import Message
-from chatkeep.core._providers import ContextProvider, SessionContext
+from chatkeep.core._providers import ContextProvider, InMemoryHistoryProvider, SessionContext
 from chatkeep.core._session import AgentSession
 from chatkeep.core._tools import FunctionTool
 from chatkeep.core.backend import SearchHit, SearchScope, SessionKey, TenantScope, embed_messages, searchable
@@ -101,11 +101,28 @@ class SemanticRecallProvider(ContextProvider):
         if not query:
             return
         present = {message.message_id for message in context.get_messages()}
+        present |= await self._window_to_come(agent, session, context)
         # Ask for more than k: some of the best may be in the window already.
         hits = await self._hits(scope, query, self.k + len(present))
         fresh = [hit for hit in hits if hit.message.message_id not in present][: self.k]
         if fresh:
             context.extend_messages(self, [recalled_message(hit) for hit in fresh])
+
+    @staticmethod
+    async def _window_to_come(agent: Agent, session: AgentSession, context: SessionContext) -> set[str]:
+        """The ids of the history window the agent's history provider adds after this provider, if it runs later.
+
+        ``Agent(history=...)`` puts its history provider after the ``context_providers``, so the window is not in
+        the context yet when this provider searches; it reads the window the provider is about to load (one
+        windowed read, ``load(last=max_messages)``, for a store's provider; the session state for the default).
+        """
+        # Without a history provider, each run keeps history in the session state (InMemoryHistoryProvider, last).
+        loader = agent.history_provider or InMemoryHistoryProvider()
+        if loader.source_id in context.history_sources:
+            return set()
+        state = session.state.get(loader.source_id)
+        window = await loader.load_history(agent=agent, session=session, state=state if isinstance(state, dict) else {})
+        return {message.message_id for message in window}
 
     def _tool(self, scope: SearchScope) -> FunctionTool:
         """The ``search_history`` tool of one run: it searches ``scope`` (the run's session or tenant)."""

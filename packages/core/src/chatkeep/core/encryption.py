@@ -29,6 +29,7 @@ with a key other than the one the session holds, nor on top of plaintext a store
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import time
@@ -60,6 +61,7 @@ from chatkeep.core.backend import (
     SessionUsage,
     StoredSession,
     TelemetryTarget,
+    TenantScope,
     checked,
     searchable,
 )
@@ -517,10 +519,24 @@ class EncryptedStore(HistoryStore):
 
     @checked
     async def shred_tenant(self, tenant: str) -> bool:
-        """Delete the tenant's wrapped data key: its stored history becomes unreadable (crypto-shredding)."""
+        """Delete the tenant's wrapped data key: its stored history becomes unreadable (crypto-shredding).
+
+        When ``inner`` can search, the tenant's index entries are deleted from its storage too (the sealed
+        messages stay, unreadable): they were made from the plaintext by ``allow_plaintext_index=True``. Should
+        that fail after the key is gone, call it again: it deletes what is left.
+
+        Returns:
+            Whether a data key was deleted.
+        """
         validate_id(tenant, "tenant")
         self._cache.pop(tenant, None)
-        return await self.key_store.delete(SessionKey(KEYS_TENANT, tenant))
+        shredded = await self.key_store.delete(SessionKey(KEYS_TENANT, tenant))
+        # Another wrapper on the same inner store may have indexed the tenant, whatever this one allows.
+        if isinstance(self.inner, SearchableStore):
+            # A database that cannot index (no pgvector, no sqlite-vec) holds no entries to delete.
+            with contextlib.suppress(SearchUnsupportedError):
+                await self.inner.unindex(TenantScope(tenant))
+        return shredded
 
     @checked
     async def rotate_master_key(self) -> int:
@@ -567,9 +583,8 @@ class SearchableEncryptedStore(EncryptedStore, SearchableStore):
 
     Messages are sealed in ``inner`` as by any ``EncryptedStore``; their index entries (vectors and keywords,
     made from the plaintext) go to ``inner``'s index in the same atomic append, and live and die with the sealed
-    messages there. A search ranks in ``inner`` and opens what it returns. Crypto-shredding a tenant makes its
-    messages unreadable but leaves their index entries until the messages are deleted (``delete_tenant`` does
-    both).
+    messages there. A search ranks in ``inner`` and opens what it returns. Crypto-shredding a tenant
+    (``shred_tenant``) makes its messages unreadable and deletes their index entries (``unindex``).
 
     Raises:
         SearchUnsupportedError: ``inner`` cannot search.
@@ -631,6 +646,9 @@ class SearchableEncryptedStore(EncryptedStore, SearchableStore):
             ]
 
         return Rankings(opened(found.vector), opened(found.keyword))
+
+    async def _unindex(self, scope: SearchScope) -> int:
+        return await self._searching._unindex(scope)
 
     async def _begin_reindex(self, info: IndexInfo) -> None:
         await self._searching._begin_reindex(info)

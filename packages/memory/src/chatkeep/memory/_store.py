@@ -413,6 +413,14 @@ class MemoryHistoryStore(SearchableStore):
 
         return Rankings(ranked(by_vector), ranked(by_words))
 
+    async def _unindex(self, scope: SearchScope) -> int:
+        with self._data.lock:
+            removed = 0
+            for _, session in self._scope(scope):
+                removed += len(session.entries)
+                session.entries.clear()
+            return removed
+
     async def _begin_reindex(self, info: IndexInfo) -> None:
         data = self._data
         with data.lock:

@@ -106,6 +106,10 @@ class SearchIndex(abc.ABC):
         """Rows (session id, seq, record, score) of the best ``limit`` in ``scope`` by vector and by keywords."""
 
     @abc.abstractmethod
+    async def unindex(self, conn: Connection, scope: Scope) -> int:
+        """Delete the index rows of ``scope``'s sessions (a session, or a whole tenant); how many were deleted."""
+
+    @abc.abstractmethod
     def rows(
         self, hashes: Sequence[bytes], roles: Sequence[str], texts: Sequence[str], vectors: Sequence[Any]
     ) -> list[IndexRow]:

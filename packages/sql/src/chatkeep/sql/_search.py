@@ -267,6 +267,11 @@ class PostgresSearch(SearchIndex):
             return set()
         return {bytes(row[0]) for row in await conn.fetch(self.unindexed_of, (key, hashes))}
 
+    async def unindex(self, conn: Connection, scope: Scope) -> int:
+        """Delete the index rows of ``scope``'s sessions (one statement); how many were deleted."""
+        where, params = _scope_filter(scope)
+        return await conn.execute(self.sql.convert(f"DELETE FROM chatkeep_search x WHERE {where}"), params)
+
     # -- reads ---------------------------------------------------------------------------------------
 
     async def rankings(

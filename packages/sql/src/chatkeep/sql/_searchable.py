@@ -77,6 +77,14 @@ class SearchableSQLHistoryStore(SQLHistoryStore, SearchableStore):
         by_vector, by_words = await self._run(lambda conn: search.rankings(conn, where, vector, terms, limit))
         return Rankings(self._candidates(by_vector), self._candidates(by_words))
 
+    async def _unindex(self, scope: SearchScope) -> int:
+        if isinstance(scope, SessionKey):
+            where = Scope(tenant_hash(scope.tenant), key_hash(scope.tenant, scope.session_id))
+        else:
+            where = Scope(tenant_hash(scope.tenant))
+        search = self._search
+        return await self._run(lambda conn: search.unindex(conn, where), write=True)
+
     def _candidates(self, rows: Sequence[Sequence[Any]]) -> list[Candidate]:
         messages = self._decode([row[2] for row in rows])
         return [

@@ -219,6 +219,17 @@ class SQLiteSearch(SearchIndex):
         )
         return {bytes(row[0]) for row in rows}
 
+    async def unindex(self, conn: Connection, scope: Scope) -> int:
+        """Delete the index rows of ``scope``'s sessions (the trigger deletes their vectors and keywords)."""
+        await self._usable(conn)  # the trigger reaches the vec0 table
+        if await self._recorded(conn) is None:
+            return 0  # nothing indexed: the tables may not exist yet
+        if scope.session is not None:
+            sessions, params = "SELECT id FROM chatkeep_sessions WHERE key_hash = ?", [scope.session]
+        else:
+            sessions, params = "SELECT id FROM chatkeep_sessions WHERE tenant_hash = ?", [scope.tenant]
+        return await conn.execute(f"DELETE FROM chatkeep_search WHERE session_ref IN ({sessions})", params)
+
     async def rankings(
         self, conn: Connection, scope: Scope, vector: Sequence[float] | None, terms: list[str], limit: int
     ) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:

@@ -1,7 +1,9 @@
 """Recall quality on a labelled set: how often a search finds the planted fact a question asks about.
 
-The set (``data/recall_set.json`` beside this module) is a conversation of 480 messages with 40 planted facts, and
-40 questions that paraphrase them, most of which share no content word with their fact. :func:`measure_recall`
+The set (``data/recall_set.json`` beside this module) is a conversation of 640 messages with 40 planted facts, and
+40 questions that paraphrase them, most of which share no content word with their fact. Ten facts hinge on a rare
+identifier (an order number, a code, a surname) among eight near-identical messages of other identifiers each,
+where words decide and a sentence embedding barely tells them apart. :func:`measure_recall`
 indexes it in a store with an embedder and asks each question three ways: by keywords only, by vector only, and
 hybrid (the two fused); recall@k is the share of questions whose fact is among the ``k`` best results. The memory
 store's numbers are in docs/recall.md; any searchable store can be measured the same way.

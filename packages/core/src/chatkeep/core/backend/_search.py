@@ -5,7 +5,8 @@
 check (:func:`check_index`), the fusion of the vector ranking with the keyword ranking (reciprocal rank fusion,
 :func:`fuse`), the keyword terms of a text (:func:`keyword_terms`) and ``reindex``'s walk. A backend stores the
 index beside the messages, so that deleting, trimming, popping, pruning or expiring them removes it too, and
-returns its two rankings from ``_rankings``.
+returns its two rankings from ``_rankings``; ``unindex`` removes a scope's entries and keeps its messages (what
+crypto-shredding needs: the sealed messages are already unreadable, their plaintext index entries must go too).
 """
 
 from __future__ import annotations
@@ -228,6 +229,10 @@ class SupportsSearch(Protocol):
         """Index every message (of ``tenant``) not yet indexed with ``embedder``; returns how many were indexed."""
         ...
 
+    async def unindex(self, scope: SessionKey | TenantScope) -> int:
+        """Remove the index entries of a session or a tenant, keeping its messages; returns how many were removed."""
+        ...
+
     async def index_info(self) -> IndexInfo | None:
         """The embedder the index was built with (``None``: nothing indexed yet)."""
         ...
@@ -262,9 +267,10 @@ class SearchableStore(HistoryStore):
     """A :class:`HistoryStore` with the search capability: subclass it and implement the index hooks.
 
     The hooks: ``_append_indexed`` (store messages with their vectors and keyword entries, atomically),
-    ``_index_info``, ``_rankings`` (the best candidates by vector and by keywords in a scope), ``_unindexed``,
-    ``_index`` and ``_begin_reindex`` (what ``reindex`` needs). The index must live and die with the messages:
-    ``_delete``, ``_trim``, ``_pop``, ``_prune``, ``_delete_tenant`` and expiry remove what they indexed.
+    ``_index_info``, ``_rankings`` (the best candidates by vector and by keywords in a scope), ``_unindex`` (drop a
+    scope's entries, keep its messages), ``_unindexed``, ``_index`` and ``_begin_reindex`` (what ``reindex``
+    needs). The index must live and die with the messages: ``_delete``, ``_trim``, ``_pop``, ``_prune``,
+    ``_delete_tenant`` and expiry remove what they indexed.
     """
 
     def sync(self) -> SyncSearchableStore:
@@ -361,6 +367,32 @@ class SearchableStore(HistoryStore):
         limit = max(k * _CANDIDATES_PER_RESULT, _MIN_CANDIDATES)
         rankings = await self._rankings(scope, vector, terms, limit, before_seq, role_set)
         return fuse(rankings, k, recency_half_life=recency_half_life)
+
+    @operation("unindex", lambda removed: {"db.response.returned_rows": removed})
+    async def unindex(self, scope: SessionKey | TenantScope) -> int:
+        """Remove the index entries of one session or of a whole tenant; the messages stay stored.
+
+        The entries are gone from storage when it returns, not only from search results.
+        ``EncryptedStore.shred_tenant`` calls it, so that a shredded tenant's plaintext index goes with its key.
+        ``reindex`` indexes the messages again.
+
+        Args:
+            scope: a :class:`SessionKey`, or a :class:`TenantScope` without an owner.
+
+        Returns:
+            How many index entries were removed.
+        """
+        self._check_usable()
+        if not isinstance(scope, (SessionKey, TenantScope)):
+            raise InvalidArgumentTypeError(
+                f"unindex takes a SessionKey or a TenantScope, got {type(scope).__name__}; "
+                "write TenantScope(tenant) to unindex a whole tenant"
+            )
+        if isinstance(scope, TenantScope) and scope.owner is not None:
+            raise InvalidArgumentError(
+                "unindex takes a TenantScope without an owner; unindex the owner's sessions one by one (SessionKey)"
+            )
+        return await self._unindex(scope)
 
     @operation("index_info")
     async def index_info(self) -> IndexInfo | None:
@@ -467,6 +499,11 @@ class SearchableStore(HistoryStore):
         An empty ranking for a missing ``vector`` or empty ``terms``. Never a message of another tenant, nor,
         for a :class:`TenantScope` with an owner, of a session not bound to that owner.
         """
+
+    @abc.abstractmethod
+    async def _unindex(self, scope: SearchScope) -> int:
+        """Delete the index entries of ``scope`` (a session, or a tenant without an owner) from storage; keep the
+        messages and the recorded embedder. Return how many entries were deleted."""
 
     @abc.abstractmethod
     async def _begin_reindex(self, info: IndexInfo) -> None:

@@ -212,7 +212,7 @@ class SyncHistoryStore:
 
 class SyncSearchableStore(SyncHistoryStore):
     """The blocking view of a store with the search capability: :class:`SyncHistoryStore` plus ``search``,
-    ``reindex`` and ``index_info``, each running the store's method on the view's loop.
+    ``reindex``, ``index_info`` and ``unindex``, each running the store's method on the view's loop.
 
     ``SyncHistoryStore(store)`` and ``store.sync()`` return one for a store that can search. A ``reindex``
     progress callback runs on the view's loop thread.
@@ -221,3 +221,4 @@ class SyncSearchableStore(SyncHistoryStore):
     search = _blocking(SearchableStore.search)
     reindex = _blocking(SearchableStore.reindex)
     index_info = _blocking(SearchableStore.index_info)
+    unindex = _blocking(SearchableStore.unindex)

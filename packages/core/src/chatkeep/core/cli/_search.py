@@ -22,9 +22,13 @@ __all__ = ["reindex", "search"]
 
 def _embedder(args: argparse.Namespace) -> Embedder:
     if args.openai_model is None:
+        offline = default_embedder()  # its model loads on first use, not here
         if args.dimensions is not None:
-            raise UsageError("--dimensions goes with --openai-model; the offline embedder has 256")
-        return default_embedder()
+            raise UsageError(
+                f"--dimensions goes with --openai-model; the offline embedder ({offline.name}) makes vectors of "
+                f"{offline.dimensions} dimensions"
+            )
+        return offline
     if args.dimensions is None:
         raise UsageError("--openai-model needs --dimensions, the width of the model's vectors")
     from chatkeep.core.openai import OpenAIEmbedder

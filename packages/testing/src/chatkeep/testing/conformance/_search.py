@@ -9,6 +9,7 @@ vectors come from :class:`~chatkeep.testing.embedding.HashingEmbedder`: determin
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -39,6 +40,10 @@ FILLER = [
     "the recipe needs two eggs and some flour",
     "my favourite colour used to be green",
 ]
+
+
+class _Interrupted(Exception):
+    """Stands for whatever stops a reindex midway (a crash, a cancelled job)."""
 
 
 def _embedder() -> HashingEmbedder:
@@ -191,6 +196,12 @@ class SearchConformance(ConformanceBase):
             await searching.trim(key, 0)
         elif removal == "pop":
             assert (await searching.pop(key)) is not None  # the fact was the newest
+        elif removal == "unindex":
+            assert await searching.unindex(key) == len(FILLER) + 1
+            assert await searching.count(key) == len(FILLER) + 1, "unindex removed messages"
+        elif removal == "unindex_tenant":
+            assert await searching.unindex(TenantScope(key.tenant)) == len(FILLER) + 1
+            assert await searching.count(key) == len(FILLER) + 1, "unindex removed messages"
         else:
             await searching.prune(older_than=datetime.now(timezone.utc) + timedelta(seconds=1), tenant=key.tenant)
         fresh = self.searchable_store(await kit.open())
@@ -215,15 +226,61 @@ class SearchConformance(ConformanceBase):
     async def test_nothing_is_found_after_prune(self, kit: StoreKit, store: HistoryStore) -> None:
         await self.check_nothing_found_after(kit, store, "prune")
 
+    async def test_nothing_is_found_after_unindex_of_the_session(self, kit: StoreKit, store: HistoryStore) -> None:
+        await self.check_nothing_found_after(kit, store, "unindex")
+
+    async def test_nothing_is_found_after_unindex_of_the_tenant(self, kit: StoreKit, store: HistoryStore) -> None:
+        await self.check_nothing_found_after(kit, store, "unindex_tenant")
+
+    async def test_crypto_shredding_a_tenant_deletes_its_index_entries(
+        self, kit: StoreKit, store: HistoryStore
+    ) -> None:
+        # allow_plaintext_index=True keeps index entries made from the plaintext: shredding the tenant's key
+        # leaves its sealed messages unreadable, and must leave nothing readable in the index.
+        pytest.importorskip("cryptography", reason="EncryptedStore needs the encryption extra (cryptography)")
+        from chatkeep.core.encryption import EncryptedStore
+
+        searching = self.searchable_store(store)
+        if isinstance(store, EncryptedStore):
+            encrypted = store  # the backend under test is the wrapper itself
+        else:  # wrap a store on the backing under test; its data keys go to another instance beside it
+            encrypted = EncryptedStore(
+                await kit.open(),
+                key_store=await kit.open(),
+                master_keys={"k1": os.urandom(32)},
+                allow_plaintext_index=True,
+                owns_stores=False,
+            )
+        wrapped = self.searchable_store(encrypted)
+        key, other = kit.key(), kit.key()
+        for session in (key, other):
+            await self.append_indexed(wrapped, session, [*FILLER, FACT])
+        assert FACT in await self.ask(wrapped, TenantScope(key.tenant))
+        assert await self.index_entries_in_raw_storage(searching, key.tenant) == len(FILLER) + 1
+        await encrypted.shred_tenant(key.tenant)
+        left = await self.index_entries_in_raw_storage(searching, key.tenant)
+        assert left == 0, f"shred_tenant left {left} index entries in storage"
+        [vector] = await _embedder().embed([QUESTION])
+        fresh = self.searchable_store(await kit.open())
+        assert await fresh.search(TenantScope(key.tenant), vector, QUESTION, 10) == []
+        assert await self.index_entries_in_raw_storage(searching, other.tenant) == len(FILLER) + 1, (
+            "shredding a tenant removed another tenant's index entries"
+        )
+        assert (await self.ask(wrapped, TenantScope(other.tenant)))[0] == FACT
+
     async def test_nothing_is_found_after_the_ttl_expires(self, kit: StoreKit, store: HistoryStore) -> None:
         self.skip_without_native_ttl()
         searching = self.searchable_store(await kit.open(ttl=timedelta(seconds=1)))
         key = kit.key()
         await self.append_indexed(searching, key, [*FILLER, FACT])
         assert FACT in await self.ask(searching, key)
+        assert await self.index_entries_in_raw_storage(searching, key.tenant) == len(FILLER) + 1
         await kit.clock.sleep(1.5)  # the backend's time (the ttl_clock fixture): real, or a fake clock's
         for scope in (key, TenantScope(key.tenant)):
             assert FACT not in await self.ask(searching, scope, k=10), "the index outlived the session's TTL"
+        # In storage too, once a search has looked (a store may drop what expired when it is next read).
+        left = await self.index_entries_in_raw_storage(searching, key.tenant)
+        assert left == 0, f"{left} index entries of the expired session are still in storage"
 
     async def test_a_trim_keeps_the_newest_messages_searchable(self, kit: StoreKit, store: HistoryStore) -> None:
         searching = self.searchable_store(store)
@@ -245,6 +302,27 @@ class SearchConformance(ConformanceBase):
         users = await searching.search(key, vector, QUESTION, 10, roles=["user"])
         assert {hit.message.role for hit in users} == {"user"}
         assert FACT not in [hit.message.text for hit in users]
+
+    async def test_a_recency_half_life_ranks_a_newer_match_above_an_older_better_one(
+        self, kit: StoreKit, store: HistoryStore
+    ) -> None:
+        searching = self.searchable_store(store)
+        key = kit.key()
+        now = datetime.now(timezone.utc)
+        older = Message(role="user", text=FACT, created_at=now - timedelta(days=30))  # the better match
+        newer = Message(role="user", text=FACT + " since this morning", created_at=now - timedelta(minutes=5))
+        messages = [older, *(Message(role="assistant", text=t) for t in FILLER), newer]
+        await searching.append(key, messages, embeddings=await embed_messages(_embedder(), messages))
+        [vector] = await _embedder().embed([QUESTION])
+        plain = [hit.message.message_id for hit in await searching.search(key, vector, QUESTION, 2)]
+        assert plain == [older.message_id, newer.message_id], "without a recency weight, the better match leads"
+        recent = await searching.search(key, vector, QUESTION, len(messages), recency_half_life=timedelta(days=1))
+        ranked = [hit.message.message_id for hit in recent]
+        assert ranked[0] == newer.message_id, "with a recency weight, the newer match leads"
+        assert recent[0].score > next(hit.score for hit in recent if hit.message.message_id == older.message_id)
+        # A half-life far longer than both ages changes nothing: the weight is by age, not by position.
+        slow = await searching.search(key, vector, QUESTION, 2, recency_half_life=timedelta(days=3650))
+        assert [hit.message.message_id for hit in slow] == plain
 
     async def test_an_index_built_with_another_embedder_is_refused(self, kit: StoreKit, store: HistoryStore) -> None:
         searching = self.searchable_store(store)
@@ -282,6 +360,38 @@ class SearchConformance(ConformanceBase):
         info = await searching.index_info()
         assert info is not None
         assert (info.embedder, info.dimensions) == (embedder.name, embedder.dimensions)
+
+    async def test_an_interrupted_reindex_resumes_where_it_stopped(self, kit: StoreKit, store: HistoryStore) -> None:
+        # The embedder stays the kit's: switching it would drop the index of every tenant on a shared backing (the
+        # memory store's tests cover a switch interrupted midway).
+        searching = self.searchable_store(store)
+        await self.append_indexed(searching, kit.key(), FILLER[:1])  # the index is built with the kit's embedder
+        key = kit.key()
+        other = SessionKey(key.tenant, "another-session")
+        await searching.append(key, [Message(role="user", text=f"note {n} about the garden shed") for n in range(10)])
+        await searching.append(other, [Message(role="user", text="the shed key is blue")])
+        seen: list[int] = []
+
+        def stop_after_the_first_batch(done: int) -> None:
+            seen.append(done)
+            raise _Interrupted
+
+        embedder = _embedder()
+        with pytest.raises(_Interrupted):
+            await searching.reindex(embedder, key.tenant, batch=4, progress=stop_after_the_first_batch)
+        [first] = seen
+        assert 0 < first <= 4
+        [vector] = await embedder.embed(["garden shed"])
+        assert len(await searching.search(TenantScope(key.tenant), vector, None, 20)) == first, (
+            "what the interrupted run indexed is not searchable, or more was"
+        )
+        embedder.texts_embedded = 0
+        assert await searching.reindex(embedder, key.tenant, batch=4) == 11 - first, "it did not resume"
+        assert embedder.texts_embedded == 11 - first, "the resumed run embedded messages indexed already"
+        [vector] = await embedder.embed(["shed key"])
+        hits = await searching.search(TenantScope(key.tenant), vector, "shed key", 1, embedder=embedder.name)
+        assert [hit.message.text for hit in hits] == ["the shed key is blue"]
+        assert await self.index_entries_in_raw_storage(searching, key.tenant) == 11
 
     async def test_wrong_search_arguments_are_refused_with_a_chatkeep_error(
         self, kit: StoreKit, store: HistoryStore
