@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from chatkeep.core import ABSENT, AgentSession, ConcurrencyConflictError, SessionFormatError, SessionOwnershipError
-from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession
+from chatkeep.core.backend import Absent, HistoryStore, SessionKey, SessionPage, StoredSession
 from chatkeep.testing.conformance._base import (
     WINDOW_SLACK,
     ConformanceBase,
@@ -105,17 +105,7 @@ class SessionDocumentConformance(ConformanceBase):
     async def test_concurrent_savers_exactly_one_wins(self, kit: StoreKit, store: HistoryStore) -> None:
         key = kit.key()
         base = await store.save_session(key, _session(key, writer=None))
-        savers = [await kit.open() for _ in range(8)]
-        outcomes = await asyncio.gather(
-            *(s.save_session(key, _session(key, writer=n), expected_version=base) for n, s in enumerate(savers)),
-            return_exceptions=True,
-        )
-        winners = [(n, v) for n, v in enumerate(outcomes) if isinstance(v, str)]
-        losers = [v for v in outcomes if isinstance(v, ConcurrencyConflictError)]
-        assert len(winners) == 1, f"{len(winners)} savers won with the same expected version: {outcomes!r}"
-        assert len(losers) == len(savers) - 1, f"unexpected outcomes: {outcomes!r}"
-        writer, version = winners[0]
-        assert await (await kit.open()).load_session(key) == StoredSession(_session(key, writer=writer), version)
+        await _exactly_one_wins(kit, key, base)
 
     async def test_absent_creates_a_new_document(self, kit: StoreKit, store: HistoryStore) -> None:
         key = kit.key()
@@ -143,18 +133,7 @@ class SessionDocumentConformance(ConformanceBase):
         assert [m.message_id for m in await fresh.load(key)] == [m.message_id for m in messages]
 
     async def test_concurrent_absent_creators_exactly_one_wins(self, kit: StoreKit, store: HistoryStore) -> None:
-        key = kit.key()
-        creators = [await kit.open() for _ in range(8)]
-        outcomes = await asyncio.gather(
-            *(c.save_session(key, _session(key, creator=n), expected_version=ABSENT) for n, c in enumerate(creators)),
-            return_exceptions=True,
-        )
-        winners = [(n, v) for n, v in enumerate(outcomes) if isinstance(v, str)]
-        losers = [v for v in outcomes if isinstance(v, ConcurrencyConflictError)]
-        assert len(winners) == 1, f"{len(winners)} creators won on one absent document: {outcomes!r}"
-        assert len(losers) == len(creators) - 1, f"unexpected outcomes: {outcomes!r}"
-        creator, version = winners[0]
-        assert await (await kit.open()).load_session(key) == StoredSession(_session(key, creator=creator), version)
+        await _exactly_one_wins(kit, kit.key(), ABSENT)
 
     async def test_absent_creates_again_after_delete(self, kit: StoreKit, store: HistoryStore) -> None:
         key = kit.key()
@@ -181,6 +160,24 @@ class SessionDocumentConformance(ConformanceBase):
         with pytest.raises(SessionOwnershipError):
             await store.load_session(key, owner="bob")
         assert await store.load_session(key, owner="alice") == StoredSession(_session(key, who="alice", n=2), newer)
+
+
+async def _exactly_one_wins(kit: StoreKit, key: SessionKey, expected_version: str | Absent, savers: int = 8) -> None:
+    """``savers`` stores save other documents at once with one ``expected_version``: one wins, its document stays."""
+    stores = [await kit.open() for _ in range(savers)]
+    outcomes = await asyncio.gather(
+        *(
+            s.save_session(key, _session(key, writer=n), expected_version=expected_version)
+            for n, s in enumerate(stores)
+        ),
+        return_exceptions=True,
+    )
+    winners = [(n, v) for n, v in enumerate(outcomes) if isinstance(v, str)]
+    losers = [v for v in outcomes if isinstance(v, ConcurrencyConflictError)]
+    assert len(winners) == 1, f"{len(winners)} savers won with expected version {expected_version!r}: {outcomes!r}"
+    assert len(losers) == savers - 1, f"unexpected outcomes: {outcomes!r}"
+    writer, version = winners[0]
+    assert await (await kit.open()).load_session(key) == StoredSession(_session(key, writer=writer), version)
 
 
 async def _pages(store: HistoryStore, tenant: str, limit: int) -> list[SessionPage]:
