@@ -11,12 +11,14 @@ import uuid
 import pytest
 
 from chatkeep.core import (
+    ABSENT,
     Agent,
     AgentSession,
     ConcurrencyConflictError,
     HistoryStore,
     SessionKey,
     SessionOwnershipError,
+    StoredSession,
     open_store,
 )
 from chatkeep.testing.scripted import ScriptedChatClient
@@ -28,7 +30,7 @@ async def handle_chat(store: HistoryStore, agent: Agent, *, tenant: str, user: s
     stored = await store.load_session(key, owner=user)  # SessionOwnershipError for another user's session
     session = stored.session if stored else AgentSession(session_id=session_id, tenant=tenant)
     response = await agent.run(text, session=session)
-    await store.save_session(key, session, expected_version=stored.version if stored else None, owner=user)
+    await store.save_session(key, session, expected_version=stored.version if stored else ABSENT, owner=user)
     return response.text
 
 
@@ -74,3 +76,17 @@ async def test_two_concurrent_requests_on_one_session_do_not_lose_a_turn_silentl
     await store.save_session(key, first.session, expected_version=first.version, owner="alice")
     with pytest.raises(ConcurrencyConflictError):
         await store.save_session(key, second.session, expected_version=second.version, owner="alice")
+
+
+@pytest.mark.reliability
+async def test_two_first_requests_on_a_new_session_do_not_lose_a_turn_silently(store: HistoryStore) -> None:
+    agent = Agent(ScriptedChatClient())
+    key = SessionKey("acme", "chat-new")
+    tab_a = AgentSession(session_id="chat-new", tenant="acme")
+    tab_b = AgentSession(session_id="chat-new", tenant="acme")
+    await agent.run("from tab A", session=tab_a)
+    await agent.run("from tab B", session=tab_b)
+    version = await store.save_session(key, tab_a, expected_version=ABSENT, owner="alice")
+    with pytest.raises(ConcurrencyConflictError):
+        await store.save_session(key, tab_b, expected_version=ABSENT, owner="alice")
+    assert await store.load_session(key, owner="alice") == StoredSession(tab_a, version)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from google.adk.errors import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.events import Event, EventActions
 from google.adk.sessions import Session
 from google.adk.sessions.base_session_service import GetSessionConfig
@@ -27,6 +28,7 @@ from chatkeep.core import (
     open_store,
 )
 from chatkeep.interop.adk import ChatkeepSessionService
+from chatkeep.interop.adk._layout import app_key, session_key
 from chatkeep.memory import MemoryHistoryStore
 
 ServiceFactory = Callable[[], ChatkeepSessionService]
@@ -107,13 +109,80 @@ async def test_a_stale_session_is_refused_and_stores_nothing(make_service: Servi
     assert created.last_update_time < stored.last_update_time
 
 
+async def test_a_creator_stalled_before_the_first_shared_document_loses_no_update(
+    make_service: ServiceFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The app's shared state has no document yet. The first creator finds none and stalls before making it; the
+    # second makes it, applies its delta and returns. The stalled one's creation must then fail and re-read, not
+    # write an empty document over the second's delta (the marker and 10 s wait of earlier releases lost app:b).
+    first, second = make_service(), make_service()
+    shared = app_key(first.tenant, APP)
+    arrived, resume = asyncio.Event(), asyncio.Event()
+    save = first.store.save_session
+
+    async def stalled_save(key: SessionKey, session: AgentSession, **options: Any) -> str:
+        if key == shared and not arrived.is_set():  # its first save of the shared state: the empty document
+            arrived.set()
+            await resume.wait()
+        return await save(key, session, **options)
+
+    monkeypatch.setattr(first.store, "save_session", stalled_save)
+    stalled = asyncio.create_task(first.create_session(app_name=APP, user_id=USER, state={"app:a": 1}, session_id="a"))
+    await asyncio.wait_for(arrived.wait(), 10)
+    await second.create_session(app_name=APP, user_id=USER, state={"app:b": 2}, session_id="b")
+    resume.set()
+    await stalled
+    for session_id in ("a", "b"):
+        assert (await _get(make_service(), session_id)).state == {"app:a": 1, "app:b": 2}
+
+
+async def test_concurrent_creators_of_one_shared_state_lose_no_delta(make_service: ServiceFactory) -> None:
+    creators = 8
+    await asyncio.gather(
+        *(
+            make_service().create_session(
+                app_name=APP, user_id=USER, state={f"app:c{n}": n, f"user:c{n}": n}, session_id=f"s{n}"
+            )
+            for n in range(creators)
+        )
+    )
+    state = (await _get(make_service(), "s0")).state
+    assert state == {f"{scope}:c{n}": n for scope in ("app", "user") for n in range(creators)}
+
+
+async def test_sessions_made_by_releases_with_creation_markers_read_as_before(make_service: ServiceFactory) -> None:
+    # Earlier releases claimed a key by appending this marker before its first document: such a key still
+    # reads, takes appends, and refuses a second create_session.
+    service = make_service()
+    marker = Message(role="system", text="ADK session created", message_id="adk.created")
+    key = session_key(service.tenant, APP, USER, "old")
+    await service.store.append(key, [marker])
+    await service.store.append(app_key(service.tenant, APP), [marker])
+    session = await service.create_session(app_name=APP, user_id=USER, state={"k": 0, "app:x": 1}, session_id="old")
+    await service.append_event(session, _event("hello", k=1))
+    read = await _get(make_service(), "old")
+    assert [event.content.parts[0].text for event in read.events if event.content and event.content.parts] == ["hello"]
+    assert read.state == {"k": 1, "app:x": 1}
+    assert len((await _get(make_service(), "old", num_recent_events=1)).events) == 1
+    with pytest.raises(AlreadyExistsError):
+        await make_service().create_session(app_name=APP, user_id=USER, session_id="old")
+
+
+def test_a_store_that_cannot_create_only_if_absent_is_refused_when_the_service_is_made(tenant: str) -> None:
+    class Undeclared(MemoryHistoryStore):
+        creates_if_absent = False
+
+    with pytest.raises(UnsupportedOperationError, match="Undeclared does not declare creates_if_absent"):
+        ChatkeepSessionService(Undeclared(namespace=f"adk-{tenant}"), tenant=tenant)
+
+
 class _FailingAppends(MemoryHistoryStore):
     """A memory store whose message appends fail while ``failing`` (its documents are written as usual)."""
 
     failing = False
 
     async def append(self, key: SessionKey, messages: Sequence[Message], **kwargs: object) -> int:
-        if self.failing and not any(message.message_id == "adk.created" for message in messages):
+        if self.failing:
             raise StoreUnavailableError("the server went away (injected by the test)")
         return await super().append(key, messages, **kwargs)  # type: ignore[arg-type]
 
@@ -131,7 +200,7 @@ async def test_an_append_interrupted_between_its_two_writes_is_completed(tenant:
     read = await _get(service, "s")
     assert [e.id for e in read.events] == [event.id]
     assert read.state == {"k": 1, "app:shared": 2}
-    assert await store.count(SessionKey(tenant, '["adk.session","weather-app","user-1","s"]')) == 2  # marker+event
+    assert await store.count(SessionKey(tenant, '["adk.session","weather-app","user-1","s"]')) == 1
     # Retrying the failed call with the session object it failed on succeeds too, and stores it once.
     await service.append_event(session, event)
     assert [e.id for e in (await _get(service, "s")).events] == [event.id]
@@ -308,7 +377,7 @@ async def test_events_are_kept_exactly_and_readable_by_chatkeep(store_url: str, 
             await service.append_event(session, event)
         assert await _get(service, "exact") == session
         stored = await store.load(SessionKey(tenant, '["adk.session","weather-app","user-1","exact"]'))
-        assert [(m.role, m.text, m.author_name) for m in stored[1:]] == [
+        assert [(m.role, m.text, m.author_name) for m in stored] == [
             ("user", "Weather in Paris?", "user"),
             ("assistant", "", "weather_agent"),
             ("tool", "", "weather_agent"),

@@ -53,6 +53,8 @@ from chatkeep.core import (
     StoreUnavailableError,
 )
 from chatkeep.core.backend import (
+    ABSENT,
+    Absent,
     HistoryStore,
     StoredSession,
     conflict_error,
@@ -212,6 +214,8 @@ class JsonFilesHistoryStore(HistoryStore):
     Raises:
         JsonFilesURLError: the URL or an option is unknown or malformed.
     """
+
+    creates_if_absent = True  # _save_session handles expected_version=ABSENT
 
     def __init__(self, url: str, **options: Any) -> None:
         self.root, settings = parse_url(url, **options)
@@ -437,18 +441,22 @@ class JsonFilesHistoryStore(HistoryStore):
 
     # --8<-- [start:save]
     async def _save_session(
-        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
+        self, key: SessionKey, session: AgentSession, expected_version: str | Absent | None, owner: str | None
     ) -> str:
         return await self._run(self._save_now, key, session_document(session), expected_version, owner)
 
-    def _save_now(self, key: SessionKey, document: str, expected_version: str | None, owner: str | None) -> str:
+    def _save_now(
+        self, key: SessionKey, document: str, expected_version: str | Absent | None, owner: str | None
+    ) -> str:
         paths = self._paths(key)
         with locked(paths.lock, exclusive=True):
             meta = _Meta.read(paths.meta, key)
             if owner is not None and meta is not None and meta.owner not in (None, owner):
                 raise owner_error()
             current = None if meta is None else meta.version
-            if expected_version is not None and current != expected_version:
+            if expected_version is ABSENT and current is not None:  # messages alone are no document
+                raise conflict_error(key.session_id, ABSENT, exists=True)
+            if isinstance(expected_version, str) and current != expected_version:
                 raise conflict_error(key.session_id, expected_version, exists=current is not None)
             meta = meta or self._new(key)
             meta.document, meta.version, meta.owner = document, uuid.uuid4().hex, owner or meta.owner

@@ -58,6 +58,8 @@ from chatkeep.core import (
     SessionUsage,
 )
 from chatkeep.core.backend import (
+    ABSENT,
+    Absent,
     HistoryStore,
     PerLoop,
     StoredSession,
@@ -194,6 +196,8 @@ class BlobHistoryStore(HistoryStore):
     Raises:
         BlobURLError: the URL or an option is malformed, or no account is configured.
     """
+
+    creates_if_absent = True
 
     def __init__(
         self,
@@ -1156,14 +1160,16 @@ class BlobHistoryStore(HistoryStore):
             ) from exc
 
     async def _save_session(
-        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
+        self, key: SessionKey, session: AgentSession, expected_version: str | Absent | None, owner: str | None
     ) -> str:
+        # Every write is conditional on the metadata blob's ETag (or on its absence: If-None-Match), so of
+        # concurrent ABSENT creators one writes and the others read its document on their next turn.
         document = session_document(session)
         version = uuid.uuid4().hex
         while True:
             found = await self._read_meta(key)
             if found is None:
-                if expected_version is not None:
+                if isinstance(expected_version, str):
                     raise conflict_error(key.session_id, expected_version, exists=False)
                 now = write_stamp()
                 view = SessionMeta(
@@ -1182,7 +1188,9 @@ class BlobHistoryStore(HistoryStore):
                     return version  # our own write, whose reply was lost and retried
                 if owner is not None and stored.owner not in (None, owner):
                     raise owner_error()
-                if expected_version is not None and stored.version != expected_version:
+                if expected_version is ABSENT and stored.version is not None:
+                    raise conflict_error(key.session_id, ABSENT, exists=True)
+                if isinstance(expected_version, str) and stored.version != expected_version:
                     raise conflict_error(key.session_id, expected_version, exists=stored.version is not None)
                 view = stored.copy()
             view.document, view.version = document, version

@@ -39,6 +39,7 @@ from chatkeep.core._signing import SessionSigner
 from chatkeep.core._tools import FunctionTool, tool
 from chatkeep.core._version import __version__ as __version__
 from chatkeep.core.backend import (
+    ABSENT,
     ForkInfo,
     HistoryStore,
     ModelUsage,
@@ -66,6 +67,7 @@ __all__ = [
     "MiniLMEmbedder",
     "Embedder",
     *(name for name in _errors_all if name != "redact_url"),
+    "ABSENT",
     "DEFAULT_TENANT",
     "MAX_ID_LENGTH",
     "Agent",

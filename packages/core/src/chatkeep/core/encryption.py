@@ -49,6 +49,7 @@ from chatkeep.core._errors import (
 from chatkeep.core._messages import Content, DataContent, Message, new_message_id
 from chatkeep.core._session import AgentSession, validate_id
 from chatkeep.core.backend import (
+    Absent,
     Candidate,
     HistoryStore,
     IndexInfo,
@@ -205,6 +206,7 @@ class EncryptedStore(HistoryStore):
         self.inner = inner
         self.key_store = key_store
         self.serves_any_loop = inner.serves_any_loop and key_store.serves_any_loop  # it keeps nothing per loop
+        self.creates_if_absent = inner.creates_if_absent  # a save passes ABSENT through to inner
         # The limit applies to what the caller stores; the sealed record is larger (base64 of the
         # ciphertext plus clear metadata), so the inner store is allowed that expansion.
         inner.max_message_bytes = self.max_message_bytes * 4 // 3 + 4096
@@ -438,7 +440,7 @@ class EncryptedStore(HistoryStore):
         return await self.inner.session_info(key)
 
     async def _save_session(
-        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
+        self, key: SessionKey, session: AgentSession, expected_version: str | Absent | None, owner: str | None
     ) -> str:
         """Seal the session's state and save it in ``inner``."""
         aead = await self._writing_key(key)

@@ -23,6 +23,8 @@ from typing import Any
 
 from chatkeep.core import AgentSession, BackendHistoryProvider, Message, SessionInfo, SessionKey, SessionPage
 from chatkeep.core.backend import (
+    ABSENT,
+    Absent,
     Candidate,
     ForkInfo,
     IndexInfo,
@@ -283,6 +285,7 @@ class MemoryHistoryStore(SearchableStore):
     """
 
     serves_any_loop = True  # its data is guarded by a threading.Lock: nothing belongs to an event loop
+    creates_if_absent = True
 
     def __init__(self, url: str | None = None, *, clock: Callable[[], float] = time.monotonic, **options: Any) -> None:
         settings = parse_url(url, **options)
@@ -619,7 +622,7 @@ class MemoryHistoryStore(SearchableStore):
         return _page(tenant, listed, limit, cursor)
 
     async def _save_session(
-        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
+        self, key: SessionKey, session: AgentSession, expected_version: str | Absent | None, owner: str | None
     ) -> str:
         document = session_document(session)
         data = self._data
@@ -628,7 +631,9 @@ class MemoryHistoryStore(SearchableStore):
             if owner is not None and stored is not None and stored.owner not in (None, owner):
                 raise owner_error()
             current = None if stored is None else stored.version
-            if expected_version is not None and current != expected_version:
+            if expected_version is ABSENT and current is not None:
+                raise conflict_error(key.session_id, ABSENT, exists=True)
+            if isinstance(expected_version, str) and current != expected_version:
                 raise conflict_error(key.session_id, expected_version, exists=current is not None)
             now = stamp_time(write_stamp())
             if stored is None:

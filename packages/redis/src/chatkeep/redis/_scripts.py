@@ -582,9 +582,9 @@ return 1
 """,
 )
 
-# KEYS: h, m, i, u   ARGV: document, version, expected ('' + flag), has_expected, owner, has_owner, now_us, ttl_ms
-# Returns {'ok', far...}, {'owner'} (bound to another owner) or {'conflict'} (the stored version is not the
-# expected one).
+# KEYS: h, m, i, u   ARGV: document, version, expected ('' + flag), has_expected ('2': ABSENT), owner, has_owner,
+# now_us, ttl_ms   Returns {'ok', far...}, {'owner'} (bound to another owner) or {'conflict'} (the stored version is
+# not the expected one; with ABSENT, there is a document: unless it is this very write's, retried).
 SAVE_SESSION = Script(
     "save_session",
     _EXPIRE
@@ -593,6 +593,7 @@ locate()
 local stored = redis.call('HMGET', KEYS[1], 'ver', 'owner')
 if ARGV[6] == '1' and stored[2] and stored[2] ~= ARGV[5] then return {'owner'} end
 if ARGV[4] == '1' and stored[1] ~= ARGV[3] then return {'conflict'} end
+if ARGV[4] == '2' and stored[1] and stored[1] ~= ARGV[2] then return {'conflict'} end
 redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'ver', ARGV[2])
 if ARGV[6] == '1' then redis.call('HSET', KEYS[1], 'owner', ARGV[5]) end
 touch(ARGV[7])

@@ -27,6 +27,8 @@ from chatkeep.core import (
     StoreUnavailableError,
 )
 from chatkeep.core.backend import (
+    ABSENT,
+    Absent,
     HistoryStore,
     PerLoop,
     SessionUsage,
@@ -116,6 +118,8 @@ class RedisHistoryStore(HistoryStore):
     Raises:
         RedisURLError: the URL or an option is malformed, or an option is neither chatkeep's nor redis-py's.
     """
+
+    creates_if_absent = True
 
     def __init__(self, url: str | None = None, *, client: RedisClient | None = None, **options: Any) -> None:
         config = parse_url(url or "redis://localhost:6379/0", handed_in=client is not None, **options)
@@ -844,7 +848,7 @@ class RedisHistoryStore(HistoryStore):
         return found
 
     async def _save_session(
-        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
+        self, key: SessionKey, session: AgentSession, expected_version: str | Absent | None, owner: str | None
     ) -> str:
         """Store a whole-session document (version and owner checked in the same script)."""
         document = session_document(session)
@@ -858,8 +862,8 @@ class RedisHistoryStore(HistoryStore):
             (
                 document,
                 version,
-                expected_version or "",
-                "0" if expected_version is None else "1",
+                expected_version if isinstance(expected_version, str) else "",
+                "0" if expected_version is None else "2" if expected_version is ABSENT else "1",
                 owner or "",
                 "0" if owner is None else "1",
                 now,
@@ -870,7 +874,8 @@ class RedisHistoryStore(HistoryStore):
         if outcome == b"owner":
             raise owner_error()
         if outcome == b"conflict":
-            raise conflict_error(key.session_id, expected_version or "")
+            exists = True if expected_version is ABSENT else None
+            raise conflict_error(key.session_id, expected_version or "", exists=exists)
         await self._keep_alive(far)
         self._check_replicas(acknowledged, what="session document", retry=_RETRY_SAVE)
         return version

@@ -14,7 +14,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from chatkeep.core.backend import SessionUsage, conflict_error, owner_error, record_retry
+from chatkeep.core.backend import ABSENT, Absent, SessionUsage, conflict_error, owner_error, record_retry
 from chatkeep.sql import _chain
 from chatkeep.sql._errors import retryable, stale_snapshot
 from chatkeep.sql._sql import Statements
@@ -394,7 +394,7 @@ async def save_document(
     head: Head,
     now: int,
     document: str,
-    expected_version: str | None,
+    expected_version: str | Absent | None,
     owner: bytes | None,
     session_id: str,
 ) -> str:
@@ -402,10 +402,11 @@ async def save_document(
 
     A version is ``"<row id>.<counter>"``: the row id is never reused (a deleted and re-created session
     gets a new one), so a version from before a delete can never match again. On PostgreSQL a document written
-    over a stored one is one statement (``Statements.doc_write_one``); the first document of a session, and a
-    write the statement refuses (another version, another owner), take the transaction, which says why.
+    over a stored one is one statement (``Statements.doc_write_one``); the first document of a session (``ABSENT``
+    always is, or fails), and a write the statement refuses (another version, another owner), take the
+    transaction, which says why. Its row lock makes concurrent ``ABSENT`` creators take turns: one writes.
     """
-    expected = _version_parts(expected_version)
+    expected = _version_parts(expected_version) if isinstance(expected_version, str) else None
     if sql.doc_write_one and (expected_version is None or expected is not None):
         ref, counter = expected or (None, None)
         params = (document, owner, now, head[0], owner, owner, ref, ref, counter)
@@ -420,7 +421,9 @@ async def save_document(
         if owner is not None and stored_owner is not None and bytes(stored_owner) != owner:
             raise owner_error()
         current = f"{doc_ref}.{doc_version}" if has_document else None
-        if expected_version is not None and current != expected_version:
+        if expected_version is ABSENT and current is not None:
+            raise conflict_error(session_id, ABSENT, exists=True)
+        if isinstance(expected_version, str) and current != expected_version:
             raise conflict_error(session_id, expected_version, exists=current is not None)
         await conn.execute(sql.doc_write, (document, owner, now, session_ref))
         return f"{doc_ref}.{doc_version + 1}"
@@ -428,10 +431,8 @@ async def save_document(
     return await transaction(conn, sql, body)
 
 
-def _version_parts(version: str | None) -> tuple[int, int] | None:
+def _version_parts(version: str) -> tuple[int, int] | None:
     """``(row id, counter)`` of a version this store made; ``None`` for any other string (it matches no version)."""
-    if version is None:
-        return None
     ref, _, counter = version.partition(".")
     if not (ref.isascii() and ref.isdigit() and counter.isascii() and counter.isdigit()):
         return None

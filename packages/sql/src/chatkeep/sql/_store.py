@@ -19,6 +19,7 @@ from chatkeep.core import (
     SessionPage,
 )
 from chatkeep.core.backend import (
+    Absent,
     ForkInfo,
     HistoryStore,
     PerLoop,
@@ -72,6 +73,8 @@ class SQLHistoryStore(HistoryStore):
             ``client`` comes with an option its engine sets itself.
         MissingExtraError: the URL's driver is not installed.
     """
+
+    creates_if_absent = True
 
     def __new__(cls, url: str | None = None, *, client: AsyncEngine | None = None, **options: Any) -> SQLHistoryStore:
         """A :class:`~chatkeep.sql._searchable.SearchableSQLHistoryStore` for a database that can search."""
@@ -363,9 +366,9 @@ class SQLHistoryStore(HistoryStore):
         return await self._run(lambda conn: _ops.update_info(conn, sql, digest, now, fields, hashes), write=True)
 
     async def _save_session(
-        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
+        self, key: SessionKey, session: AgentSession, expected_version: str | Absent | None, owner: str | None
     ) -> str:
-        """Store a whole-session document (version and owner checked in the same transaction)."""
+        """Store a whole-session document (version, absence and owner checked in the same transaction)."""
         document = session_document(session)
         head, now, sql = self._head(key), write_stamp(), self._sql
         owner_bytes = None if owner is None else owner.encode()

@@ -78,6 +78,8 @@ from chatkeep.core.backend._search import (
     searchable,
 )
 from chatkeep.core.backend._sessions import (
+    ABSENT,
+    Absent,
     SessionInfo,
     SessionKey,
     SessionPage,
@@ -91,9 +93,11 @@ from chatkeep.core.backend._stamps import stamp_time, time_stamp, write_stamp
 from chatkeep.core.backend._store import DEFAULT_MAX_MESSAGE_BYTES, HistoryStore, checked
 
 __all__ = [
+    "ABSENT",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "KEYWORD_WEIGHT",
     "RRF_K",
+    "Absent",
     "BackendSpec",
     "Candidate",
     "DriverOptions",

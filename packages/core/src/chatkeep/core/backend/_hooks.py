@@ -23,7 +23,7 @@ from chatkeep.core.backend._info import SessionUsage
 from chatkeep.core.backend._paging import listed_sessions
 from chatkeep.core.backend._refusals import feature_unsupported_error, search_unsupported_error
 from chatkeep.core.backend._retention import delete_listed_sessions, prune_listed_sessions
-from chatkeep.core.backend._sessions import SessionInfo, SessionKey, SessionPage, StoredSession
+from chatkeep.core.backend._sessions import Absent, SessionInfo, SessionKey, SessionPage, StoredSession
 
 if TYPE_CHECKING:
     from chatkeep.core.backend._search import Embeddings
@@ -158,13 +158,15 @@ class StoreHooks(abc.ABC):
 
     @abc.abstractmethod
     async def _save_session(
-        self, key: SessionKey, session: AgentSession, expected_version: str | None, owner: str | None
+        self, key: SessionKey, session: AgentSession, expected_version: str | Absent | None, owner: str | None
     ) -> str:
         """Store :func:`session_document` of ``session`` atomically; return a version never used before for ``key``.
 
         Raise :func:`conflict_error` when ``expected_version`` is given and not the stored one, and
         :func:`owner_error` when ``owner`` is given and the stored document is bound to another owner;
-        bind the document to ``owner`` when given.
+        bind the document to ``owner`` when given. ``expected_version`` is :data:`~chatkeep.core.ABSENT` only when
+        the store sets ``creates_if_absent``: then write only if the key has no document (messages alone are
+        none), else raise ``conflict_error(session_id, ABSENT, exists=True)``, in the same atomic step.
         """
 
     @abc.abstractmethod

@@ -17,9 +17,10 @@ from chatkeep.core._errors import (
 )
 
 if TYPE_CHECKING:
-    from chatkeep.core.backend._sessions import SessionKey
+    from chatkeep.core.backend._sessions import Absent, SessionKey
 
 __all__ = [
+    "absent_unsupported_error",
     "conflict_error",
     "feature_unsupported_error",
     "fork_source_error",
@@ -73,14 +74,30 @@ def owner_error() -> SessionOwnershipError:
     return SessionOwnershipError("this session belongs to another owner; refuse the request")
 
 
-def conflict_error(session_id: str, expected_version: str, *, exists: bool | None = None) -> ConcurrencyConflictError:
+def absent_unsupported_error(store: object) -> UnsupportedOperationError:
+    """The error for ``save_session(expected_version=ABSENT)`` on a store whose plugin does not declare it."""
+    return UnsupportedOperationError(
+        f"{type(store).__name__} cannot save a session only if it has no document (expected_version=ABSENT): its "
+        "backend does not declare creates_if_absent; upgrade the plugin that provides it, or ask its author to "
+        "handle ABSENT in HistoryStore._save_session (see 'Writing a plugin' in the docs)"
+    )
+
+
+def conflict_error(
+    session_id: str, expected_version: str | Absent, *, exists: bool | None = None
+) -> ConcurrencyConflictError:
     """The error for a stale ``save_session``: raise it from ``_save_session`` when the version does not match.
 
     Args:
         session_id: the session's id.
-        expected_version: the version the caller expected.
+        expected_version: the version the caller expected (``ABSENT``: that there was no document).
         exists: whether the key has a document now (``None``: unknown).
     """
+    if not isinstance(expected_version, str):  # ABSENT, and the key has a document
+        return ConcurrencyConflictError(
+            f"session {session_id!r} already has a document (it was saved with expected_version=ABSENT); "
+            "load it and save with its version, or create another session id"
+        )
     now = {None: "", True: " (it has a newer version)", False: " (it has no document now)"}[exists]
     return ConcurrencyConflictError(
         f"session {session_id!r} changed since version {expected_version!r} was read{now}; "

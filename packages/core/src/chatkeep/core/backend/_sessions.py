@@ -3,11 +3,12 @@
 :class:`SessionKey` addresses a conversation; :class:`SessionInfo` and :class:`SessionPage` are what
 ``list_sessions`` returns; :class:`StoredSession` is what ``load_session`` returns, and
 :func:`session_document` / :func:`decode_session_document` are the one text every backend stores a session
-document as.
+document as; :data:`ABSENT` is the expected version of a document that does not exist yet.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from chatkeep.core.backend._damage import damaged_session_error
 from chatkeep.core.backend._info import ForkInfo, SessionUsage
 
 __all__ = [
+    "ABSENT",
+    "Absent",
     "SessionInfo",
     "SessionKey",
     "SessionPage",
@@ -26,6 +29,21 @@ __all__ = [
     "decode_session_document",
     "session_document",
 ]
+
+
+class Absent(enum.Enum):
+    """The type of :data:`ABSENT` (its one member), for annotations: ``expected_version: str | Absent | None``."""
+
+    ABSENT = "ABSENT"
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+#: The expected version of a session document that does not exist yet: ``save_session(key, session,
+#: expected_version=ABSENT)`` writes only when the key has no document (messages without one count as none), and
+#: raises :class:`~chatkeep.core.ConcurrencyConflictError` when it has one. Never equal to a version string.
+ABSENT = Absent.ABSENT
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,9 +32,9 @@ from chatkeep.core.backend._checks import check_count, check_key, check_messages
 from chatkeep.core.backend._damage import naming_damage
 from chatkeep.core.backend._hooks import StoreHooks
 from chatkeep.core.backend._info import SessionUsage, check_metadata, check_tag, check_tags, check_title
-from chatkeep.core.backend._refusals import owner_error
+from chatkeep.core.backend._refusals import absent_unsupported_error, owner_error
 from chatkeep.core.backend._sealed import SealedSessions, is_sealed
-from chatkeep.core.backend._sessions import SessionInfo, SessionKey, SessionPage, StoredSession
+from chatkeep.core.backend._sessions import ABSENT, Absent, SessionInfo, SessionKey, SessionPage, StoredSession
 
 if TYPE_CHECKING:
     from chatkeep.core.backend._search import Embeddings
@@ -105,6 +105,7 @@ class HistoryStore(StoreHooks):
       entry of that listing by its key, in time independent of how many sessions the tenant holds.
     * ``save_session``/``load_session`` keep whole-session documents with opaque versions. A version is
       never reused for a key, even after a delete, so a stale writer cannot overwrite a newer document.
+      ``expected_version=ABSENT`` creates a document only where there is none: of concurrent creators, one wins.
     * ``prune`` and ``delete_tenant`` remove old sessions and whole tenants; ``list_tenants`` names the tenants
       that hold a session.
     * With a TTL, a session (messages and document) expires as a whole; every write restarts its TTL,
@@ -125,6 +126,11 @@ class HistoryStore(StoreHooks):
     #: would look empty). ``EncryptedStore`` sets it on the store it wraps; tools that copy records verbatim
     #: (``chatkeep export`` and ``copy``) set it to move encrypted sessions as they are.
     sealed_passthrough: bool = False
+
+    #: Whether the backend's ``_save_session`` handles ``expected_version=ABSENT`` (writes only when the key has no
+    #: document, atomically). A plugin written before ``ABSENT`` existed leaves it false, and such a save raises
+    #: :class:`UnsupportedOperationError` instead of reaching a hook that would take it for a version.
+    creates_if_absent: bool = False
 
     def __init__(self, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.max_message_bytes = max_message_bytes
@@ -455,7 +461,7 @@ class HistoryStore(StoreHooks):
         key: SessionKey,
         session: AgentSession,
         *,
-        expected_version: str | None = None,
+        expected_version: str | Absent | None = None,
         owner: str | None = None,
     ) -> str:
         """Store a whole-session document and return its new version.
@@ -464,12 +470,16 @@ class HistoryStore(StoreHooks):
             key: where to store it (its tenant must be the session's tenant).
             session: the session to store (as ``session.to_dict()``).
             expected_version: ``None`` writes unconditionally; a version from ``load_session`` or an earlier
-                ``save_session`` writes only if the stored document still has that version.
+                ``save_session`` writes only if the stored document still has that version; :data:`ABSENT` writes
+                only if the key has no document yet (messages without a document count as none), so of
+                concurrent creators exactly one wins.
             owner: binds the document to a user within the tenant; a document bound to another owner is refused.
 
         Raises:
-            ConcurrencyConflictError: the stored version is not ``expected_version`` (or there is none).
+            ConcurrencyConflictError: the stored version is not ``expected_version`` (or there is none), or, with
+                ``ABSENT``, a document already exists.
             SessionOwnershipError: the document belongs to another owner, or ``session`` to another tenant.
+            UnsupportedOperationError: ``ABSENT`` given to a store whose plugin does not set ``creates_if_absent``.
         """
         self._check_usable()
         check_key(key)
@@ -480,8 +490,13 @@ class HistoryStore(StoreHooks):
                 f"the session belongs to tenant {session.tenant!r}, not to the key's tenant {key.tenant!r}; "
                 "save it under SessionKey.of(session)"
             )
-        if expected_version is not None and not isinstance(expected_version, str):
-            raise InvalidArgumentError(f"expected_version must be a version string or None, got {expected_version!r}")
+        if expected_version is ABSENT:
+            if not self.creates_if_absent:
+                raise absent_unsupported_error(self)
+        elif expected_version is not None and not isinstance(expected_version, str):
+            raise InvalidArgumentError(
+                f"expected_version must be a version string, ABSENT or None, got {expected_version!r}"
+            )
         if owner is not None:
             validate_id(owner, "owner")
         return await self._save_session(key, session, expected_version, owner)

@@ -33,7 +33,6 @@ __all__ = [
     "FORMAT",
     "Document",
     "app_key",
-    "created_marker",
     "event_json",
     "event_of",
     "ids_of",
@@ -50,7 +49,8 @@ __all__ = [
 
 #: The envelope format of the events this adapter writes.
 FORMAT = "adk.event"
-#: The id of the message that marks a key as created: appends skip a stored id, so only one creator adds it.
+#: The id of the message that releases before ``ABSENT`` appended to claim a key (its first message); it is no
+#: longer written, and skipped where a store written by those releases still holds it.
 CREATED = "adk.created"
 _EVENT_ID_PREFIX = "adk.event:"
 _DOCUMENT_KEY = "adk"  # the entry of the chatkeep session document's state this adapter owns
@@ -179,7 +179,7 @@ def message_of(event: Event, item: dict[str, Any] | None = None) -> Message:
 
 
 def item_of(message: Message) -> dict[str, Any] | None:
-    """The event JSON a message keeps; ``None`` for the marker of a created session.
+    """The event JSON a message keeps; ``None`` for the creation marker earlier releases wrote.
 
     Raises:
         MessageFormatError: the message was not written by this adapter.
@@ -198,11 +198,6 @@ def item_of(message: Message) -> dict[str, Any] | None:
 def event_of(item: Mapping[str, Any]) -> Event:
     """The ADK event of its stored JSON form."""
     return Event.model_validate(item)
-
-
-def created_marker(kind: str) -> Message:
-    """The message that marks a key as created (the first of its messages)."""
-    return Message(role="system", text=f"ADK {kind} created", message_id=CREATED)
 
 
 # -- the documents --------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig, ListSessi
 from typing_extensions import override
 
 from chatkeep.core import (
+    ABSENT,
     DEFAULT_TENANT,
     ConcurrencyConflictError,
     HistoryStore,
@@ -32,7 +33,6 @@ from chatkeep.interop._binding import ClosesItsStore, StoreBinding
 from chatkeep.interop.adk._layout import (
     Document,
     app_key,
-    created_marker,
     event_json,
     event_of,
     ids_of,
@@ -54,7 +54,6 @@ STALE_SESSION_MESSAGE = (
     "more events."
 )
 _CAS_ATTEMPTS = 50  # compare-and-set rounds of a shared state document before giving up
-_CREATOR_WAIT = 10.0  # seconds a writer waits for another writer's first document of a key (then makes it)
 _LIST_CONCURRENCY = 16  # session documents read at once by list_sessions
 _FIRST_WINDOW = 64  # events read first when looking for those after a timestamp
 _REMEMBERED = 256  # session documents kept from the last read or write, to skip a read before an append
@@ -80,6 +79,8 @@ class ChatkeepSessionService(ClosesItsStore, BaseSessionService):
         InvalidSessionKeyError: an empty or too long ``tenant``.
         UnknownBackendError: no installed backend handles the URL; the message names the extra to install.
         StoreConfigurationError: ``store_options`` with a store object, or a ``store`` of the wrong type.
+        UnsupportedOperationError: the store cannot create a document only where there is none (its plugin
+            predates ``ABSENT``): sessions and shared states could not be created safely.
     """
 
     def __init__(
@@ -91,6 +92,12 @@ class ChatkeepSessionService(ClosesItsStore, BaseSessionService):
     ) -> None:
         StoreBinding.key("probe", tenant)  # a bad tenant fails here, not at the first call
         self._binding = StoreBinding(store, store_options=store_options)
+        if not self._binding.store.creates_if_absent:  # a store opens lazily: one refused here holds nothing
+            raise UnsupportedOperationError(
+                f"ChatkeepSessionService needs a store that saves a session document only where there is none "
+                f"(save_session(..., expected_version=ABSENT)); {type(self._binding.store).__name__} does not "
+                "declare creates_if_absent: upgrade the plugin that provides it, or use a bundled backend"
+            )
         self.tenant = tenant
         # One lock per session appended to in this process (dropped when unused), as ADK's database service
         # keeps: appends through one session object follow each other, each seeing the one before.
@@ -122,12 +129,14 @@ class ChatkeepSessionService(ClosesItsStore, BaseSessionService):
         session_id = session_id.strip() if session_id and session_id.strip() else str(uuid.uuid4())
         key = session_key(self.tenant, app_name, user_id, session_id)
         app_delta, user_delta, own = split_delta(state)
-        # Appends skip a stored id: the one creator whose marker is new owns the id, also against other processes.
-        if not await self.store.append(key, [created_marker("session")]):
-            raise AlreadyExistsError(f"Session with id {session_id} already exists.")
         now = time.time()
         document = Document(dict(own), now, now)
-        await self.store.save_session(key, document.to_session(key))
+        # The document made only where there is none claims the id: one creator wins, also in other processes.
+        # (Releases before ABSENT claimed it with a marker message first; such a session has a document too.)
+        try:
+            await self.store.save_session(key, document.to_session(key), expected_version=ABSENT)
+        except ConcurrencyConflictError:
+            raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
         # A backend without tags (Blob, EncryptedStore) leaves them: list_sessions walks the tenant instead.
         with contextlib.suppress(UnsupportedOperationError):
             await self.store.update_info(key, tags=tags_of(app_name, user_id))
@@ -419,22 +428,18 @@ class ChatkeepSessionService(ClosesItsStore, BaseSessionService):
         )
 
     async def _first_document(self, key: SessionKey) -> StoredSession:
-        """A shared state's document, made empty by the one writer whose marker is new when there is none yet."""
-        stored = await self.store.load_session(key)
-        if stored is not None:
-            return stored
-        if await self.store.append(key, [created_marker("shared state")]):
-            empty = Document().to_session(key)
-            return StoredSession(empty, await self.store.save_session(key, empty))
-        deadline = time.monotonic() + _CREATOR_WAIT
-        while time.monotonic() < deadline:  # another writer made the marker: wait for its document
-            await asyncio.sleep(0.02)
+        """A shared state's document, made empty where there is none yet (by one writer: the others read it)."""
+        empty = Document().to_session(key)
+        for _ in range(_CAS_ATTEMPTS):  # more than one turn only when it is deleted (pruned) meanwhile
             stored = await self.store.load_session(key)
             if stored is not None:
                 return stored
-        # Its writer stopped between the marker and the document: make the empty document in its place.
-        empty = Document().to_session(key)
-        return StoredSession(empty, await self.store.save_session(key, empty))
+            with contextlib.suppress(ConcurrencyConflictError):  # another writer made it since the load
+                return StoredSession(empty, await self.store.save_session(key, empty, expected_version=ABSENT))
+        raise ConcurrencyConflictError(
+            f"the shared state {key.session_id} was made and deleted {_CAS_ATTEMPTS} times while this write read "
+            "it; retry the call"
+        )
 
     # -- life cycle -----------------------------------------------------------------------------------------
 

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from chatkeep.core import AgentSession, ConcurrencyConflictError, SessionFormatError, SessionOwnershipError
-from chatkeep.core.backend import HistoryStore, SessionKey, SessionPage, StoredSession
+from chatkeep.core import ABSENT, AgentSession, ConcurrencyConflictError, SessionFormatError, SessionOwnershipError
+from chatkeep.core.backend import Absent, HistoryStore, SessionKey, SessionPage, StoredSession
 from chatkeep.testing.conformance._base import (
     WINDOW_SLACK,
     ConformanceBase,
@@ -105,17 +105,43 @@ class SessionDocumentConformance(ConformanceBase):
     async def test_concurrent_savers_exactly_one_wins(self, kit: StoreKit, store: HistoryStore) -> None:
         key = kit.key()
         base = await store.save_session(key, _session(key, writer=None))
-        savers = [await kit.open() for _ in range(8)]
-        outcomes = await asyncio.gather(
-            *(s.save_session(key, _session(key, writer=n), expected_version=base) for n, s in enumerate(savers)),
-            return_exceptions=True,
-        )
-        winners = [(n, v) for n, v in enumerate(outcomes) if isinstance(v, str)]
-        losers = [v for v in outcomes if isinstance(v, ConcurrencyConflictError)]
-        assert len(winners) == 1, f"{len(winners)} savers won with the same expected version: {outcomes!r}"
-        assert len(losers) == len(savers) - 1, f"unexpected outcomes: {outcomes!r}"
-        writer, version = winners[0]
-        assert await (await kit.open()).load_session(key) == StoredSession(_session(key, writer=writer), version)
+        await _exactly_one_wins(kit, key, base)
+
+    async def test_absent_creates_a_new_document(self, kit: StoreKit, store: HistoryStore) -> None:
+        key = kit.key()
+        version = await store.save_session(key, _session(key, made=1), expected_version=ABSENT)
+        assert isinstance(version, str)
+        assert version
+        assert await (await kit.open()).load_session(key) == StoredSession(_session(key, made=1), version)
+        newer = await store.save_session(key, _session(key, made=2), expected_version=version)
+        assert newer != version
+
+    async def test_absent_refuses_an_existing_document_and_leaves_it(self, kit: StoreKit, store: HistoryStore) -> None:
+        key = kit.key()
+        version = await store.save_session(key, _session(key, first=True))
+        with pytest.raises(ConcurrencyConflictError, match="already has a document"):
+            await (await kit.open()).save_session(key, _session(key, first=False), expected_version=ABSENT)
+        assert await (await kit.open()).load_session(key) == StoredSession(_session(key, first=True), version)
+
+    async def test_absent_creates_beside_messages_without_a_document(self, kit: StoreKit, store: HistoryStore) -> None:
+        key = kit.key()
+        messages = make_messages(3)
+        await store.append(key, messages)
+        version = await store.save_session(key, _session(key, beside="messages"), expected_version=ABSENT)
+        fresh = await kit.open()
+        assert await fresh.load_session(key) == StoredSession(_session(key, beside="messages"), version)
+        assert [m.message_id for m in await fresh.load(key)] == [m.message_id for m in messages]
+
+    async def test_concurrent_absent_creators_exactly_one_wins(self, kit: StoreKit, store: HistoryStore) -> None:
+        await _exactly_one_wins(kit, kit.key(), ABSENT)
+
+    async def test_absent_creates_again_after_delete(self, kit: StoreKit, store: HistoryStore) -> None:
+        key = kit.key()
+        old = await store.save_session(key, _session(key, life=1), expected_version=ABSENT)
+        assert await store.delete(key)
+        new = await (await kit.open()).save_session(key, _session(key, life=2), expected_version=ABSENT)
+        assert new != old
+        assert await store.load_session(key) == StoredSession(_session(key, life=2), new)
 
     async def test_owner_binding(self, kit: StoreKit, store: HistoryStore) -> None:
         key = kit.key()
@@ -134,6 +160,24 @@ class SessionDocumentConformance(ConformanceBase):
         with pytest.raises(SessionOwnershipError):
             await store.load_session(key, owner="bob")
         assert await store.load_session(key, owner="alice") == StoredSession(_session(key, who="alice", n=2), newer)
+
+
+async def _exactly_one_wins(kit: StoreKit, key: SessionKey, expected_version: str | Absent, savers: int = 8) -> None:
+    """``savers`` stores save other documents at once with one ``expected_version``: one wins, its document stays."""
+    stores = [await kit.open() for _ in range(savers)]
+    outcomes = await asyncio.gather(
+        *(
+            s.save_session(key, _session(key, writer=n), expected_version=expected_version)
+            for n, s in enumerate(stores)
+        ),
+        return_exceptions=True,
+    )
+    winners = [(n, v) for n, v in enumerate(outcomes) if isinstance(v, str)]
+    losers = [v for v in outcomes if isinstance(v, ConcurrencyConflictError)]
+    assert len(winners) == 1, f"{len(winners)} savers won with expected version {expected_version!r}: {outcomes!r}"
+    assert len(losers) == savers - 1, f"unexpected outcomes: {outcomes!r}"
+    writer, version = winners[0]
+    assert await (await kit.open()).load_session(key) == StoredSession(_session(key, writer=writer), version)
 
 
 async def _pages(store: HistoryStore, tenant: str, limit: int) -> list[SessionPage]:
