@@ -153,7 +153,8 @@ async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: 
     """
     n = len(rows)
     if sql.append_one and n <= SHORT_ROWS:
-        appended = int((await one_statement(conn, sql.append_one, append_params(head, now, rows)))[0][0])
+        statement = sql.append_one if any(used is not None for _, _, used in rows) else sql.append_one_unused
+        appended = int((await one_statement(conn, statement, append_params(head, now, rows)))[0][0])
         if appended >= 0:
             return appended
         # -1: the session is a fork, whose inherited ids only the transaction below checks.

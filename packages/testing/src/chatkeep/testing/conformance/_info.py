@@ -34,6 +34,7 @@ class UsageConformance(ConformanceBase):
         costly = costly_messages(6)
         assert await store.usage(key) == SessionUsage(), "a session without messages used tokens"
         await store.append(key, [*costly[:4], *make_messages(3)])
+        await store.append(key, [Message(role="user", text="no usage")])  # a batch without usage keeps the sum
         await store.append(key, [costly[0], *costly[4:]])  # the repeated message counts once
         fresh = await kit.open()
         used = await fresh.usage(key)
