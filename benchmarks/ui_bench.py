@@ -5,8 +5,7 @@ store's reads, the rendering, the transfer through the ASGI test client) for
 
 * the newest page of a 10-message session (the baseline) and of a 100-message one (a whole page to render),
 * the newest page of a 100,000-message session: what opening a session shows, read with ``load(last=100)``,
-* its oldest page (read from the oldest end with ``iter_messages``),
-* a page in its middle (the worst case: half the history is read, from the nearer end).
+* its oldest page and a page in its middle, each read as a range with ``load(last=100, before=p)``.
 
 With ``--browser`` (Playwright and Debian's Chromium, as ``nox -s ui`` installs them), a second table gives the
 browser's own navigation timing of the newest pages, from a real server on loopback: when the response's last

@@ -48,6 +48,12 @@ def test_every_bundled_backend_reads_session_info_by_key(backend: type[HistorySt
     assert backend._session_info is not HistoryStore._session_info, f"{backend.__name__} walks the listing"
 
 
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda cls: cls.__name__)
+def test_every_bundled_backend_reads_a_range_natively(backend: type[HistoryStore]) -> None:
+    # The base's default streams the history up to the range's end (for plugins written before ranges): O(before).
+    assert backend._load_before is not HistoryStore._load_before, f"{backend.__name__} streams up to the range"
+
+
 def test_no_backend_source_calls_a_check_by_hand() -> None:
     hand_checks = re.compile(r"_check_usable\(|_check_session_tenant\(|check_tenant\(|SessionKey\([^)]*\"-\"\)")
     sources = [*ROOT.glob("packages/*/src/chatkeep/*/**/*.py")]

@@ -8,7 +8,7 @@ import pytest
 
 from chatkeep.blob import open_store
 from chatkeep.core import HistoryStore
-from chatkeep.testing import HistoryStoreConformance, InfoConformance, StoreFactory, UsageConformance
+from chatkeep.testing import HistoryStoreConformance, InfoConformance, StoreFactory, StoreKit, UsageConformance
 
 
 class _BlobStores:
@@ -27,6 +27,16 @@ class _BlobStores:
             return open_store(store_url, **options)
 
         return make
+
+    # A segment knows the offsets of its newest records only (the metadata's index window): a range older than that
+    # is read from the start of its segment (those after the range are not read), so the read probe sees more.
+    @pytest.mark.xfail(strict=True, reason="a range older than the index window downloads its segment from its start")
+    async def test_a_range_of_a_large_session_reads_only_the_range(self, kit: StoreKit) -> None:
+        await HistoryStoreConformance.test_a_range_of_a_large_session_reads_only_the_range(self, kit)  # type: ignore[arg-type]
+
+    @pytest.mark.xfail(strict=True, reason="a range older than the index window downloads its segment from its start")
+    async def test_a_range_of_a_large_fork_reads_only_the_range(self, kit: StoreKit) -> None:
+        await HistoryStoreConformance.test_a_range_of_a_large_fork_reads_only_the_range(self, kit)  # type: ignore[arg-type]
 
 
 class TestBlobConformance(_BlobStores, HistoryStoreConformance):

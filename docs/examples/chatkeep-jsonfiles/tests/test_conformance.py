@@ -34,3 +34,12 @@ class TestJsonFilesConformance(HistoryStoreConformance):
     @pytest.mark.xfail(strict=True, reason="the store serves one event loop at a time (serves_any_loop is False)")
     async def test_loops_sharing_a_store_lose_and_duplicate_nothing(self, kit: StoreKit, store: HistoryStore) -> None:
         await super().test_loops_sharing_a_store_lose_and_duplicate_nothing(kit, store)
+
+    # No _load_before of its own: the base's default streams the records up to the range (correct, but O(before)).
+    @pytest.mark.xfail(strict=True, reason="load(before=p) is the base's default, which reads every record before p")
+    async def test_a_range_of_a_large_session_reads_only_the_range(self, kit: StoreKit) -> None:
+        await super().test_a_range_of_a_large_session_reads_only_the_range(kit)
+
+    @pytest.mark.xfail(strict=True, reason="load(before=p) is the base's default, which reads every record before p")
+    async def test_a_range_of_a_large_fork_reads_only_the_range(self, kit: StoreKit) -> None:
+        await super().test_a_range_of_a_large_fork_reads_only_the_range(kit)

@@ -603,25 +603,31 @@ class BlobHistoryStore(HistoryStore):
             view = meta.copy()
             await self._catch_up(key, view)  # a first append that landed but is not in the metadata yet
             return [] if not view.segments else await self._read_from(key, view, seq, stop=stop)
+        if stop is not None and stop <= seq:
+            return []
         index = meta.segment_index(seq)
         exact = meta.start_of(seq)
         offset = exact if exact is not None else (meta.first_offset if index == meta.segment_index(meta.first) else 0)
         skip = 0 if exact is not None else seq - max(meta.segments[index].first_seq, meta.first)
-        segments = meta.segments[index:]
+        # A ``stop`` before the newest segment: the segments after the one holding ``stop - 1`` are not read.
+        end = len(meta.segments) if stop is None or stop > meta.next else meta.segment_index(stop - 1) + 1
+        segments = meta.segments[index:end]
         starts = [offset] + [0] * (len(segments) - 1)
         reads = await asyncio.gather(
             *(
                 self._download(
                     self._segment(key, meta, segment.number),
                     first,
-                    None if n == len(segments) - 1 and not segment.cut else segment.length - first,
+                    None if segment is meta.segments[-1] and not segment.cut else segment.length - first,
                 )
-                for n, (segment, first) in enumerate(zip(segments, starts, strict=True))
+                for segment, first in zip(segments, starts, strict=True)
             )
         )
         records: list[bytes] = []
         for data, first in zip(reads, starts, strict=True):
             records += [record for token, record, _ in self._records(data, first) if token is None]
+        if stop is not None and segments[-1] is not meta.segments[-1]:
+            return records[skip : skip + stop - seq]  # the segments read are complete: none is the open one
         last = segments[-1]
         tail = reads[-1]
         blocks = last.blocks + _layout.headers_after(tail, starts[-1], last.length)
@@ -652,6 +658,31 @@ class BlobHistoryStore(HistoryStore):
             except _Gone:
                 continue  # trimmed or deleted while we read: read the metadata again
             return decode_records(records[-last:] if last is not None else records)
+        return []
+
+    async def _load_before(self, key: SessionKey, before: int, last: int | None) -> list[Message]:
+        """The range ending before position ``before``: the metadata, then the segments holding the range.
+
+        Cost: one metadata read (and a look for landed appends when ``before`` reaches the count), then one ranged
+        download per segment the range overlaps, from the first record's offset when the metadata's window knows
+        it; the segments after the range are not read. Only the range's records are decoded.
+        """
+        for _ in range(5):
+            found = await self._read_meta(key)
+            if found is None:
+                return []
+            meta = found[0]
+            if before >= meta.count:
+                meta = await self._caught_up(key) or meta
+            stop = meta.first + min(before, meta.count)
+            start = meta.first if last is None else max(meta.first, stop - last)
+            if stop <= start:
+                return []
+            try:
+                records = await self._read_from(key, meta, start, stop=stop)
+            except _Gone:
+                continue  # trimmed or deleted while we read: read the metadata again
+            return decode_records(records)
         return []
 
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:

@@ -403,6 +403,11 @@ class EncryptedStore(HistoryStore):
         self._verify(key)  # the newest message opened: a first write needs no check of its own
         return opened
 
+    async def _load_before(self, key: SessionKey, before: int, last: int | None) -> list[Message]:
+        """Read the range from ``inner`` (as cheaply as it reads it) and open it."""
+        sealed = await self.inner.load(key, last=last, before=before)
+        return self._open_all(key, await self._reading_key(key), sealed) if sealed else []
+
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         aead: AESGCM | None = None
         async for message in self.inner.iter_messages(key, batch=batch):

@@ -468,6 +468,17 @@ class MemoryHistoryStore(SearchableStore):
             records = session.log.records_in(low, end)
         return self._decode(records)
 
+    async def _load_before(self, key: SessionKey, before: int, last: int | None) -> list[Message]:
+        """The range ending before position ``before``: a slice of the log, decoding only its records (O(range))."""
+        with self._data.lock:
+            session = self._data.get(key, self._clock())
+            if session is None:
+                return []
+            stop = min(session.first_seq + before, session.log.end)
+            low = session.first_seq if last is None else max(session.first_seq, stop - last)
+            records = session.log.records_in(low, stop)
+        return self._decode(records)
+
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         origin: _Session | None = None
         seq: int | None = None

@@ -42,6 +42,7 @@ __all__ = [
     "PAGE",
     "POP",
     "PRUNE",
+    "RANGE",
     "RELEASE",
     "SAVE_SESSION",
     "SET_TAGS",
@@ -471,6 +472,27 @@ local last = tonumber(ARGV[1])
 local records = {}
 if last ~= 0 then records = redis.call('LRANGE', M, last < 0 and 0 or -last, -1) end
 return with_records({segs_text, length}, records)
+""",
+)
+
+# KEYS: h, m, i, u   ARGV: before, last (-1: no bound)
+# Returns {segments ('' for none), start, stop, record...}: the range's positions start..stop (stop clamped to the
+# count; segments first, then the session's own log) and the records of it that the session's own log holds (one
+# LRANGE); the store reads the rest from the segments' logs, which may be in other slots.
+RANGE = Script(
+    "range",
+    _LOG
+    + """
+locate()
+local segs, segs_text = segments()
+local inherited = held(segs)
+local stop = math.min(tonumber(ARGV[1]), inherited + redis.call('LLEN', M))
+local last = tonumber(ARGV[2])
+local start = last < 0 and 0 or math.max(0, stop - last)
+local from = math.max(start, inherited)
+local records = {}
+if stop > from then records = redis.call('LRANGE', M, from - inherited, stop - inherited - 1) end
+return with_records({segs_text, start, stop}, records)
 """,
 )
 

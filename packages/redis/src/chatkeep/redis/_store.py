@@ -481,6 +481,27 @@ class RedisHistoryStore(HistoryStore):
                 records = [*await self._read_segments(segments, more), *records]
         return self._decode(records) if records else []
 
+    async def _load_before(self, key: SessionKey, before: int, last: int | None) -> list[Message]:
+        """The range ending before position ``before``: the ``RANGE`` script, then the segments it overlaps.
+
+        Cost: one script that clamps the range to the count and reads its records in the session's own log with one
+        ``LRANGE`` (Redis walks a list from its nearer end: O(offset + range)); on a fork, one more round trip with
+        an ``LRANGE`` per segment the range overlaps. Only the range's records are sent and decoded.
+        """
+        own, _ = self._keys(key)
+        reply = await self._script(_scripts.RANGE, own, (before, -1 if last is None else last))
+        start, stop, records = int(reply[1]), int(reply[2]), reply[3:]
+        spans, position = [], 0
+        for segment in _segments(reply[0]):
+            low, high = max(start, position), min(stop, position + segment.size)
+            if high > low:
+                first = segment.low - segment.head - position
+                spans.append(("LRANGE", segment.records, first + low, first + high - 1))
+            position += segment.size
+        if spans:
+            records = [record for found in await self._pipeline(spans) for record in found] + records
+        return self._decode(records) if records else []
+
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         """Iterate over the history in append order, ``batch`` records per read (resuming by sequence number)."""
         own, _ = self._keys(key)

@@ -34,6 +34,7 @@ __all__ = [
     "read_all",
     "read_last",
     "read_page",
+    "read_range",
     "read_window",
     "usages_through",
 ]
@@ -87,6 +88,48 @@ async def read_page(conn: Connection, sql: Statements, key: bytes, after_seq: in
     if sql.chain_page:  # PostgreSQL: one statement, one snapshot
         return [(int(seq), record) for seq, record in await conn.fetch(sql.chain_page, (key, after_seq, batch, batch))]
     return await page(conn, sql, await chain(conn, sql, key=key), after_seq, batch)
+
+
+async def read_range(conn: Connection, sql: Statements, key: bytes, before: int, last: int | None) -> list[str]:
+    """The records at positions ``before - last`` to ``before`` (clamped to the count) of the session ``key`` names.
+
+    A session that is not a fork: its row's count and end (one indexed row), then one statement with an offset from
+    the nearer end of its messages, bounded by that end so that an append landing meanwhile shifts nothing: it reads
+    the range's rows, and the server steps over at most half the history (in seq order, on the primary key). A
+    fork: each stretch of its chain is counted (index only), then only the stretches the range overlaps are read.
+    """
+    found = await conn.fetch(sql.range_head, (key,))
+    if not found:
+        return []
+    ref, base_ref, count, next_seq = found[0]
+    if base_ref is not None:
+        return await _range_of_chain(conn, sql, await chain(conn, sql, key=key), before, last)
+    stop = min(before, int(count))
+    start = 0 if last is None else max(0, stop - last)
+    if stop <= start:
+        return []
+    if start <= int(count) - stop:
+        return [row[0] for row in await conn.fetch(sql.range_oldest, (ref, stop - start, start))]
+    rows = await conn.fetch(sql.range_newest, (ref, next_seq, stop - start, int(count) - stop))
+    return [row[0] for row in reversed(rows)]
+
+
+async def _range_of_chain(
+    conn: Connection, sql: Statements, segments: Sequence[Segment], before: int, last: int | None
+) -> list[str]:
+    """``read_range`` of a fork: the stretches' sizes, then the range's records from the stretches it overlaps."""
+    stretches = list(reversed(segments))  # oldest first
+    sizes = [int((await conn.fetch(sql.seg_count, segment))[0][0]) for segment in stretches]
+    stop = min(before, sum(sizes))
+    start = 0 if last is None else max(0, stop - last)
+    records: list[str] = []
+    position = 0
+    for segment, size in zip(stretches, sizes, strict=True):
+        low, high = max(start, position), min(stop, position + size)
+        if high > low:
+            records += [row[0] for row in await conn.fetch(sql.seg_range, (*segment, high - low, low - position))]
+        position += size
+    return records
 
 
 async def read_all(conn: Connection, sql: Statements, segments: Sequence[Segment]) -> list[str]:

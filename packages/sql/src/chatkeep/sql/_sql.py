@@ -252,6 +252,13 @@ class Statements:
             f"SELECT session_ref, seq, record FROM {MESSAGES} WHERE session_ref = ? AND seq > ? ORDER BY seq LIMIT ?"
         )
         self.count = c(f"SELECT message_count FROM {SESSIONS} WHERE key_hash = ?")
+        # A range by position (``_chain.read_range``): the session row's count and end, then an offset from the
+        # nearer end of its messages (positions are not sequence numbers: a pop or a retried append leaves gaps).
+        self.range_head = c(f"SELECT id, base_ref, message_count, next_seq FROM {SESSIONS} WHERE key_hash = ?")
+        self.range_oldest = c(f"SELECT record FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq LIMIT ? OFFSET ?")
+        self.range_newest = c(
+            f"SELECT record FROM {MESSAGES} WHERE session_ref = ? AND seq < ? ORDER BY seq DESC LIMIT ? OFFSET ?"
+        )
         self.delete = c(f"DELETE FROM {SESSIONS} WHERE key_hash = ?")
         self.lock_session = c(f"SELECT id FROM {SESSIONS} WHERE key_hash = ?{lock}")
         self.trim_boundary = c(f"SELECT seq FROM {MESSAGES} WHERE session_ref = ? ORDER BY seq DESC LIMIT 1 OFFSET ?")
@@ -313,6 +320,7 @@ class Statements:
         self.seg_count = c(f"SELECT count(*) {stretch}")
         self.seg_usages = c(f"SELECT token_usage {stretch} AND token_usage IS NOT NULL")
         self.seg_offset = c(f"SELECT seq {stretch} ORDER BY seq DESC LIMIT 1 OFFSET ?")
+        self.seg_range = c(f"SELECT record {stretch} ORDER BY seq LIMIT ? OFFSET ?")
         self._stretch = stretch
         # PostgreSQL reads a fork's window in ONE statement: the walk of the chain, each row's stretch
         # (``_chain.chain``'s rule, in SQL) and, per stretch, at most the rows the window needs (a LATERAL index scan),

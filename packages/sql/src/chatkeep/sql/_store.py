@@ -233,6 +233,17 @@ class SQLHistoryStore(HistoryStore):
             records = await self._run(lambda conn: _chain.read_window(conn, self._sql, digest, last))
         return self._decode(records)
 
+    async def _load_before(self, key: SessionKey, before: int, last: int | None) -> list[Message]:
+        """The range ending before position ``before`` (:func:`_chain.read_range`), decoding only its rows.
+
+        Cost: the session row, then one indexed read of the range with an offset from the nearer end (the server
+        steps over the rows skipped, which are never sent or decoded); on a fork, a count of each stretch of its
+        chain first, then a read of each stretch the range overlaps.
+        """
+        digest, sql = key_hash(key.tenant, key.session_id), self._sql
+        records = await self._run(lambda conn: _chain.read_range(conn, sql, digest, before, last))
+        return self._decode(records)
+
     async def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:
         """Iterate over the history in append order, ``batch`` rows per read (keyset pages on the sequence)."""
         digest = key_hash(key.tenant, key.session_id)

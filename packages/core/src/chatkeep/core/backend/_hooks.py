@@ -1,7 +1,8 @@
 """The protected hooks a backend implements under :class:`~chatkeep.core.backend.HistoryStore`, and their defaults.
 
 :class:`StoreHooks` declares them: the abstract ones every backend writes (``_append``, ``_load``, ...), and the
-optional ones with a default. The defaults of calls a backend may lack (``_pop``, ``_fork``, ``_usage``,
+optional ones with a default. ``_load_before`` (a range of the history) defaults to streaming ``_iter_messages``.
+The defaults of calls a backend may lack (``_pop``, ``_fork``, ``_usage``,
 ``_update_info``, ``_list_tagged_sessions``, ``_list_tenants``) refuse with the upgrade to ask for, rather than
 emulate an atomic step with several racing ones; ``_prune``, ``_delete_tenant`` and ``_session_info`` are derived
 from hooks every backend has (:mod:`._retention`, :func:`~._paging.listed_sessions`). A hook is only called by the
@@ -11,6 +12,7 @@ public methods, with checked arguments.
 from __future__ import annotations
 
 import abc
+import collections
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -71,6 +73,30 @@ class StoreHooks(abc.ABC):
     @abc.abstractmethod
     async def _load(self, key: SessionKey, last: int | None) -> list[Message]:
         """The history in append order; ``last`` (1 or more) reads only the newest ``last``."""
+
+    async def _load_before(self, key: SessionKey, before: int, last: int | None) -> list[Message]:
+        """The messages at positions ``before - last`` to ``before`` (``last`` ``None``: from 0), in append order.
+
+        ``before`` (1 or more) counts the messages older than the range's end, from the oldest the session holds; one
+        beyond the count means the count (so the range is then the ``last`` newest). ``last`` is 1 or more, or
+        ``None``. Override it to read only the range (an offset into the session's log, by whichever end is nearer).
+        This default, for a backend written before ranges existed, streams ``_iter_messages`` from the oldest message
+        up to the range's end: correct, but its cost grows with ``before`` (O(before) records read and decoded).
+        """
+        kept: collections.deque[Message] = collections.deque(maxlen=last)
+        stream = self._iter_messages(key, min(before, 1000))
+        try:
+            position = 0
+            async for message in stream:
+                kept.append(message)
+                position += 1
+                if position >= before:
+                    break
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:  # an async generator stopped early: end its read now
+                await close()
+        return list(kept)
 
     @abc.abstractmethod
     def _iter_messages(self, key: SessionKey, batch: int) -> AsyncIterator[Message]:

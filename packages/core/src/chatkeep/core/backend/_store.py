@@ -72,13 +72,15 @@ class HistoryStore(StoreHooks):
     The public methods are the contract users call. Each checks its arguments and the store's state once,
     then calls the hook a backend implements: ``_append``, ``_load``, ``_iter_messages``, ``_count``,
     ``_delete``, ``_trim``, ``_list_sessions``, ``_save_session`` and ``_load_session`` (and optionally
-    ``_session_info``, ``_pop``, ``_prune``, ``_prune_session``, ``_list_tenants``, ``_delete_tenant``, ``_aclose`` and
-    ``_on_loop_change``; and ``_fork``, ``_usage``, ``_update_info``, ``_list_tagged_sessions`` for forks, usage,
-    titles and tags). A hook is only called with valid arguments, on an open store, on the store's own event loop
-    (on any running loop when :attr:`serves_any_loop` is set). ``_pop``'s default refuses (a backend written before
-    ``pop`` existed raises :class:`UnsupportedOperationError`), and so do the defaults of the fork, usage and info
-    hooks; ``_prune`` and ``_delete_tenant`` default to paging through ``_list_sessions`` and deleting session by
-    session (``_prune_session``, ``_delete``), and ``_session_info`` to walking ``_list_sessions``' pages.
+    ``_load_before``, ``_session_info``, ``_pop``, ``_prune``, ``_prune_session``, ``_list_tenants``,
+    ``_delete_tenant``, ``_aclose`` and ``_on_loop_change``; and ``_fork``, ``_usage``, ``_update_info``,
+    ``_list_tagged_sessions`` for forks, usage, titles and tags). A hook is only called with valid arguments, on
+    an open store, on the store's own event loop (on any running loop when :attr:`serves_any_loop` is set).
+    ``_pop``'s default refuses (a backend written before ``pop`` existed raises :class:`UnsupportedOperationError`),
+    and so do the defaults of the fork, usage and info hooks; ``_load_before`` defaults to streaming
+    ``_iter_messages`` up to the range's end; ``_prune`` and ``_delete_tenant`` default to paging through
+    ``_list_sessions`` and deleting session by session (``_prune_session``, ``_delete``), and ``_session_info``
+    to walking ``_list_sessions``' pages.
 
     The base class keeps the rules every backend shares: ``close()`` is idempotent, and a closed store raises
     :class:`StoreClosedError`. Drivers' connections belong to one event loop: a backend that keeps a driver
@@ -92,7 +94,8 @@ class HistoryStore(StoreHooks):
     * ``append`` is atomic (all or none, also when cancelled), acknowledged when it returns, and
       idempotent by ``message_id`` for messages still stored; it returns how many messages were new.
       Its cost does not depend on the history's length.
-    * ``load`` returns messages in append order; ``last=k`` reads only the k newest.
+    * ``load`` returns messages in append order; ``last=k`` reads only the k newest, and ``before=p`` only the
+      range ending before position ``p``.
     * ``iter_messages`` pages through the whole history in constant memory.
     * ``count``, ``delete``, ``trim`` are exact; ``delete`` removes everything the key owned. A trim that
       deletes at least one message is a write, as a pop is (it restarts the TTL and counts as an update for
@@ -249,14 +252,27 @@ class HistoryStore(StoreHooks):
         return messages, records
 
     @operation("load", lambda messages: {"db.response.returned_rows": len(messages)})
-    async def load(self, key: SessionKey, *, last: int | None = None) -> list[Message]:
-        """Return the history in append order; with ``last=k``, only the k newest (reading only those)."""
+    async def load(self, key: SessionKey, *, last: int | None = None, before: int | None = None) -> list[Message]:
+        """Return the history in append order; with ``last=k``, only the k newest (reading only those).
+
+        With ``before=p``, only the messages older than position ``p`` (the number of messages before the range's
+        end: 0 is before the oldest; a ``p`` beyond the count means the count), and with ``last=k`` too, the k
+        newest of those: positions ``p - k`` to ``p``. Positions count from the oldest message the session holds
+        (after a trim, from the oldest kept). The bundled backends read only the range's messages.
+
+        Raises:
+            InvalidArgumentError: ``last`` or ``before`` is not a whole number of 0 or more.
+        """
         self._check_usable()
         check_key(key)
-        if last is not None and check_count(last, "last", minimum=0) == 0:
+        if last is not None:
+            check_count(last, "last", minimum=0)
+        if before is not None:
+            check_count(before, "before", minimum=0)
+        if last == 0 or before == 0:
             return []
         with naming_damage(key):
-            messages = await self._load(key, last)
+            messages = await (self._load(key, last) if before is None else self._load_before(key, before, last))
         if not self.sealed_passthrough:
             self._sealed.check(key, messages)
         return messages

@@ -2,9 +2,7 @@
 
 Pages are counted from the newest message, so the page a session opens on is the newest ``PAGE_SIZE`` messages,
 read with ``load(last=...)``: it costs the same for a session of 10 messages and of 100,000. An older page is the
-range ending before a position (``before``); it is read from whichever end of the history is nearer, since the
-store contract reads a window from the newest end (``load(last=k)``) or streams from the oldest
-(``iter_messages``).
+range ending before a position, read with ``load(last=PAGE_SIZE, before=...)``: the store reads only that range.
 
 A tool call and its result are shown together: a result whose call is on the same page is rendered inside the
 call's block, and its own message says where it went.
@@ -71,26 +69,14 @@ def page_of(position: int, total: int) -> int:
 
 
 async def read_page(store: HistoryStore, key: SessionKey, before: int | None) -> tuple[Page, list[Message]]:
-    """The page ending before position ``before`` (``None``: the newest page), read from the nearer end."""
+    """The page ending before position ``before`` (``None``: the newest page), reading only its messages."""
     total = await store.count(key)
     end = total if before is None else max(0, min(before, total))
-    start = max(0, end - PAGE_SIZE)
     if end == total:
         newest = await store.load(key, last=PAGE_SIZE)
         return Page(total - len(newest), total, total), newest
-    if total - start <= end:  # nearer the newest end: read the newest total-start and keep the first ones
-        window = await store.load(key, last=total - start)
-        return Page(start, end, total), window[: end - start]
-    messages: list[Message] = []
-    async with contextlib.aclosing(_stream(store, key, min(1000, end))) as stream:
-        position = 0
-        async for message in stream:
-            if position >= start:
-                messages.append(message)
-            position += 1
-            if position >= end:
-                break
-    return Page(start, end, total), messages
+    messages = await store.load(key, last=PAGE_SIZE, before=end)
+    return Page(end - len(messages), end, total), messages
 
 
 def _stream(store: HistoryStore, key: SessionKey, batch: int) -> AsyncGenerator[Message, None]:

@@ -91,6 +91,7 @@ from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationCo
 from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
 from chatkeep.testing.conformance._pop import PopConformance
 from chatkeep.testing.conformance._properties import PROPERTY_SETTINGS, PropertyConformance, for_all
+from chatkeep.testing.conformance._ranges import RangeConformance
 from chatkeep.testing.conformance._search import SearchConformance
 from chatkeep.testing.conformance._sessions import ListingConformance, SessionDocumentConformance
 
@@ -114,6 +115,7 @@ __all__ = [
     "ListingConformance",
     "PopConformance",
     "PropertyConformance",
+    "RangeConformance",
     "ReadConformance",
     "RetentionConformance",
     "SearchConformance",

@@ -10,6 +10,7 @@ from chatkeep.testing.conformance._keys import KeyConformance, TenantIsolationCo
 from chatkeep.testing.conformance._lifecycle import LifecycleConformance, RetentionConformance, TTLConformance
 from chatkeep.testing.conformance._pop import PopConformance
 from chatkeep.testing.conformance._properties import PropertyConformance
+from chatkeep.testing.conformance._ranges import RangeConformance
 from chatkeep.testing.conformance._search import SearchConformance
 from chatkeep.testing.conformance._sessions import ListingConformance, SessionDocumentConformance
 
@@ -19,6 +20,7 @@ __all__ = ["HistoryStoreConformance"]
 class HistoryStoreConformance(
     AppendConformance,
     ReadConformance,
+    RangeConformance,
     PopConformance,
     ContentConformance,
     ConcurrencyConformance,

@@ -24,6 +24,7 @@ from chatkeep.testing.conformance._base import (
     message_ids,
     texts,
 )
+from chatkeep.testing.conformance._ranges import expected_range
 
 __all__ = ["ForkConformance", "listed_info"]
 
@@ -121,6 +122,56 @@ class ForkConformance(ConformanceBase):
         assert await store.append(target, [base[3]]) == 1
         assert texts(await fresh.load(target)) == texts([*base[:2], *on_target, base[3]])
         assert texts(await fresh.load(source)) == texts(base + on_source)
+
+    async def test_ranges_of_a_fork_span_its_fork_points(self, kit: StoreKit, store: HistoryStore) -> None:
+        source = kit.key()
+        target, third = kit.key(tenant=source.tenant), kit.key(tenant=source.tenant)
+        batch, own, later = make_messages(10, "source"), make_messages(4, "own"), make_messages(2, "later")
+        await store.append(source, batch[:3])
+        await store.append(source, batch[3:])
+        assert await store.fork(source, target, through=batch[5].message_id) == 6
+        await store.append(target, own)
+        await store.append(source, later)  # not the fork's
+        await store.fork(target, third, through=own[1].message_id)
+        mine = make_messages(3, "third")
+        await store.append(third, mine)
+        histories = {
+            target: message_ids(batch[:6] + own),
+            third: message_ids(batch[:6] + own[:2] + mine),
+            source: message_ids(batch + later),
+        }
+        reader = await kit.open()
+        for key, ids in histories.items():
+            for before in range(len(ids) + 2):
+                for last in (None, 1, 3, 6, 11):
+                    got = message_ids(await reader.load(key, last=last, before=before))
+                    assert got == expected_range(ids, before, last), (key.session_id, before, last)
+        # A trim of the fork: its positions restart at the oldest message it keeps, inherited or its own.
+        await store.trim(target, 7)
+        kept = histories[target][-7:]
+        for before, last in ((2, None), (4, 3), (7, 2), (9, 5)):
+            got = message_ids(await reader.load(target, last=last, before=before))
+            assert got == expected_range(kept, before, last), (before, last)
+
+    async def test_a_range_of_a_large_fork_reads_only_the_range(self, kit: StoreKit) -> None:
+        writer = await kit.open()
+        # Filled once per backing where the backing outlives the test (shared_backing): this test never changes it.
+        source, last = await kit.large_session(writer, LARGE_SOURCE, LARGE_BATCH)
+        first, second = kit.key(tenant=source.tenant), kit.key(tenant=source.tenant)
+        await writer.fork(source, first, through=last[-10].message_id)
+        await writer.append(first, make_messages(5, "one"))
+        await writer.fork(first, second)
+        await writer.append(second, make_messages(5, "two"))
+        reader = await kit.open()
+        inherited, own = LARGE_SOURCE - 9, [f"{label}-{i}" for label in ("one", "two") for i in range(5)]
+        # Inherited from the large source, across both fork points, and beyond the count.
+        for before, last_k in ((LARGE_SOURCE // 2, WINDOW), (inherited + 3, WINDOW), (inherited + 7, 4), (10**9, 12)):
+            read = await self.messages_read(reader)
+            window = await reader.load(second, last=last_k, before=before)
+            assert await self.messages_read(reader) - read <= last_k + WINDOW_SLACK, f"before={before} read too much"
+            stop = min(before, inherited + len(own))
+            expected = [f"#{n}" if n < inherited else own[n - inherited] for n in range(stop - last_k, stop)]
+            assert texts(window) == expected, (before, last_k)
 
     async def test_fork_of_a_fork(self, kit: StoreKit, store: HistoryStore) -> None:
         first = kit.key()
