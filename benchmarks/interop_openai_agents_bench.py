@@ -63,6 +63,7 @@ from benchmarks._common import (
 from chatkeep.core.backend import write_stamp
 from chatkeep.redis import _layout as redis_layout
 from chatkeep.redis._scripts import APPEND as REDIS_APPEND
+from chatkeep.sql._ops import append_params
 from chatkeep.sql._schema import key_hash, message_hash, tenant_hash
 from chatkeep.sql._sql import Statements
 
@@ -208,12 +209,9 @@ class _GuardedPostgres:
 
     async def add_items(self, items: list[Any]) -> None:
         rows = [(message_hash(message_id), record) for message_id, record in map(_record, items)]
-        hashes, now = [message_hash_ for message_hash_, _ in rows], time.time_ns() // 1000
-        records = [record for _, record in rows]
-        usages = [None] * len(records)  # the messages' token usage
-        await self._db.fetch(
-            self._sql.append_one, hashes, records, usages, self._head[0], hashes, *self._head, now, now
-        )
+        now = time.time_ns() // 1000
+        batch = [(message_hash_, record, None) for message_hash_, record in rows]  # (no token usage)
+        await self._db.fetch(self._sql.pg_append(len(batch), usage=False), *append_params(self._head, now, batch))
 
     async def clear_session(self) -> None:
         await self._db.execute(self._sql.delete, self._head[0])

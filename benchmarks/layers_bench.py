@@ -100,7 +100,9 @@ def _turns(store: SQLHistoryStore, keys: dict[str, SessionKey]) -> dict[str, Tur
         (h1, r1), (h2, r2) = _raw_records()
         made, now = time.perf_counter(), write_stamp()
         if postgres:
-            await raw.fetch(sql.append_one, *_ops.append_params(driver_head, now, [(h1, r1, None), (h2, r2, None)]))
+            await raw.fetch(
+                sql.pg_append(2, usage=False), *_ops.append_params(driver_head, now, [(h1, r1, None), (h2, r2, None)])
+            )
         else:
             async with raw.cursor() as cur:
                 await cur.execute(sql.begin)

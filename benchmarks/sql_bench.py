@@ -54,6 +54,7 @@ from typing import Any
 from benchmarks._common import Result, format_table
 from chatkeep.core import Message, SessionKey
 from chatkeep.sql import SQLHistoryStore
+from chatkeep.sql._ops import append_params
 from chatkeep.sql._schema import key_hash, message_hash, tenant_hash
 from chatkeep.sql._sql import Statements
 
@@ -253,8 +254,7 @@ def _guarded_append(cur: Any, db: _Database, key: SessionKey, *records: tuple[by
     now = int(uuid.uuid1().time)  # any increasing number will do here
     if db.family == "postgresql":
         # One statement: reserve the range under the session row's lock and insert only new ids (autocommit).
-        hashes = [h1, h2]
-        cur.execute(_PG_APPEND, (hashes, [r1, r2], [None, None], head[0], hashes, *head, now, now))
+        cur.execute(_PG_APPEND, append_params(head, now, [(h1, r1, None), (h2, r2, None)]))
         cur.fetchall()
         return
     sql = _STATEMENTS[db.family]
@@ -314,8 +314,9 @@ class _RawAsync:
         head = (key_bytes, tenant_hash(key.tenant), key.tenant.encode(), key.session_id.encode())
         now = int(uuid.uuid1().time)
         if self.family == "postgresql":
-            hashes = [h1, h2]
-            await self.conn.fetch(sql.append_one, hashes, [r1, r2], [None, None], head[0], hashes, *head, now, now)
+            await self.conn.fetch(
+                sql.pg_append(2, usage=False), *append_params(head, now, [(h1, r1, None), (h2, r2, None)])
+            )
         else:
             async with self.conn.cursor() as cur:
                 await cur.execute(sql.begin)
@@ -335,7 +336,7 @@ _STATEMENTS = {
     # The bench's MySQL server is MariaDB (the upsert returns the range); pymysql connects without FOUND_ROWS.
     "mysql": Statements("mysql", "format", is_mariadb=True, found_rows=False),
 }
-_PG_APPEND = _STATEMENTS["postgresql"].append_one
+_PG_APPEND = _STATEMENTS["postgresql"].pg_append(2, usage=False)
 
 
 async def _interleaved(

@@ -899,6 +899,61 @@ async def test_postgresql_reads_a_fork_chains_window_in_one_statement(
         await store.close()
 
 
+async def test_postgresql_appends_any_batch_size_exactly_and_plans_a_short_one_once(fresh_backing: Any) -> None:
+    if fresh_backing.target.family != "postgresql":
+        pytest.skip("the one-statement append is PostgreSQL's")
+    import psycopg
+
+    from chatkeep.sql._ops import append_params
+    from chatkeep.sql._schema import key_hash
+    from chatkeep.testing.conformance._info import costly_messages
+
+    store = SQLHistoryStore(fresh_backing.url)
+    try:
+        # Both shapes of the statement (a VALUES list up to PG_VALUES_ROWS messages, arrays above), with and
+        # without usage: stored in order, counted once, a retry changes nothing.
+        expected: list[str] = []
+        for n in (1, 2, _sql.PG_VALUES_ROWS, _sql.PG_VALUES_ROWS + 1):
+            for costly in (False, True):
+                key = SessionKey("shapes", f"s{n}-{costly}")
+                batch = (
+                    costly_messages(n, f"b{n}")
+                    if costly
+                    else [Message(role="user", text=f"p{n}-{i}") for i in range(n)]
+                )
+                for _ in range(2):
+                    await store.append(key, batch)
+                assert [m.message_id for m in await store.load(key)] == [m.message_id for m in batch]
+                assert await store.count(key) == n
+                used = await store.usage(key)
+                assert used.input_tokens == (n * (n + 1) // 2 if costly else 0)
+                expected.append(key.session_id)
+        head = key_hash("shapes", expected[0])
+    finally:
+        await store.close()
+    # The short append's statement has one plan whatever its values: a connection plans it once (a generic plan)
+    # rather than at every run, as it would an array's (whose length a generic plan does not know).
+    statements = _sql.Statements("postgresql", "numeric_dollar")
+    server = re.sub(r"^postgresql\+\w+://", "postgresql://", fresh_backing.target.server_url)
+    with psycopg.connect(server, autocommit=True) as pg:
+        pg.execute(f'SET search_path TO "{fresh_backing.name}"')
+        [(tenant_hash, tenant, session_id)] = pg.execute(
+            "SELECT tenant_hash, tenant, session_id FROM chatkeep_sessions WHERE key_hash = %s", (head,)
+        ).fetchall()
+        cursor = psycopg.ClientCursor(pg)
+        for n in (1, 2):
+            pg.execute(f"PREPARE append{n} AS {statements.pg_append(n, usage=False)}")
+            for run in range(8):
+                rows = [(random.randbytes(16), Message(role="user", text=f"{run}").to_record(), None) for _ in range(n)]
+                params = append_params((head, bytes(tenant_hash), bytes(tenant), bytes(session_id)), 1, rows)
+                cursor.execute(f"EXECUTE append{n}({', '.join(['%s'] * len(params))})", params)
+                assert cursor.fetchall() == [(n,)]
+            [(generic, custom)] = pg.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = %s", (f"append{n}",)
+            ).fetchall()
+            assert generic >= 3, (generic, custom)  # (the server tries custom plans for its first five runs)
+
+
 def _plan(backing: Any, family: str, statement: str, params: tuple[object, ...]) -> list[str]:
     """How the database runs ``statement`` (``?`` placeholders): one line per step, naming its table and index."""
     if family == "sqlite":

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from chatkeep.core.backend import ABSENT, Absent, SessionUsage, conflict_error, owner_error, record_retry
 from chatkeep.sql import _chain
 from chatkeep.sql._errors import retryable, stale_snapshot
-from chatkeep.sql._sql import Statements
+from chatkeep.sql._sql import Statements, pg_batch_rows
 from chatkeep.sql._transport import Cancelled, Connection
 
 __all__ = [
@@ -152,8 +152,8 @@ async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: 
     corrected for messages already stored, and the usage of the new messages added.
     """
     n = len(rows)
-    if sql.append_one and n <= SHORT_ROWS:
-        statement = sql.append_one if any(used is not None for _, _, used in rows) else sql.append_one_unused
+    if sql.appends_in_one_statement and n <= SHORT_ROWS:
+        statement = sql.pg_append(n, usage=any(used is not None for _, _, used in rows))
         appended = int((await one_statement(conn, statement, append_params(head, now, rows)))[0][0])
         if appended >= 0:
             return appended
@@ -171,11 +171,14 @@ async def append(conn: Connection, sql: Statements, head: Head, now: int, rows: 
         return 0
 
 
-def append_params(head: Head, now: int, rows: Sequence[Row]) -> list[Any]:
-    """The parameters of PostgreSQL's one-statement append (``_sql.pg_append_ctes``) of ``rows``."""
-    hashes = [message_hash for message_hash, _, _ in rows]
-    records, usages = [record for _, record, _ in rows], [used for _, _, used in rows]
-    return [hashes, records, usages, head[0], hashes, *head, now, now]
+def append_params(head: Head, now: int, rows: Sequence[Row], gate: Sequence[Any] = ()) -> list[Any]:
+    """The parameters of PostgreSQL's one-statement append (``_sql.pg_append_ctes``) of ``rows``, with those of
+    its ``gate`` condition, if any."""
+    if pg_batch_rows(len(rows)) is None:
+        batch: list[Any] = [list(column) for column in zip(*rows, strict=True)] if rows else [[], [], []]
+    else:
+        batch = [value for row in rows for value in row]
+    return [*batch, *gate, head[0], *head, now, now]
 
 
 async def one_statement(conn: Connection, statement: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:

@@ -25,7 +25,7 @@ from chatkeep.core.backend import IndexInfo, check_index, keyword_terms
 from chatkeep.sql import _ops
 from chatkeep.sql._errors import sqlstate
 from chatkeep.sql._index import IndexRow, NoIndex, Scope, SearchIndex
-from chatkeep.sql._sql import PG_APPEND_CHECKED, Statements, pg_append_ctes
+from chatkeep.sql._sql import PG_APPEND_CHECKED, Statements, pg_append_ctes, pg_batch_rows
 from chatkeep.sql._transport import Connection
 
 __all__ = ["PG_SEARCH_HINT", "PostgresSearch", "tsquery", "tsvector", "vector_text"]
@@ -71,7 +71,8 @@ class PostgresSearch(SearchIndex):
     def __init__(self, sql: Statements, description: str) -> None:
         super().__init__(sql, description)
         self._namespace: str | None = None  # the vector extension's schema, quoted, once found
-        self._append_statement: tuple[str, str] | None = None  # (namespace, the one-statement indexed append)
+        # (namespace, batch rows as pg_batch_rows gives them) -> the one-statement indexed append
+        self._append_statements: dict[tuple[str, int | None], str] = {}
         # Whether chatkeep_search's vector column exists: made with the index (then only ever remade in the same
         # transaction as it is dropped), so once seen it stays.
         self._has_column = False
@@ -206,19 +207,21 @@ class PostgresSearch(SearchIndex):
             self._has_column = True
             return inserted
         columns = [list(c) for c in zip(*index, strict=True)] if index else [[], [], [], []]
-        plain = _ops.append_params(head, now, rows)
-        # The batch's three arrays, the gate's embedder, the session's head and time, the index rows' four arrays.
-        params = [*plain[:3], info.embedder, info.dimensions, *plain[3:], *columns]
-        found = await _ops.one_statement(conn, self._append_indexed(namespace), params)
+        # The batch, the gate's embedder, the session's head and time, then the index rows' four arrays.
+        params = [*_ops.append_params(head, now, rows, gate=(info.embedder, info.dimensions)), *columns]
+        found = await _ops.one_statement(conn, self._append_indexed(namespace, len(rows)), params)
         inserted, embedder, dimensions, _ = found[0]
         if embedder is None or inserted < 0:  # no embedder recorded, or a fork (nothing stored): the transaction's way
             return await super().append(conn, head, now, rows, info, index)
         check_index(IndexInfo(str(embedder), int(dimensions)), info)
         return int(inserted)
 
-    def _append_indexed(self, namespace: str) -> str:
-        if self._append_statement is None or self._append_statement[0] != namespace:
+    def _append_indexed(self, namespace: str, count: int) -> str:
+        shape = (namespace, pg_batch_rows(count))
+        statement = self._append_statements.get(shape)
+        if statement is None:
             ctes = pg_append_ctes(
+                rows=shape[1],
                 first="info AS (SELECT embedder, dimensions FROM chatkeep_search_index WHERE id = 1 FOR SHARE), ",
                 gate="EXISTS (SELECT 1 FROM info WHERE embedder = ? AND dimensions = ?)",
             )
@@ -233,8 +236,8 @@ class PostgresSearch(SearchIndex):
                 f"SELECT {PG_APPEND_CHECKED}, (SELECT embedder FROM info), (SELECT dimensions FROM info), "
                 "(SELECT count(*) FROM indexed) FROM done, n"
             )
-            self._append_statement = (namespace, statement)
-        return self._append_statement[1]
+            self._append_statements[shape] = statement
+        return statement
 
     async def _usable(self, conn: Connection) -> None:
         await self.namespace(conn, create=False)  # a server without pgvector says how to get it
