@@ -81,7 +81,8 @@ BACKENDS: dict[str, tuple[list[str], dict[str, str]]] = {
 EXAMPLES: dict[str, str] = {"example-jsonfiles": "docs/examples/chatkeep-jsonfiles"}
 # The repository's pytest settings and conftest.py apply to every path, also the example, which carries its own
 # settings for a checkout of its own (pytest would pick those for its tests, without this conftest's marks).
-PYTEST = ["pytest", "-c", "pyproject.toml"]
+# --durations: each session's log ends with its 15 slowest tests, what to look at when CI's time grows.
+PYTEST = ["pytest", "-c", "pyproject.toml", "--durations=15"]
 
 
 # framework -> the packages its adapter's tests and benchmark install, pinned, on top of the locked workspace:
