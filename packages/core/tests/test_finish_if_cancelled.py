@@ -24,6 +24,7 @@ class FakeWrite:
         self.tasks_seen: int | None = None
         self.go_on: asyncio.Future[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.sent = asyncio.Event()
 
     def roll_back(self) -> None:
         self.rolled_back = True
@@ -32,6 +33,7 @@ class FakeWrite:
         loop = self.loop = asyncio.get_running_loop()
         self.tasks_seen = len(asyncio.all_tasks())
         self.go_on = loop.create_future()
+        self.sent.set()
         try:
             await self.go_on  # the server's answer
         except asyncio.CancelledError:
@@ -51,12 +53,12 @@ async def test_a_cancelled_async_caller_sees_its_cancellation_only_once_the_writ
     write = FakeWrite()
     tasks_before = len(asyncio.all_tasks())
     caller = asyncio.ensure_future(finish_if_cancelled(write.run(fail=True), write.roll_back))
-    while write.go_on is None:
-        await asyncio.sleep(0)
+    await write.sent.wait()
     caller.cancel()
     for _ in range(3):
         await asyncio.sleep(0)
-    assert write.rolled_back and not caller.done(), "the caller was let go before its write ended"
+    assert write.rolled_back
+    assert not caller.done(), "the caller was let go before its write ended"
     caller.cancel()  # cancelled again: still waits
     await asyncio.sleep(0)
     assert not caller.done()
@@ -70,14 +72,12 @@ async def test_a_cancelled_async_caller_sees_its_cancellation_only_once_the_writ
 async def test_an_async_callers_write_that_is_not_cancelled_returns_or_raises_as_it_is() -> None:
     write = FakeWrite()
     caller = asyncio.ensure_future(finish_if_cancelled(write.run(), write.roll_back))
-    while write.go_on is None:
-        await asyncio.sleep(0)
+    await write.sent.wait()
     write.go_on.set_result(None)
     assert await caller == "committed"
     failing = FakeWrite()
     caller = asyncio.ensure_future(finish_if_cancelled(failing.run(fail=True)))
-    while failing.go_on is None:
-        await asyncio.sleep(0)
+    await failing.sent.wait()
     failing.go_on.set_result(None)
     with pytest.raises(ValueError, match="the write failed"):
         await caller
@@ -104,13 +104,13 @@ def test_a_blocking_calls_write_runs_in_the_calls_own_task() -> None:
     try:
         assert loop_thread.run(call()) == "committed"
         assert write.tasks_seen == 1, "a blocking call's write made a task of its own"
+        failing = FakeWrite()
+
+        async def failing_call() -> str:
+            asyncio.get_running_loop().call_soon(lambda: failing.go_on.set_result(None))  # type: ignore[union-attr]
+            return await finish_if_cancelled(failing.run(fail=True))
+
         with pytest.raises(ValueError, match="the write failed"):  # not cancelled: its error is raised as it is
-            failing = FakeWrite()
-
-            async def failing_call() -> str:
-                asyncio.get_running_loop().call_soon(lambda: failing.go_on.set_result(None))  # type: ignore[union-attr]
-                return await finish_if_cancelled(failing.run(fail=True))
-
             loop_thread.run(failing_call())
     finally:
         loop_thread.stop()
@@ -157,7 +157,8 @@ def test_a_second_ctrl_c_cuts_the_write_short() -> None:
     try:
         with pytest.raises(KeyboardInterrupt):
             loop_thread.run(call())
-        assert write.rolled_back and write.outcome == "cut short"
+        assert write.rolled_back
+        assert write.outcome == "cut short"
         assert loop_thread.run(tasks_left()) == 1, "the interrupted call left a task running"
     finally:
         loop_thread.stop()
@@ -175,6 +176,7 @@ def test_ctrl_c_between_writes_cancels_the_call_at_once() -> None:
     try:
         with pytest.raises(KeyboardInterrupt):
             loop_thread.run(call())
-        assert write.outcome is None and not write.rolled_back
+        assert write.outcome is None
+        assert not write.rolled_back
     finally:
         loop_thread.stop()
