@@ -23,12 +23,15 @@ import contextvars
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatkeep.core._errors import SyncCallError
 
-__all__ = ["LoopThread", "finish_if_cancelled", "in_blocking_call", "run_in_place"]
+if TYPE_CHECKING:
+    from chatkeep.core._finishing import Write
+
+__all__ = ["LoopThread", "in_blocking_call", "run_in_place"]
 
 T = TypeVar("T")
 
@@ -74,50 +77,6 @@ async def run_in_place(function: Callable[[], T]) -> T:
     return await done
 
 
-class _Write:
-    """A write that :func:`finish_if_cancelled` runs in a blocking call's own task: what to do if Ctrl-C stops it."""
-
-    __slots__ = ("interrupted", "on_cancel")
-
-    def __init__(self, on_cancel: Callable[[], None] | None) -> None:
-        self.on_cancel = on_cancel
-        self.interrupted = False
-
-
-async def finish_if_cancelled(work: Awaitable[T], on_cancel: Callable[[], None] | None = None) -> T:
-    """Await ``work`` (a write) so that a cancellation of the caller lets it end instead of cutting it short.
-
-    At the cancellation ``on_cancel`` is called (a write not yet committed then rolls back instead of committing);
-    the cancellation reaches the caller once ``work`` has ended, so its outcome is final by then. The error of
-    ``work``, if any, is seen and dropped: the caller is told of its cancellation instead.
-
-    In a blocking call of a store's sync view, run in the caller's thread, ``work`` runs in the call's own task
-    (no task of its own, no shield: that costs turns of the loop on every write), because only Ctrl-C cancels
-    that task, and Ctrl-C waits for the write: it calls ``on_cancel``, runs the loop until ``work`` has ended,
-    then cancels the call. A second Ctrl-C meanwhile cancels the call at once, cutting ``work`` short (a
-    transaction not committed is then lost with its connection, and a request already sent may still land); a
-    third stops waiting. Anything else that cancels such a call's task (``asyncio.timeout`` around a store
-    write inside the call) cuts ``work`` short too, without ``on_cancel``: store code run by a sync view does not.
-    """
-    drive = _BLOCKING_CALL.get()
-    if drive is not None and drive.pausable and drive.call is asyncio.current_task():
-        return await drive.finish_write(work, _Write(on_cancel))
-    task = asyncio.ensure_future(work)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if on_cancel is not None:
-            on_cancel()
-        while not task.done():
-            try:
-                await asyncio.wait([task])
-            except asyncio.CancelledError:  # cancelled again: the work must still end first
-                continue
-        if not task.cancelled():
-            task.exception()  # seen: the caller is told of its cancellation instead
-        raise
-
-
 #: A loop nobody ran for this long first handles what arrived meanwhile (a server closing an idle
 #: connection, a due timer) before it runs a call, as a loop that never stopped would have.
 _SETTLE_AFTER_S = 0.5
@@ -134,7 +93,7 @@ class _Drive:
             collections.deque()
         )
         self.call: asyncio.Task[Any] | None = None  # the task of the blocking call that drive() runs now
-        self.writes: list[_Write] = []  # the call's writes in flight (finish_if_cancelled), Ctrl-C waits for them
+        self.writes: list[Write] = []  # the call's writes in flight (finish_if_cancelled), Ctrl-C waits for them
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # the driver, the handed calls or the state changed
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -249,7 +208,7 @@ class _Drive:
             except BaseException:
                 self.pausable = False  # the cancelled call's last steps hop to the worker threads again
                 if not task.done():  # interrupted (Ctrl-C): cancel the call rather than leave it half done
-                    self._interrupt(task)
+                    self.interrupt(task)
                     for _ in (0, 1):  # a second Ctrl-C cancels the call at once; a third stops waiting
                         with contextlib.suppress(BaseException):  # (the call's outcome: Ctrl-C is raised instead)
                             loop.run_until_complete(task)
@@ -264,23 +223,7 @@ class _Drive:
         finally:
             self.release()
 
-    async def finish_write(self, work: Awaitable[T], write: _Write) -> T:
-        """:func:`finish_if_cancelled` in the call's own task: Ctrl-C (:meth:`_interrupt`) waits for ``work``."""
-        self.writes.append(write)
-        try:
-            result = await work
-        except Exception:
-            if not write.interrupted:
-                raise
-        finally:
-            self.writes.remove(write)
-            if write.interrupted and not self.writes and self.call is not None:
-                self.call.cancel()  # the last write in flight ended: the interrupted call is cancelled now
-        if write.interrupted:
-            raise asyncio.CancelledError
-        return result
-
-    def _interrupt(self, task: asyncio.Task[Any]) -> None:
+    def interrupt(self, task: asyncio.Task[Any]) -> None:
         """Ctrl-C stopped the call: its writes in flight roll back and end first (the last cancels it), or cancel it."""
         if not self.writes:
             task.cancel()

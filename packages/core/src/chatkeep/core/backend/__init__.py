@@ -14,7 +14,8 @@ User code imports :mod:`chatkeep.core` instead.
 """
 
 from chatkeep.core._errors import redact_url
-from chatkeep.core._loop_thread import finish_if_cancelled, in_blocking_call, run_in_place
+from chatkeep.core._finishing import finish_if_cancelled
+from chatkeep.core._loop_thread import in_blocking_call, run_in_place
 from chatkeep.core._messages import decode_records, encode_records
 from chatkeep.core._telemetry import TelemetryTarget, record_retry
 from chatkeep.core.backend import hookspecs
