@@ -8,6 +8,7 @@ waits for it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import pytest
 
@@ -83,16 +84,19 @@ async def test_an_async_callers_write_that_is_not_cancelled_returns_or_raises_as
         await caller
 
 
-def blocking_loop() -> LoopThread:
-    return LoopThread("chatkeep-test-finish", caller_may_block=True)
+@pytest.fixture
+def loop_thread() -> Iterator[LoopThread]:
+    """A sync view's kind of loop: a blocking call runs it in the caller's thread, in_blocking_call() there."""
+    loop_thread = LoopThread("chatkeep-test-finish", caller_may_block=True)
+    yield loop_thread
+    loop_thread.stop()
 
 
 async def tasks_left() -> int:
     return len(asyncio.all_tasks())
 
 
-def test_a_blocking_calls_write_runs_in_the_calls_own_task() -> None:
-    loop_thread = blocking_loop()
+def test_a_blocking_calls_write_runs_in_the_calls_own_task(loop_thread: LoopThread) -> None:
     write = FakeWrite()
 
     async def call() -> str:
@@ -101,23 +105,19 @@ def test_a_blocking_calls_write_runs_in_the_calls_own_task() -> None:
         answer(lambda: write.go_on.set_result(None))  # type: ignore[union-attr]
         return await pending
 
-    try:
-        assert loop_thread.run(call()) == "committed"
-        assert write.tasks_seen == 1, "a blocking call's write made a task of its own"
-        failing = FakeWrite()
+    assert loop_thread.run(call()) == "committed"
+    assert write.tasks_seen == 1, "a blocking call's write made a task of its own"
+    failing = FakeWrite()
 
-        async def failing_call() -> str:
-            asyncio.get_running_loop().call_soon(lambda: failing.go_on.set_result(None))  # type: ignore[union-attr]
-            return await finish_if_cancelled(failing.run(fail=True))
+    async def failing_call() -> str:
+        asyncio.get_running_loop().call_soon(lambda: failing.go_on.set_result(None))  # type: ignore[union-attr]
+        return await finish_if_cancelled(failing.run(fail=True))
 
-        with pytest.raises(ValueError, match="the write failed"):  # not cancelled: its error is raised as it is
-            loop_thread.run(failing_call())
-    finally:
-        loop_thread.stop()
+    with pytest.raises(ValueError, match="the write failed"):  # not cancelled: its error is raised as it is
+        loop_thread.run(failing_call())
 
 
-def test_ctrl_c_in_a_blocking_call_lets_its_write_end_rolled_back_then_interrupts() -> None:
-    loop_thread = blocking_loop()
+def test_ctrl_c_in_a_blocking_call_lets_its_write_end_rolled_back_then_interrupts(loop_thread: LoopThread) -> None:
     write = FakeWrite()
     after_the_write: list[str] = []
 
@@ -130,20 +130,16 @@ def test_ctrl_c_in_a_blocking_call_lets_its_write_end_rolled_back_then_interrupt
         await asyncio.sleep(0)
         return result
 
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            loop_thread.run(call())
-        assert write.rolled_back, "Ctrl-C did not tell the write to roll back"
-        assert write.outcome == "rolled back", "the write was cut short instead of ending"
-        assert after_the_write == []
-        assert write.tasks_seen == 1
-        assert loop_thread.run(tasks_left()) == 1, "the interrupted call left a task running"
-    finally:
-        loop_thread.stop()
+    with pytest.raises(KeyboardInterrupt):
+        loop_thread.run(call())
+    assert write.rolled_back, "Ctrl-C did not tell the write to roll back"
+    assert write.outcome == "rolled back", "the write was cut short instead of ending"
+    assert after_the_write == []
+    assert write.tasks_seen == 1
+    assert loop_thread.run(tasks_left()) == 1, "the interrupted call left a task running"
 
 
-def test_a_second_ctrl_c_cuts_the_write_short() -> None:
-    loop_thread = blocking_loop()
+def test_a_second_ctrl_c_cuts_the_write_short(loop_thread: LoopThread) -> None:
     write = FakeWrite()
 
     def roll_back_and_press_again() -> None:
@@ -154,18 +150,14 @@ def test_a_second_ctrl_c_cuts_the_write_short() -> None:
         asyncio.get_running_loop().call_soon(ctrl_c)
         return await finish_if_cancelled(write.run(), roll_back_and_press_again)  # its answer never arrives
 
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            loop_thread.run(call())
-        assert write.rolled_back
-        assert write.outcome == "cut short"
-        assert loop_thread.run(tasks_left()) == 1, "the interrupted call left a task running"
-    finally:
-        loop_thread.stop()
+    with pytest.raises(KeyboardInterrupt):
+        loop_thread.run(call())
+    assert write.rolled_back
+    assert write.outcome == "cut short"
+    assert loop_thread.run(tasks_left()) == 1, "the interrupted call left a task running"
 
 
-def test_ctrl_c_between_writes_cancels_the_call_at_once() -> None:
-    loop_thread = blocking_loop()
+def test_ctrl_c_between_writes_cancels_the_call_at_once(loop_thread: LoopThread) -> None:
     write = FakeWrite()
 
     async def call() -> str:
@@ -173,10 +165,7 @@ def test_ctrl_c_between_writes_cancels_the_call_at_once() -> None:
         await asyncio.get_running_loop().create_future()  # not a write: nothing to wait for
         return await finish_if_cancelled(write.run(), write.roll_back)
 
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            loop_thread.run(call())
-        assert write.outcome is None
-        assert not write.rolled_back
-    finally:
-        loop_thread.stop()
+    with pytest.raises(KeyboardInterrupt):
+        loop_thread.run(call())
+    assert write.outcome is None
+    assert not write.rolled_back
