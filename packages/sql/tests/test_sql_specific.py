@@ -1038,3 +1038,56 @@ async def test_a_tag_filter_reads_through_the_tag_index_never_the_tenant(fresh_b
         ]
         assert scans == [], steps
         assert not any("ix_chatkeep_sessions_updated" in step for step in steps), steps
+
+
+def test_ctrl_c_during_a_blocking_append_leaves_the_session_whole_or_untouched(
+    sql_target: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sync view's append runs in the caller's own task, without a shield (finish_if_cancelled): Ctrl-C (here a
+    # loop callback raising KeyboardInterrupt, as Python's handler does) must still let the write end, rolled back
+    # if it had not committed, before the interrupt reaches the caller.
+    if sql_target.family == "sqlite":
+        pytest.skip("SQLite runs a blocking call's write in place, with the loop paused: Ctrl-C stops Python there")
+    from chatkeep.sql._transport import Connection
+
+    pressed: list[bool] = []
+    fetch, execute = Connection.fetch, Connection.execute
+
+    def press_ctrl_c_once() -> None:
+        if not pressed:
+            pressed.append(True)
+
+            def ctrl_c() -> None:
+                raise KeyboardInterrupt
+
+            asyncio.get_running_loop().call_soon(ctrl_c)  # fires while the statement waits for the server
+
+    async def pressing_fetch(self: Connection, statement: str, params: Any = ()) -> Any:
+        press_ctrl_c_once()
+        return await fetch(self, statement, params)
+
+    async def pressing_execute(self: Connection, statement: str, params: Any = ()) -> Any:
+        press_ctrl_c_once()
+        return await execute(self, statement, params)
+
+    key = SessionKey("ctrl-c", "s")
+    batch = [Message(role="user", text=f"m{n}") for n in range(50)]
+    view = SQLHistoryStore(sql_target.url).sync()
+    try:
+        assert view.append(key, [Message(role="user", text="before")]) == 1
+        monkeypatch.setattr(Connection, "fetch", pressing_fetch)
+        monkeypatch.setattr(Connection, "execute", pressing_execute)
+        with pytest.raises(KeyboardInterrupt):
+            view.append(key, batch)
+        monkeypatch.undo()
+        assert pressed
+        # Ctrl-C came once the write had begun: on PostgreSQL its one statement was sent, so it ran to its end and
+        # stayed; elsewhere it is a transaction, which sees the interrupt before COMMIT and rolls back whole.
+        whole = ["before", *(m.text for m in batch)]
+        expected = whole if sql_target.family == "postgresql" else ["before"]
+        assert [m.text for m in view.load(key)] == expected
+        assert view.append(key, [Message(role="user", text="after")]) == 1  # the view (and its pool) works on
+        assert [m.text for m in view.load(key, last=1)] == ["after"]
+        view.delete(key)
+    finally:
+        view.close()

@@ -63,6 +63,7 @@ from chatkeep.core.backend import (
     decode_records,
     decode_session_document,
     encode_cursor,
+    finish_if_cancelled,
     fork_source_error,
     fork_target_exists_error,
     hashed_key,
@@ -253,18 +254,13 @@ class JsonFilesHistoryStore(HistoryStore):
     async def _run(self, work: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Run blocking file work in a worker thread, like ``asyncio.to_thread``, and never abandon it.
 
-        A thread cannot be stopped, so a cancelled caller waits for it to finish: when ``CancelledError``
-        reaches the caller, the work has happened in full or not started, and the caller's next call sees which.
+        A thread cannot be stopped, so a cancelled caller waits for it to finish (``finish_if_cancelled``): when
+        ``CancelledError`` reaches the caller, the work has happened in full or not started, and the caller's
+        next call sees which.
         """
         future = asyncio.get_running_loop().run_in_executor(None, functools.partial(work, *args, **kwargs))
         try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            while not future.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait([future])
-            future.exception()  # the caller gets CancelledError; a failure of the work is not left unretrieved
-            raise
+            return await finish_if_cancelled(future)
         except ChatkeepError:
             raise  # SessionOwnershipError is a PermissionError, an OSError: it is the caller's answer, not a failure
         except OSError as exc:

@@ -71,6 +71,7 @@ from chatkeep.core.backend import (
     decode_records,
     decode_session_document,
     encode_cursor,
+    finish_if_cancelled,
     fork_source_error,
     fork_target_exists_error,
     owner_error,
@@ -93,21 +94,6 @@ _T = TypeVar("_T")
 def _touch(view: SessionMeta) -> None:
     """Count a write (append, trim that deletes, pop, save_session): it moves ``updated``, which orders and prunes."""
     view.updated = max(write_stamp(), view.created)
-
-
-async def _final(operation: Awaitable[_T]) -> _T:
-    """Await a write that, once sent, finishes even if the caller is cancelled meanwhile.
-
-    A cancelled append must be final when the caller sees the cancellation: the request already on its way
-    would otherwise land after a reader had looked, so the cancellation waits for its answer.
-    """
-    task = asyncio.ensure_future(operation)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await task
-        raise
 
 
 def _position_failed(exc: HttpResponseError) -> bool:
@@ -332,7 +318,7 @@ class BlobHistoryStore(HistoryStore):
             upload = blob.upload_blob(
                 io.BytesIO(body), length=len(body), overwrite=True, metadata=meta.listing(), **condition
             )
-            return await _final(upload)
+            return await finish_if_cancelled(upload)
 
         with driver_errors(self.config):
             try:
@@ -539,8 +525,8 @@ class BlobHistoryStore(HistoryStore):
                 await self._create_segment(blob)
             block = _layout.frame(token, [lines[n] for n in new])
             with driver_errors(self.config):
-                try:
-                    result = await _final(
+                try:  # a cancelled append waits for its request's answer: it must not land after a reader looked
+                    result = await finish_if_cancelled(
                         blob.append_block(io.BytesIO(block), length=len(block), appendpos_condition=start)
                     )
                 except ResourceNotFoundError as exc:

@@ -24,9 +24,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatkeep.core._errors import SyncCallError
+
+if TYPE_CHECKING:
+    from chatkeep.core._finishing import Write
 
 __all__ = ["LoopThread", "in_blocking_call", "run_in_place"]
 
@@ -89,6 +92,8 @@ class _Drive:
         self.paused: collections.deque[tuple[contextvars.Context, Callable[[], Any], asyncio.Future[Any]]] = (
             collections.deque()
         )
+        self.call: asyncio.Task[Any] | None = None  # the task of the blocking call that drive() runs now
+        self.writes: list[Write] = []  # the call's writes in flight (finish_if_cancelled), Ctrl-C waits for them
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # the driver, the handed calls or the state changed
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -195,7 +200,7 @@ class _Drive:
             finally:
                 if marked is not None:
                     _BLOCKING_CALL.reset(marked)
-            self.pausable = True
+            self.pausable, self.call = True, task
             try:
                 while not task.done():  # (a coroutine of the call, or run_in_place, may have stopped the loop)
                     loop.run_forever()
@@ -203,16 +208,30 @@ class _Drive:
             except BaseException:
                 self.pausable = False  # the cancelled call's last steps hop to the worker threads again
                 if not task.done():  # interrupted (Ctrl-C): cancel the call rather than leave it half done
-                    task.cancel()
-                    with contextlib.suppress(BaseException):
-                        loop.run_until_complete(asyncio.wait([task]))
+                    self.interrupt(task)
+                    for _ in (0, 1):  # a second Ctrl-C cancels the call at once; a third stops waiting
+                        with contextlib.suppress(BaseException):  # (the call's outcome: Ctrl-C is raised instead)
+                            loop.run_until_complete(task)
+                        if task.done():
+                            break
+                        task.cancel()
                 raise
             finally:
-                self.pausable = False
+                self.pausable, self.call = False, None
                 self._run_paused()  # asked in the call's last turn of the loop, by a task it left running
             return task.result()
         finally:
             self.release()
+
+    def interrupt(self, task: asyncio.Task[Any]) -> None:
+        """Ctrl-C stopped the call: its writes in flight roll back and end first (the last cancels it), or cancel it."""
+        if not self.writes:
+            task.cancel()
+            return
+        for write in self.writes:
+            write.interrupted = True
+            if write.on_cancel is not None:
+                write.on_cancel()
 
     def _run_paused(self) -> None:
         """Run what :func:`run_in_place` asked for, in this thread while the loop is stopped, and set its results."""

@@ -17,7 +17,6 @@ wake-ups, about a tenth of a millisecond, most of a short read) buys nothing.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import threading
@@ -26,7 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar, cast
 
 from chatkeep.core import ChatkeepError
-from chatkeep.core.backend import in_blocking_call, run_in_place
+from chatkeep.core.backend import finish_if_cancelled, in_blocking_call, run_in_place
 from chatkeep.sql._config import sqlite_pragmas
 from chatkeep.sql._errors import SQLITE_FILE_HINT
 from chatkeep.sql._schema import ensure_schema
@@ -151,20 +150,7 @@ class SQLiteTransport(Transport[_SQLiteConnection]):
         ``cancel`` is set when the caller is cancelled, so that a write still running rolls back instead of
         committing; either way the outcome is final when the cancellation reaches the caller.
         """
-        done = self._workers.submit(work, args)
-        try:
-            return await asyncio.shield(done)
-        except asyncio.CancelledError:
-            if cancel is not None:
-                cancel.is_set = True
-            while not done.done():
-                try:
-                    await asyncio.wait([done])
-                except asyncio.CancelledError:
-                    continue
-            if not done.cancelled():
-                done.exception()  # seen: the caller is told of its cancellation instead
-            raise
+        return await finish_if_cancelled(self._workers.submit(work, args), None if cancel is None else cancel.set)
 
     async def run(self, op: Callable[[_SQLiteConnection], Awaitable[T]], *, write: bool = False) -> T:
         """Run ``op`` whole in a worker thread, on that thread's connection; for a blocking call of the sync view,

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from chatkeep.core import ChatkeepError
-from chatkeep.core.backend import record_retry
+from chatkeep.core.backend import finish_if_cancelled, record_retry
 from chatkeep.sql._errors import SERVER_HINT, NoAnswerError, translate
 from chatkeep.sql._sql import Statements
 
@@ -36,6 +35,10 @@ class Flag:
 
     def __init__(self) -> None:
         self.is_set = False
+
+    def set(self) -> None:
+        """The calling task was cancelled."""
+        self.is_set = True
 
 
 class Cancelled(Exception):
@@ -237,14 +240,7 @@ class LendingTransport(Transport[C]):
         if not write:
             return await self._lend(op, _NEVER)
         flag = Flag()
-        task = asyncio.ensure_future(self._lend(op, flag))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            flag.is_set = True
-            with contextlib.suppress(BaseException):  # the cancellation is what the caller sees
-                await task
-            raise
+        return await finish_if_cancelled(self._lend(op, flag), flag.set)
 
     async def _lend(self, op: Callable[[C], Awaitable[T]], cancel: Flag) -> T:
         try:

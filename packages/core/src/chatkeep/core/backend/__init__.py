@@ -6,13 +6,15 @@ the typed fields of a :class:`StoreSettings` model, registers a
 :class:`BackendSpec` from a :func:`hookimpl` of ``chatkeep_register_backends``, and proves itself with the
 conformance kit (a backend that can search messages subclasses :class:`SearchableStore`). The rules every
 backend would otherwise copy are here once: the write stamp
-(:func:`write_stamp`), the ``list_sessions`` cursor (:func:`encode_cursor`), and keys hashed from ids
-(:func:`hashed_key`). Telemetry needs nothing of a backend: the base class traces every public method; a
-backend may name its server (``_telemetry_target``) and report retries (:func:`record_retry`).
+(:func:`write_stamp`), the ``list_sessions`` cursor (:func:`encode_cursor`), keys hashed from ids
+(:func:`hashed_key`), and a write that a cancelled caller lets end (:func:`finish_if_cancelled`). Telemetry
+needs nothing of a backend: the base class traces every public method; a backend may name its server
+(``_telemetry_target``) and report retries (:func:`record_retry`).
 User code imports :mod:`chatkeep.core` instead.
 """
 
 from chatkeep.core._errors import redact_url
+from chatkeep.core._finishing import finish_if_cancelled
 from chatkeep.core._loop_thread import in_blocking_call, run_in_place
 from chatkeep.core._messages import decode_records, encode_records
 from chatkeep.core._telemetry import TelemetryTarget, record_retry
@@ -150,6 +152,7 @@ __all__ = [
     "encode_cursor",
     "encode_records",
     "feature_unsupported_error",
+    "finish_if_cancelled",
     "fork_source_error",
     "fork_target_exists_error",
     "fuse",
