@@ -175,7 +175,7 @@ def append_params(head: Head, now: int, rows: Sequence[Row], gate: Sequence[Any]
     """The parameters of PostgreSQL's one-statement append (``_sql.pg_append_ctes``) of ``rows``, with those of
     its ``gate`` condition, if any."""
     if pg_batch_rows(len(rows)) is None:
-        batch: list[Any] = [list(column) for column in zip(*rows, strict=True)] if rows else [[], [], []]
+        batch: list[Any] = [list(column) for column in zip(*rows, strict=True)]
     else:
         batch = [value for row in rows for value in row]
     return [*batch, *gate, head[0], *head, now, now]
